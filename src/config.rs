@@ -1,0 +1,140 @@
+//! The validated, immutable configuration a worker runs with.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use crate::cli::Cli;
+use crate::log::Level;
+
+/// Most handler threads a worker may have: each holds a Python thread state and two rings.
+pub const MAX_BLOCKING_THREADS: usize = 1024;
+
+/// Where the worker listens.
+#[derive(Clone, Debug)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
+/// `module:attr` or `module:factory()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppSpec {
+    pub module: String,
+    pub attr: String,
+    pub factory: bool,
+}
+
+impl AppSpec {
+    pub fn parse(s: &str) -> Result<AppSpec, String> {
+        let (module, attr) = match s.split_once(':') {
+            Some((m, a)) => (m.trim(), a.trim()),
+            None => (s.trim(), "application"),
+        };
+        let (attr, factory) = match attr.strip_suffix("()") {
+            Some(a) => (a, true),
+            None => (attr, false),
+        };
+        let is_ident = |p: &str| {
+            let mut chars = p.chars();
+            matches!(chars.next(), Some(c) if c.is_alphabetic() || c == '_')
+                && chars.all(|c| c.is_alphanumeric() || c == '_')
+        };
+        if module.is_empty() || !module.split('.').all(is_ident) {
+            return Err(format!(
+                "APP {s:?}: expected `module:attr` or `module:factory()` with a dotted module name"
+            ));
+        }
+        if !is_ident(attr) {
+            return Err(format!(
+                "APP {s:?}: the attribute after ':' must be a Python identifier"
+            ));
+        }
+        Ok(AppSpec {
+            module: module.to_string(),
+            attr: attr.to_string(),
+            factory,
+        })
+    }
+}
+
+impl fmt::Display for AppSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let call = if self.factory { "()" } else { "" };
+        write!(f, "{}:{}{}", self.module, self.attr, call)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub app: AppSpec,
+    pub listen: Listen,
+    pub workers: usize,
+    pub blocking_threads: usize,
+    pub app_dir: PathBuf,
+    pub log_level: Level,
+}
+
+impl Config {
+    pub fn from_cli(cli: Cli) -> Result<Config, String> {
+        let app = AppSpec::parse(&cli.app)?;
+        let listen = match cli.uds {
+            Some(path) => Listen::Unix(path),
+            None => {
+                let ip: IpAddr = cli
+                    .host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse()
+                    .map_err(|_| {
+                        format!("--host {:?}: not an IPv4 or IPv6 address", cli.host)
+                    })?;
+                Listen::Tcp(SocketAddr::new(ip, cli.port))
+            }
+        };
+        if cli.workers != 1 {
+            return Err(format!(
+                "--workers {}: only 1 worker is supported in this version",
+                cli.workers
+            ));
+        }
+        if cli.blocking_threads == 0 || cli.blocking_threads > MAX_BLOCKING_THREADS {
+            return Err(format!(
+                "--blocking-threads {}: must be between 1 and {MAX_BLOCKING_THREADS}",
+                cli.blocking_threads
+            ));
+        }
+        let app_dir = std::path::absolute(&cli.app_dir)
+            .map_err(|e| format!("--app-dir {:?}: {e}", cli.app_dir))?;
+        if !app_dir.is_dir() {
+            return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
+        }
+        Ok(Config {
+            app,
+            listen,
+            workers: cli.workers,
+            blocking_threads: cli.blocking_threads,
+            app_dir,
+            log_level: cli.log_level,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AppSpec;
+
+    #[test]
+    fn app_spec_forms() {
+        assert_eq!(
+            AppSpec::parse("pkg.mod:app").unwrap(),
+            AppSpec { module: "pkg.mod".into(), attr: "app".into(), factory: false }
+        );
+        assert!(AppSpec::parse("mod:make()").unwrap().factory);
+        assert_eq!(AppSpec::parse("mod").unwrap().attr, "application");
+        assert!(AppSpec::parse("mod:").is_err());
+        assert!(AppSpec::parse(":app").is_err());
+        assert!(AppSpec::parse("bad-name:app").is_err());
+        assert!(AppSpec::parse("mod:a.b").is_err());
+    }
+}

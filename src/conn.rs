@@ -1,0 +1,384 @@
+//! One connection's state on the loop thread: its socket, read buffer, request framing and
+//! write queue. Pure bookkeeping over bytes; the loop (`event_loop.rs`) drives it.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+
+use crate::http::body::{BodyError, ChunkedDecoder};
+use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
+use crate::msg::{ConnRef, Peer, Request};
+
+/// First size of a connection's read buffer: a browser's request head fits.
+pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
+
+/// Most requests of one connection queued to a handler before the loop stops parsing that
+/// connection's pipelined bytes (their responses are written in order, batched).
+pub const MAX_PIPELINED_IN_FLIGHT: u16 = 16;
+
+/// Most bytes reserved ahead of a declared Content-Length; the rest grows as it arrives.
+const BODY_RESERVE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Most iovecs handed to one `writev`.
+const WRITEV_MAX_SLICES: usize = 16;
+
+pub enum Sock {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl Sock {
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Sock::Tcp(s) => s,
+            Sock::Unix(s) => s,
+        }
+    }
+
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+
+    pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write_vectored(bufs),
+            Sock::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+
+    pub fn shutdown_write(&self) {
+        // A peer that is already gone makes this fail; the close that follows is all that
+        // matters then.
+        let _ = match self {
+            Sock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Sock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        };
+    }
+}
+
+/// Bytes waiting to be written, and whose they are.
+pub struct Out {
+    pub data: Vec<u8>,
+    pub pos: usize,
+    /// A streamed chunk counts against this handler's chunks-in-flight credit until written.
+    pub credit: Option<u16>,
+}
+
+/// Where the connection is in reading its current request.
+pub enum ReadState {
+    /// Waiting for (the rest of) a request head.
+    Head,
+    /// Reading a Content-Length body of which `need` bytes are still to come.
+    Body { req: Request, need: u64 },
+    /// Decoding a chunked body.
+    Chunked { req: Request, dec: ChunkedDecoder },
+    /// The server is closing: discard what the peer still sends until it closes or the
+    /// deadline passes, so that unread input does not turn our close into a reset that
+    /// destroys the response in flight (RFC 9112 §9.6).
+    Lingering,
+}
+
+/// What one parse step produced.
+pub enum Step {
+    /// A complete request.
+    Request(Request),
+    /// The buffer holds no complete request: read more.
+    NeedMore,
+    /// The request is malformed: answer with this error and close.
+    Error(HeadError),
+    /// The body went over the size limit: answer 413 and close.
+    TooLarge,
+}
+
+pub struct Conn {
+    pub sock: Sock,
+    pub me: ConnRef,
+    pub peer: Peer,
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rend: usize,
+    pub state: ReadState,
+    pub wq: VecDeque<Out>,
+    /// Requests queued to or running on `handler` whose responses are not complete.
+    pub in_flight: u16,
+    pub handler: usize,
+    /// The peer has closed its sending side (read returned 0).
+    pub eof: bool,
+    /// Nothing more is parsed or dispatched; close once the write queue is empty.
+    pub closing: bool,
+    /// No more requests are parsed from this connection (a `Connection: close` request, a
+    /// parse error, end of input, a graceful stop); it closes when its responses are out.
+    pub last_request: bool,
+    /// The loop stopped reading without seeing `WouldBlock` (pipelining cap, full buffer):
+    /// edge-triggered readiness will not come again, so reading must resume by itself.
+    pub read_stalled: bool,
+    /// The last read was short, so the socket was drained then; a new edge will come with
+    /// new bytes, and reading again now would only cost an `EAGAIN` syscall.
+    pub read_drained: bool,
+    /// The last readiness event said the peer shut down its side: read to the end.
+    pub peer_closed_hint: bool,
+    /// A parsed request waiting for room in a handler's ring.
+    pub ready: Option<Request>,
+    /// An error to answer once the responses in flight have been written.
+    pub pending_error: Option<Step>,
+    /// `Expect: 100-continue` arrived while earlier responses were in flight: send the
+    /// interim response when they are done, so it cannot overtake them.
+    pub continue_pending: bool,
+}
+
+impl Conn {
+    pub fn new(sock: Sock, me: ConnRef, peer: Peer) -> Conn {
+        Conn {
+            sock,
+            me,
+            peer,
+            rbuf: vec![0; READ_BUFFER_INITIAL_BYTES],
+            rpos: 0,
+            rend: 0,
+            state: ReadState::Head,
+            wq: VecDeque::new(),
+            in_flight: 0,
+            handler: 0,
+            eof: false,
+            closing: false,
+            last_request: false,
+            read_stalled: false,
+            read_drained: false,
+            peer_closed_hint: false,
+            ready: None,
+            pending_error: None,
+            continue_pending: false,
+        }
+    }
+
+    /// Unparsed bytes are buffered.
+    pub fn has_buffered_input(&self) -> bool {
+        self.rpos < self.rend
+    }
+
+    /// Idle: nothing buffered, nothing in flight, nothing to write (a drain may close it).
+    pub fn is_idle(&self) -> bool {
+        self.in_flight == 0
+            && self.ready.is_none()
+            && self.wq.is_empty()
+            && matches!(self.state, ReadState::Head)
+            && !self.has_buffered_input()
+    }
+
+    /// Reads once into the free end of the buffer, growing it up to `max_bytes`.
+    /// `Ok(0)` is end of stream; `WouldBlock` passes through; `Ok(usize::MAX)` means the
+    /// buffer is full (the caller stops reading until it is consumed).
+    pub fn read_some(&mut self, max_bytes: usize) -> io::Result<usize> {
+        if self.rpos == self.rend {
+            self.rpos = 0;
+            self.rend = 0;
+        }
+        if self.rend == self.rbuf.len() {
+            if self.rpos > 0 {
+                self.rbuf.copy_within(self.rpos..self.rend, 0);
+                self.rend -= self.rpos;
+                self.rpos = 0;
+            } else if self.rbuf.len() < max_bytes {
+                let new_len = (self.rbuf.len() * 2).min(max_bytes);
+                self.rbuf.resize(new_len, 0);
+            } else {
+                return Ok(usize::MAX);
+            }
+        }
+        let space = self.rbuf.len() - self.rend;
+        let n = self.sock.read(&mut self.rbuf[self.rend..])?;
+        self.rend += n;
+        // A short read from a stream socket took everything queued at that instant; bytes
+        // that arrive later raise a new edge. Unless the peer has shut down (its EOF is
+        // already queued and raises no new edge), skip the read that would say EAGAIN.
+        self.read_drained = n > 0 && n < space && !self.peer_closed_hint;
+        Ok(n)
+    }
+
+    /// Discards what the peer sends (lingering close). `Ok(true)` at end of stream.
+    pub fn discard_input(&mut self) -> io::Result<bool> {
+        self.rpos = 0;
+        self.rend = 0;
+        loop {
+            match self.sock.read(&mut self.rbuf) {
+                Ok(0) => return Ok(true),
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Parses as far as the buffered bytes go: a head, then its body.
+    pub fn parse_step(&mut self, limits: &Limits, max_body_bytes: u64) -> Step {
+        loop {
+            match std::mem::replace(&mut self.state, ReadState::Head) {
+                ReadState::Head => {
+                    let buf = &self.rbuf[self.rpos..self.rend];
+                    if buf.is_empty() {
+                        return Step::NeedMore;
+                    }
+                    let head = match parse::parse_head(buf, limits) {
+                        Ok(Some(head)) => head,
+                        Ok(None) => return Step::NeedMore,
+                        Err(e) => return Step::Error(e),
+                    };
+                    match self.start_request(head, max_body_bytes) {
+                        Ok(Some(req)) => return Step::Request(req),
+                        Ok(None) => continue,
+                        Err(step) => return step,
+                    }
+                }
+                ReadState::Body { mut req, need } => {
+                    let avail = (self.rend - self.rpos) as u64;
+                    let take = avail.min(need) as usize;
+                    req.data
+                        .extend_from_slice(&self.rbuf[self.rpos..self.rpos + take]);
+                    self.rpos += take;
+                    let need = need - take as u64;
+                    if need == 0 {
+                        return Step::Request(req);
+                    }
+                    self.state = ReadState::Body { req, need };
+                    return Step::NeedMore;
+                }
+                ReadState::Chunked { mut req, mut dec } => {
+                    match dec.decode(&self.rbuf[self.rpos..self.rend], &mut req.data) {
+                        Ok((used, done)) => {
+                            self.rpos += used;
+                            if done {
+                                return Step::Request(req);
+                            }
+                            self.state = ReadState::Chunked { req, dec };
+                            return Step::NeedMore;
+                        }
+                        Err(BodyError::TooLarge) => return Step::TooLarge,
+                        Err(BodyError::BadChunk(why)) => {
+                            return Step::Error(HeadError::BadRequest(why))
+                        }
+                    }
+                }
+                ReadState::Lingering => {
+                    self.state = ReadState::Lingering;
+                    return Step::NeedMore;
+                }
+            }
+        }
+    }
+
+    /// The head is whole: copy it out of the read buffer (the one copy a request's bytes
+    /// get) and set up its body. `Ok(None)` when the body is still to be read.
+    fn start_request(&mut self, head: Head, max_body_bytes: u64) -> Result<Option<Request>, Step> {
+        let head_len = head.head_len;
+        let body_hint = match head.framing {
+            BodyFraming::Length(n) if n > max_body_bytes => return Err(Step::TooLarge),
+            // Reserve for the declared length only up to a bound: a client that declares a
+            // huge body and sends nothing must not make us commit the memory up front.
+            BodyFraming::Length(n) => n.min(BODY_RESERVE_MAX_BYTES) as usize,
+            _ => 0,
+        };
+        let mut data = Vec::with_capacity(head_len + body_hint);
+        data.extend_from_slice(&self.rbuf[self.rpos..self.rpos + head_len]);
+        self.rpos += head_len;
+        let framing = head.framing;
+        let expect = head.expect_continue;
+        let req = Request {
+            conn: self.me,
+            data,
+            chunked: matches!(framing, BodyFraming::Chunked),
+            head,
+            peer: self.peer,
+        };
+        match framing {
+            BodyFraming::None => return Ok(Some(req)),
+            BodyFraming::Length(0) => return Ok(Some(req)),
+            BodyFraming::Length(n) => self.state = ReadState::Body { req, need: n },
+            BodyFraming::Chunked => {
+                self.state = ReadState::Chunked {
+                    req,
+                    dec: ChunkedDecoder::new(max_body_bytes),
+                }
+            }
+        }
+        // RFC 9110 §10.1.1: a server that receives 100-continue sends the interim response
+        // unless it already has the body (or will answer with a final status first).
+        if expect && self.rpos == self.rend {
+            self.continue_pending = true;
+        }
+        Ok(None)
+    }
+
+    /// Queues bytes for the socket.
+    pub fn queue(&mut self, data: Vec<u8>, credit: Option<u16>) {
+        if !data.is_empty() || credit.is_some() {
+            self.wq.push_back(Out { data, pos: 0, credit });
+        }
+    }
+
+    /// Writes the queue with as few syscalls as it can (`writev` of up to
+    /// `WRITEV_MAX_SLICES` buffers). `returned` receives the handler index of every streamed
+    /// chunk fully written. `Ok(true)` when the queue is empty.
+    pub fn flush(&mut self, returned: &mut impl FnMut(u16)) -> io::Result<bool> {
+        loop {
+            while let Some(front) = self.wq.front() {
+                if front.pos < front.data.len() {
+                    break;
+                }
+                if let Some(h) = front.credit {
+                    returned(h);
+                }
+                self.wq.pop_front();
+            }
+            if self.wq.is_empty() {
+                return Ok(true);
+            }
+            let res = if self.wq.len() == 1 {
+                let front = &self.wq[0];
+                self.sock.write(&front.data[front.pos..])
+            } else {
+                let mut slices = [IoSlice::new(&[]); WRITEV_MAX_SLICES];
+                let mut n = 0;
+                for out in self.wq.iter().take(WRITEV_MAX_SLICES) {
+                    slices[n] = IoSlice::new(&out.data[out.pos..]);
+                    n += 1;
+                }
+                self.sock.write_vectored(&slices[..n])
+            };
+            match res {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut written) => {
+                    for out in self.wq.iter_mut() {
+                        let left = out.data.len() - out.pos;
+                        let step = left.min(written);
+                        out.pos += step;
+                        written -= step;
+                        if written == 0 {
+                            break;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Drops whatever remains queued, returning streamed chunks' credit.
+    pub fn drop_queue(&mut self, returned: &mut impl FnMut(u16)) {
+        for out in self.wq.drain(..) {
+            if let Some(h) = out.credit {
+                returned(h);
+            }
+        }
+    }
+}

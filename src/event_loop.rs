@@ -1,0 +1,747 @@
+//! The loop thread (`m0s-loop`): one `mio::Poll` that accepts, reads, parses, hands
+//! requests to the handler threads' rings, and writes their responses. It never runs Python
+//! and never blocks except in `Poll::poll`.
+//!
+//! Waiting follows the park-only-if-parked protocol (`park.rs`): the loop polls without a
+//! timeout only after it has announced that it will sleep and re-checked every response
+//! ring, so a handler wakes it (an eventfd write through `mio::Waker`) only when it really
+//! sleeps; at load the hand-off costs no syscall.
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::{Backoff, CachePadded};
+use mio::{Events, Interest, Poll, Token};
+
+use crate::conn::{Conn, ReadState, Sock, Step, MAX_PIPELINED_IN_FLIGHT};
+use crate::http::date::DateCache;
+use crate::http::parse::Limits;
+use crate::listen::Listener;
+use crate::log;
+use crate::msg::{ConnRef, Part, Peer, Request, Response};
+use crate::park::WakeFlag;
+use crate::ring::{Consumer, Producer};
+use crate::signals::SignalPipe;
+
+const LISTENER: Token = Token(0);
+const WAKER: Token = Token(1);
+const SIGNALS: Token = Token(2);
+const FIRST_CONN: usize = 3;
+
+/// Readiness events taken per `epoll_wait`.
+const EVENTS_PER_POLL: usize = 1024;
+
+/// Largest read buffer a connection grows to: a head at the size limit plus room for
+/// pipelined bytes behind it.
+const READ_BUFFER_MAX_BYTES: usize = 80 * 1024;
+
+/// Largest request body accepted until `--max-body-size` lands (hardening issue).
+pub const MAX_BODY_BYTES: u64 = 1024 * 1024 * 1024;
+
+/// How long a closing connection may keep sending before it is dropped (lingering close).
+const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a graceful stop waits for requests in flight (`--graceful-timeout` comes with
+/// the process model).
+const GRACEFUL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// State shared by the loop and every handler thread.
+pub struct LoopShared {
+    /// The loop's parked flag: set while it is about to block in `epoll_wait`.
+    pub wake: WakeFlag,
+    pub waker: mio::Waker,
+    /// A graceful stop is under way: handlers answer with `Connection: close`.
+    pub draining: AtomicBool,
+}
+
+impl LoopShared {
+    /// Handler side, after pushing a response: wake the loop only if it sleeps.
+    pub fn notify(&self) {
+        if self.wake.should_wake() {
+            // A failed eventfd write leaves the loop to its next event; nothing to do here.
+            let _ = self.waker.wake();
+        }
+    }
+}
+
+/// State shared by the loop and one handler thread.
+pub struct HandlerShared {
+    /// The handler's parked flag.
+    pub wake: WakeFlag,
+    /// Streamed chunks pushed by the handler and not yet written (or dropped) by the loop.
+    pub chunks_in_flight: CachePadded<AtomicUsize>,
+    /// `ConnRef::packed` of the last connection that closed while this handler had a
+    /// request of it: the handler stops iterating that response's body early.
+    pub cancelled: AtomicU64,
+    /// The loop is stopping: exit once the request ring is empty.
+    pub stop: AtomicBool,
+}
+
+impl HandlerShared {
+    pub fn new() -> HandlerShared {
+        HandlerShared {
+            wake: WakeFlag::new(),
+            chunks_in_flight: CachePadded::new(AtomicUsize::new(0)),
+            cancelled: AtomicU64::new(u64::MAX),
+            stop: AtomicBool::new(false),
+        }
+    }
+}
+
+impl Default for HandlerShared {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The loop's end of one handler thread.
+pub struct HandlerLink {
+    pub tx: Producer<Request>,
+    pub rx: Consumer<Response>,
+    pub shared: Arc<HandlerShared>,
+    pub join: JoinHandle<()>,
+    /// Requests pushed whose final part has not come back.
+    queued: usize,
+    /// Something this handler may wait for happened (ring space, chunk credit).
+    wake_check: bool,
+}
+
+impl HandlerLink {
+    pub fn new(
+        tx: Producer<Request>,
+        rx: Consumer<Response>,
+        shared: Arc<HandlerShared>,
+        join: JoinHandle<()>,
+    ) -> HandlerLink {
+        HandlerLink { tx, rx, shared, join, queued: 0, wake_check: false }
+    }
+
+    /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
+    fn notify(&self) {
+        if self.shared.wake.should_wake() {
+            self.join.thread().unpark();
+        }
+    }
+}
+
+struct Slot {
+    gen: u32,
+    conn: Option<Box<Conn>>,
+}
+
+pub struct EventLoop {
+    poll: Poll,
+    listener: Option<Listener>,
+    signals: SignalPipe,
+    shared: Arc<LoopShared>,
+    handlers: Vec<HandlerLink>,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    conns: usize,
+    /// Connections with a parsed request that found every ring full.
+    stalled: VecDeque<ConnRef>,
+    /// Connections whose last in-flight response completed: parse what they buffered.
+    resume: Vec<u32>,
+    /// Connections with new bytes to write, flushed once per pass (batching pipelined
+    /// responses into one `writev`).
+    dirty: Vec<u32>,
+    lingering: VecDeque<(Instant, ConnRef)>,
+    limits: Limits,
+    date: DateCache,
+    deadline: Option<Instant>,
+    total_queued: usize,
+}
+
+impl EventLoop {
+    pub fn new(
+        poll: Poll,
+        mut listener: Listener,
+        mut signals: SignalPipe,
+        shared: Arc<LoopShared>,
+        handlers: Vec<HandlerLink>,
+    ) -> io::Result<EventLoop> {
+        let registry = poll.registry();
+        match &mut listener {
+            Listener::Tcp(l) => registry.register(l, LISTENER, Interest::READABLE)?,
+            Listener::Unix(l, _) => registry.register(l, LISTENER, Interest::READABLE)?,
+        }
+        registry.register(&mut signals.read, SIGNALS, Interest::READABLE)?;
+        Ok(EventLoop {
+            poll,
+            listener: Some(listener),
+            signals,
+            shared,
+            handlers,
+            slots: Vec::new(),
+            free: Vec::new(),
+            conns: 0,
+            stalled: VecDeque::new(),
+            resume: Vec::new(),
+            dirty: Vec::new(),
+            lingering: VecDeque::new(),
+            limits: Limits::default(),
+            date: DateCache::new(),
+            deadline: None,
+            total_queued: 0,
+        })
+    }
+
+    /// Runs until a graceful stop completes (or its deadline passes); stops the handlers.
+    pub fn run(mut self) {
+        let mut events = Events::with_capacity(EVENTS_PER_POLL);
+        loop {
+            self.service_rings();
+            if self.finished() {
+                break;
+            }
+            // Take what is ready without sleeping first.
+            if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::error!("epoll_wait failed: {e}");
+                    break;
+                }
+            }
+            if !events.is_empty() {
+                self.handle_events(&events);
+                continue;
+            }
+            // A response is due soon when requests are queued: spin for it briefly rather
+            // than pay a sleep and a wake.
+            if self.total_queued > 0 && self.spin_for_responses() {
+                continue;
+            }
+            // Announce, re-check, then sleep: a handler that pushes after the re-check sees
+            // the flag and wakes us (the fences pair in `WakeFlag`).
+            self.shared.wake.announce();
+            if self.any_response_ready() {
+                self.shared.wake.cancel();
+                continue;
+            }
+            let timeout = self.next_timeout();
+            let res = self.poll.poll(&mut events, timeout);
+            self.shared.wake.cancel();
+            if let Err(e) = res {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    log::error!("epoll_wait failed: {e}");
+                    break;
+                }
+            }
+            self.handle_events(&events);
+            self.expire_lingering();
+        }
+        self.stop_handlers();
+    }
+
+    fn finished(&mut self) -> bool {
+        let Some(deadline) = self.deadline else { return false };
+        if self.conns == 0 {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            log::warn!(
+                "graceful timeout: closing {} connection(s) with work in flight",
+                self.conns
+            );
+            return true;
+        }
+        false
+    }
+
+    fn stop_handlers(&mut self) {
+        let wait = self.deadline.is_none_or(|d| Instant::now() < d);
+        for h in &self.handlers {
+            // Release: pairs with the handler's Acquire load of `stop` after it wakes.
+            h.shared.stop.store(true, Ordering::Release);
+            h.join.thread().unpark();
+        }
+        if wait && self.total_queued == 0 {
+            for h in self.handlers.drain(..) {
+                let _ = h.join.join();
+            }
+        }
+    }
+
+    fn next_timeout(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let mut next = self.deadline;
+        if let Some(&(t, _)) = self.lingering.front() {
+            next = Some(next.map_or(t, |d| d.min(t)));
+        }
+        next.map(|t| t.saturating_duration_since(now))
+    }
+
+    fn any_response_ready(&self) -> bool {
+        self.handlers.iter().any(|h| !h.rx.is_empty())
+    }
+
+    fn spin_for_responses(&self) -> bool {
+        let backoff = Backoff::new();
+        while !backoff.is_completed() {
+            if self.any_response_ready() {
+                return true;
+            }
+            backoff.snooze();
+        }
+        false
+    }
+
+    fn handle_events(&mut self, events: &Events) {
+        for ev in events.iter() {
+            match ev.token() {
+                LISTENER => self.accept(),
+                WAKER => {}
+                SIGNALS => {
+                    if let Some(sig) = self.signals.drain() {
+                        self.begin_shutdown(sig);
+                    }
+                }
+                Token(t) => {
+                    let slot = (t - FIRST_CONN) as u32;
+                    if let Some(conn) = self.conn_mut(slot) {
+                        conn.read_drained = false;
+                        if ev.is_read_closed() {
+                            conn.peer_closed_hint = true;
+                        }
+                    }
+                    self.flush_one(slot);
+                    self.advance(slot);
+                }
+            }
+        }
+    }
+
+    fn conn_mut(&mut self, slot: u32) -> Option<&mut Conn> {
+        self.slots.get_mut(slot as usize)?.conn.as_deref_mut()
+    }
+
+    fn conn_by_ref(&mut self, r: ConnRef) -> Option<&mut Conn> {
+        let s = self.slots.get_mut(r.slot as usize)?;
+        if s.gen != r.gen {
+            return None;
+        }
+        s.conn.as_deref_mut()
+    }
+
+    fn accept(&mut self) {
+        loop {
+            let Some(listener) = &self.listener else { return };
+            let accepted = match listener {
+                Listener::Tcp(l) => l.accept().map(|(s, addr)| {
+                    // Responses are written whole; Nagle would only delay them.
+                    let _ = s.set_nodelay(true);
+                    (Sock::Tcp(s), Peer::Tcp(addr))
+                }),
+                Listener::Unix(l, _) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
+            };
+            match accepted {
+                Ok((sock, peer)) => self.add_conn(sock, peer),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: the connection stays in the backlog; log and
+                    // wait for the next readiness edge rather than spin.
+                    log::warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn add_conn(&mut self, sock: Sock, peer: Peer) {
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot { gen: 0, conn: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let gen = self.slots[slot as usize].gen;
+        let mut conn = Box::new(Conn::new(sock, ConnRef { slot, gen }, peer));
+        let token = Token(slot as usize + FIRST_CONN);
+        if let Err(e) = self.poll.registry().register(
+            conn.sock.source(),
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warn!("cannot register a connection: {e}");
+            self.free.push(slot);
+            return;
+        }
+        self.slots[slot as usize].conn = Some(conn);
+        self.conns += 1;
+    }
+
+    /// Reads, parses and dispatches what a connection has, until the socket would block or
+    /// the connection must wait (a full ring, a response in flight it must follow).
+    fn advance(&mut self, slot: u32) {
+        let Some(mut conn) = self.slots.get_mut(slot as usize).and_then(|s| s.conn.take())
+        else {
+            return;
+        };
+        let keep = self.advance_conn(&mut conn);
+        self.slots[slot as usize].conn = Some(conn);
+        if !keep {
+            self.close(slot);
+        } else {
+            self.after_output(slot);
+        }
+    }
+
+    /// `false` when the connection must be closed now.
+    fn advance_conn(&mut self, conn: &mut Conn) -> bool {
+        if matches!(conn.state, ReadState::Lingering) {
+            // Keep lingering only while the peer has nothing more to say right now.
+            return matches!(conn.discard_input(), Err(ref e) if e.kind() == io::ErrorKind::WouldBlock);
+        }
+        loop {
+            if conn.closing {
+                return true;
+            }
+            if let Some(req) = conn.ready.take() {
+                if let Err(req) = self.dispatch(conn, req) {
+                    conn.ready = Some(req);
+                    self.stalled.push_back(conn.me);
+                    return true;
+                }
+            }
+            if conn.last_request || conn.in_flight >= MAX_PIPELINED_IN_FLIGHT {
+                if conn.last_request && conn.in_flight == 0 {
+                    self.finish_last(conn);
+                }
+                conn.read_stalled = !conn.last_request;
+                return true;
+            }
+            if conn.continue_pending && conn.in_flight == 0 {
+                conn.continue_pending = false;
+                conn.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), None);
+                self.dirty.push(conn.me.slot);
+            }
+            match conn.parse_step(&self.limits, MAX_BODY_BYTES) {
+                Step::Request(req) => {
+                    if !req.head.keep_alive || self.deadline.is_some() {
+                        conn.last_request = true;
+                    }
+                    conn.continue_pending = false;
+                    conn.ready = Some(req);
+                }
+                Step::NeedMore => {
+                    if conn.eof {
+                        // The peer stopped sending. A request cut short gets no answer;
+                        // one in flight still does, then the connection closes.
+                        if conn.in_flight == 0 && conn.ready.is_none() {
+                            if conn.wq.is_empty() {
+                                return false;
+                            }
+                            conn.closing = true;
+                            return true;
+                        }
+                        conn.last_request = true;
+                        continue;
+                    }
+                    if conn.read_drained {
+                        return true;
+                    }
+                    match conn.read_some(READ_BUFFER_MAX_BYTES) {
+                        Ok(0) => conn.eof = true,
+                        Ok(usize::MAX) => {
+                            conn.read_stalled = true;
+                            return true;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            conn.read_stalled = false;
+                            return true;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return false,
+                    }
+                }
+                step @ (Step::Error(_) | Step::TooLarge) => {
+                    conn.last_request = true;
+                    conn.pending_error = Some(step);
+                }
+            }
+        }
+    }
+
+    /// The last request's response is done (or there was none): answer a pending error,
+    /// then close once written.
+    fn finish_last(&mut self, conn: &mut Conn) {
+        if let Some(step) = conn.pending_error.take() {
+            let (status, reason, why) = match step {
+                Step::Error(e) => (e.status(), e.reason(), format!("{e:?}")),
+                _ => (413, "Content Too Large", "body over the size limit".to_string()),
+            };
+            log::debug!("answering {status} to {:?}: {why}", conn.peer);
+            let resp = error_response(status, reason, self.date.get());
+            conn.queue(resp, None);
+            self.dirty.push(conn.me.slot);
+        }
+        conn.closing = true;
+        if conn.wq.is_empty() {
+            self.dirty.push(conn.me.slot);
+        }
+    }
+
+    /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
+    fn dispatch(&mut self, conn: &mut Conn, req: Request) -> Result<(), Request> {
+        // Requests of one connection stay on one handler so responses come back in order.
+        let h = if conn.in_flight > 0 {
+            conn.handler
+        } else {
+            self.least_loaded()
+        };
+        let link = &mut self.handlers[h];
+        link.tx.push(req)?;
+        link.queued += 1;
+        self.total_queued += 1;
+        conn.in_flight += 1;
+        conn.handler = h;
+        link.notify();
+        Ok(())
+    }
+
+    fn least_loaded(&self) -> usize {
+        let mut best = 0;
+        for (i, h) in self.handlers.iter().enumerate().skip(1) {
+            if h.queued < self.handlers[best].queued {
+                best = i;
+            }
+        }
+        best
+    }
+
+    /// Drains every response ring, writes what came, then lets connections that were
+    /// waiting on their responses (or on ring space) go on.
+    fn service_rings(&mut self) {
+        for h in 0..self.handlers.len() {
+            let mut popped = false;
+            while let Some(resp) = self.handlers[h].rx.pop() {
+                popped = true;
+                self.on_response(h, resp);
+            }
+            if popped {
+                self.handlers[h].wake_check = true;
+            }
+        }
+        self.flush_dirty();
+        while let Some(slot) = self.resume.pop() {
+            self.advance(slot);
+        }
+        let stalled = self.stalled.len();
+        for _ in 0..stalled {
+            let Some(r) = self.stalled.pop_front() else { break };
+            if self.conn_by_ref(r).is_some() {
+                self.advance(r.slot);
+            }
+        }
+        self.flush_dirty();
+        for h in &mut self.handlers {
+            if std::mem::take(&mut h.wake_check) {
+                h.notify();
+            }
+        }
+    }
+
+    fn on_response(&mut self, h: usize, resp: Response) {
+        let end = !matches!(resp.part, Part::Partial);
+        if end {
+            self.handlers[h].queued -= 1;
+            self.total_queued -= 1;
+        }
+        let credit = (!end).then_some(h as u16);
+        let slot = resp.conn.slot;
+        let Some(conn) = self.conn_by_ref(resp.conn) else {
+            if credit.is_some() {
+                self.return_credit(h);
+            }
+            return;
+        };
+        if conn.closing {
+            // A response that must not follow the one that closed the connection.
+            if end {
+                conn.in_flight -= 1;
+            }
+            if credit.is_some() {
+                self.return_credit(h);
+            }
+            return;
+        }
+        conn.queue(resp.data, credit);
+        match resp.part {
+            Part::Partial => {}
+            Part::Last { keep_alive } => {
+                conn.in_flight -= 1;
+                if !keep_alive {
+                    conn.last_request = true;
+                    conn.closing = true;
+                } else if conn.in_flight == 0
+                    && (conn.has_buffered_input()
+                        || conn.read_stalled
+                        || conn.last_request
+                        || conn.continue_pending)
+                {
+                    self.resume.push(slot);
+                }
+            }
+            Part::Abort => {
+                conn.in_flight -= 1;
+                conn.closing = true;
+            }
+        }
+        self.dirty.push(slot);
+    }
+
+    fn return_credit(&mut self, h: usize) {
+        // Release: pairs with the handler's Acquire load when it decides whether to wait;
+        // the wake itself is ordered by the fences in `WakeFlag`.
+        self.handlers[h]
+            .shared
+            .chunks_in_flight
+            .fetch_sub(1, Ordering::Release);
+        self.handlers[h].wake_check = true;
+    }
+
+    fn flush_dirty(&mut self) {
+        while let Some(slot) = self.dirty.pop() {
+            self.flush_one(slot);
+        }
+    }
+
+    /// Writes a connection's queue; closes it when it is done and closing, or failed.
+    fn flush_one(&mut self, slot: u32) {
+        let Some(mut conn) = self.slots.get_mut(slot as usize).and_then(|s| s.conn.take())
+        else {
+            return;
+        };
+        let mut returned: [u16; 8] = [0; 8];
+        let mut n_returned = 0;
+        let mut overflow: Vec<u16> = Vec::new();
+        let res = conn.flush(&mut |h| {
+            if n_returned < returned.len() {
+                returned[n_returned] = h;
+                n_returned += 1;
+            } else {
+                overflow.push(h);
+            }
+        });
+        self.slots[slot as usize].conn = Some(conn);
+        for &h in returned[..n_returned].iter().chain(overflow.iter()) {
+            self.return_credit(h as usize);
+        }
+        match res {
+            Ok(true) => self.after_output(slot),
+            Ok(false) => {}
+            Err(_) => self.close(slot),
+        }
+    }
+
+    /// After the queue emptied: a closing connection starts its lingering close.
+    fn after_output(&mut self, slot: u32) {
+        let Some(conn) = self.conn_mut(slot) else { return };
+        if !conn.closing || !conn.wq.is_empty() || matches!(conn.state, ReadState::Lingering) {
+            return;
+        }
+        if conn.eof {
+            self.close(slot);
+            return;
+        }
+        // RFC 9112 §9.6: close the sending side first and read until the peer closes, so
+        // input it already sent does not turn our close into a reset.
+        conn.sock.shutdown_write();
+        conn.state = ReadState::Lingering;
+        let me = conn.me;
+        match conn.discard_input() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.lingering.push_back((Instant::now() + LINGER_TIMEOUT, me));
+            }
+            _ => self.close(slot),
+        }
+    }
+
+    fn expire_lingering(&mut self) {
+        let now = Instant::now();
+        while let Some(&(t, r)) = self.lingering.front() {
+            if t > now {
+                break;
+            }
+            self.lingering.pop_front();
+            if self.conn_by_ref(r).is_some() {
+                self.close(r.slot);
+            }
+        }
+    }
+
+    fn close(&mut self, slot: u32) {
+        let Some(s) = self.slots.get_mut(slot as usize) else { return };
+        let Some(mut conn) = s.conn.take() else { return };
+        s.gen = s.gen.wrapping_add(1);
+        self.free.push(slot);
+        self.conns -= 1;
+        let mut credits = Vec::new();
+        conn.drop_queue(&mut |h| credits.push(h));
+        for h in credits {
+            self.return_credit(h as usize);
+        }
+        if conn.in_flight > 0 {
+            // Release: pairs with the handler's Acquire load between body chunks.
+            self.handlers[conn.handler]
+                .shared
+                .cancelled
+                .store(conn.me.packed(), Ordering::Release);
+        }
+        // Dropping the socket closes it, which also removes it from the epoll set.
+    }
+
+    fn begin_shutdown(&mut self, sig: i32) {
+        if self.deadline.is_some() {
+            return;
+        }
+        log::info!(
+            "received signal {sig}: stopping gracefully ({} connection(s) open)",
+            self.conns
+        );
+        // Relaxed: handlers read it when encoding a response; a response encoded just
+        // before still closes, because the loop closes a draining connection after it.
+        self.shared.draining.store(true, Ordering::Relaxed);
+        if let Some(mut l) = self.listener.take() {
+            let _ = match &mut l {
+                Listener::Tcp(l) => self.poll.registry().deregister(l),
+                Listener::Unix(l, _) => self.poll.registry().deregister(l),
+            };
+        }
+        self.deadline = Some(Instant::now() + GRACEFUL_TIMEOUT);
+        for slot in 0..self.slots.len() as u32 {
+            let Some(conn) = self.conn_mut(slot) else { continue };
+            if conn.is_idle() {
+                self.close(slot);
+            } else if conn.in_flight > 0 {
+                conn.last_request = true;
+            }
+        }
+    }
+}
+
+/// A response the loop writes itself (client errors), always closing the connection.
+pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
+    let body_len = 3 + 1 + reason.len() + 1;
+    let mut out = Vec::with_capacity(160 + reason.len() * 2);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ");
+    out.extend_from_slice(body_len.to_string().as_bytes());
+    out.extend_from_slice(b"\r\nConnection: close\r\nDate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\nServer: m0serve\r\n\r\n");
+    out.extend_from_slice(status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.push(b'\n');
+    out
+}

@@ -1,0 +1,69 @@
+//! Handler threads (`m0s-handler-N`): each attaches to Python once, then takes requests
+//! from its ring and runs the app on them, releasing the GIL only while it waits.
+
+use std::io;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use pyo3::prelude::*;
+
+use crate::event_loop::{HandlerShared, LoopShared};
+use crate::msg::{Request, Response};
+use crate::park;
+use crate::ring::{Consumer, Producer};
+use crate::wsgi::{Bridge, ServerInfo};
+
+pub struct HandlerSetup {
+    pub idx: usize,
+    pub rx: Consumer<Request>,
+    pub tx: Producer<Response>,
+    pub shared: Arc<HandlerShared>,
+    pub loop_shared: Arc<LoopShared>,
+    pub app: Py<PyAny>,
+    pub info: Arc<ServerInfo>,
+}
+
+pub fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("m0s-handler-{}", setup.idx))
+        .spawn(move || run(setup))
+}
+
+fn run(setup: HandlerSetup) {
+    let HandlerSetup { idx: _, mut rx, tx, shared, loop_shared, app, info } = setup;
+    Python::attach(|py| {
+        let mut bridge = match Bridge::new(py, app, tx, shared.clone(), loop_shared, &info) {
+            Ok(b) => b,
+            Err(e) => {
+                crate::log::error!("cannot set up the WSGI bridge: {e}");
+                e.print(py);
+                return;
+            }
+        };
+        loop {
+            if let Some(req) = rx.pop() {
+                bridge.serve(py, req);
+                continue;
+            }
+            // Acquire: pairs with the loop's Release store when it stops; every request it
+            // pushed before is visible to the `pop` that follows.
+            if shared.stop.load(Ordering::Acquire) {
+                if rx.is_empty() {
+                    break;
+                }
+                continue;
+            }
+            // Nothing to do: wait with the GIL released (other Python threads run), spinning
+            // briefly, then parked until the loop pushes a request and sees our flag.
+            let waiting = &mut rx;
+            let flag = &shared;
+            py.detach(move || {
+                park::wait_until(&flag.wake, || {
+                    !waiting.is_empty() || flag.stop.load(Ordering::Acquire)
+                })
+            });
+        }
+        crate::python::flush_stdio(py);
+    });
+}

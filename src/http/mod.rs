@@ -1,0 +1,70 @@
+//! HTTP/1.1 as pure functions over byte slices.
+//!
+//! The loop thread uses [`parse`] (request head -> spans and framing) and [`body`] (chunked
+//! decoding); the handler threads use [`encode`] (response head and chunked framing),
+//! [`date`] (the `Date` header, rendered once a second per thread) and [`percent`]
+//! (`PATH_INFO` decoding). Nothing here does I/O, allocates per header, or panics on any
+//! input; each module cites the RFC 9112 / RFC 9110 section at the branch that implements it.
+
+pub mod body;
+pub mod date;
+pub mod encode;
+pub mod parse;
+pub mod percent;
+
+#[cfg(test)]
+mod tests;
+
+/// RFC 9110 §5.6.2 `tchar`, as a table: the hot loops (trailer names, chunk-extension
+/// names, response header names) look a byte up instead of running a chain of compares.
+static TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0usize;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#'
+                    | b'$'
+                    | b'%'
+                    | b'&'
+                    | b'\''
+                    | b'*'
+                    | b'+'
+                    | b'-'
+                    | b'.'
+                    | b'^'
+                    | b'_'
+                    | b'`'
+                    | b'|'
+                    | b'~'
+            );
+        b += 1;
+    }
+    t
+};
+
+/// RFC 9110 §5.6.2: `tchar`.
+#[inline]
+pub fn is_tchar(b: u8) -> bool {
+    TCHAR[b as usize]
+}
+
+/// RFC 9110 §5.6.2: `token = 1*tchar`.
+#[inline]
+pub fn is_token(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(|&b| is_tchar(b))
+}
+
+/// RFC 9110 §5.6.3: strips optional whitespace (SP / HTAB) from both ends.
+#[inline]
+pub fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}

@@ -1,0 +1,64 @@
+//! m0serve: a WSGI (PEP 3333) application server.
+//!
+//! One mio event-loop thread ([`event_loop`]) owns every socket and never runs Python;
+//! handler threads ([`handler`]) hold the GIL while they run the app. The two meet through
+//! lock-free SPSC rings ([`ring`]) with a park-only-if-parked handshake ([`park`]).
+//! `docs/architecture.md` walks one request through these modules.
+
+// Under `--cfg loom` only the lock-free core is built: the models in `ring` and `park`
+// exercise it, and nothing else may run on loom's atomics.
+#[cfg(not(loom))]
+pub mod cli;
+#[cfg(not(loom))]
+pub mod config;
+#[cfg(not(loom))]
+pub mod conn;
+#[cfg(not(loom))]
+pub mod event_loop;
+#[cfg(not(loom))]
+pub mod handler;
+#[cfg(not(loom))]
+pub mod http;
+#[cfg(not(loom))]
+pub mod listen;
+#[cfg(not(loom))]
+pub mod log;
+#[cfg(not(loom))]
+pub mod msg;
+pub mod park;
+#[cfg(not(loom))]
+pub mod python;
+pub mod ring;
+#[cfg(not(loom))]
+pub mod signals;
+pub mod sync;
+#[cfg(not(loom))]
+pub mod sys;
+#[cfg(not(loom))]
+pub mod worker;
+#[cfg(not(loom))]
+pub mod wsgi;
+
+/// Runs the server with the process's command line; returns the exit code.
+#[cfg(not(loom))]
+pub fn run() -> i32 {
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
+    let config = match config::Config::from_cli(cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("m0serve: error: {e}");
+            return 2;
+        }
+    };
+    log::set_level(config.log_level);
+    match worker::run(config) {
+        Ok(()) => 0,
+        Err(e) => {
+            log::error!("{e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! Park only if parked: the handshake that lets either side of a ring sleep without the
+//! other paying a syscall on every push.
+//!
+//! Each side that can sleep owns a [`WakeFlag`], shared by `Arc` with whoever pushes work to
+//! it. The handler thread sleeps in [`wait_until`] (`std::thread::park`); the loop thread
+//! sleeps in `mio::Poll::poll` and is woken through a `mio::Waker`. The protocol is the same:
+//!
+//! ```text
+//!   sleeper                                  waker
+//!   parked.store(true)          (announce)   ring.tail.store(t + 1, Release)   (push)
+//!   fence(SeqCst)                            fence(SeqCst)                     (should_wake)
+//!   re-check: ring.tail.load(Acquire)        parked.load() -> if true, swap(false)
+//!   empty? sleep : cancel                    won the swap? unpark / Waker::wake
+//! ```
+//!
+//! # Why one `SeqCst` fence on each side
+//!
+//! Each side stores to one location and then loads the other's: that is the
+//! store-buffering pattern. With only Release/Acquire (or even `SeqCst` on the accesses but
+//! not between them on both sides), both loads may read the old values: the sleeper sees
+//! the ring empty, the waker sees `parked == false`, nobody wakes anybody, and the request
+//! sits in the ring while the handler sleeps (or the response while the loop blocks in
+//! `epoll_wait`). Release/Acquire only say what a load sees *once it has read a given
+//! store*; nothing forces either load to read the other side's new store.
+//!
+//! The fences fix that. All `SeqCst` fences fall into one total order `S`. If the sleeper's
+//! fence comes first in `S`, the waker's load of `parked` (after its fence) must see the
+//! sleeper's `true` or a later value; if the waker's fence comes first, the sleeper's load
+//! of `tail` (after its fence) must see the new tail or a later one (C++20 [atomics.order]
+//! p4, the fence-fence case). So at least one side sees the other: either the waker sees
+//! `parked` and wakes, or the sleeper sees the item and does not sleep. That is *sufficient*
+//! because nothing else is needed: the data itself still moves with the ring's
+//! Release/Acquire pairs, and the fence costs nothing but one `mfence`/`dmb` per push and
+//! per announce. It is *necessary* on both sides: without the waker's fence its load of
+//! `parked` may be satisfied before its tail store leaves the store buffer, and without the
+//! sleeper's fence its load of `tail` may be satisfied before `parked = true` is visible;
+//! either reordering alone reproduces the lost wake-up (the loom models in this file fail
+//! when either fence is removed).
+//!
+//! If `parked` is seen set, the waker swaps it to `false`; the one caller whose swap reads
+//! `true` delivers the wake, so several wakers (every handler thread wakes the one loop)
+//! make one syscall, not several. A waker whose swap reads `false` lost to either another
+//! waker (who delivers the wake) or the sleeper's own [`WakeFlag::cancel`] (it is already
+//! awake and re-checks after cancelling).
+//!
+//! # Why "announce, fence, re-check, sleep" is safe with an early wake
+//!
+//! The waker may see `parked` and deliver its wake *before* the sleeper actually blocks
+//! (between its re-check and its call to `park`/`poll`). That wake is not lost:
+//! `std::thread::park` has a token that `unpark` sets and the next `park` consumes, and
+//! `mio::Waker` writes an eventfd whose readiness the next `poll` reports at once. A wake can
+//! also arrive late or for no reason (a token left from an earlier round, a spurious
+//! return); that costs one extra loop: the sleeper always cancels and re-checks after waking
+//! and goes back through announce, fence, re-check before it sleeps again.
+
+use crossbeam_utils::CachePadded;
+
+use crate::sync::{fence, thread, AtomicBool, Ordering};
+
+/// One per sleeping side. Shared by Arc between the sleeper and the waker.
+#[derive(Debug, Default)]
+pub struct WakeFlag {
+    /// `true` from the sleeper's announce until the sleeper cancels or a waker wins the
+    /// swap. On its own cache line: the waker reads it after every push.
+    parked: CachePadded<AtomicBool>,
+}
+
+impl WakeFlag {
+    pub fn new() -> Self {
+        Self {
+            parked: CachePadded::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// Sleeper: announce that it is about to sleep. Stores parked=true then fence(SeqCst).
+    /// The caller MUST re-check its queues afterwards and call `cancel()` if it found work,
+    /// else sleep.
+    pub fn announce(&self) {
+        // Release: pairs with the Acquire swap in `should_wake`, so a waker that wins this
+        // announce's `true` delivers its wake after the announce, never to an earlier sleep.
+        self.parked.store(true, Ordering::Release);
+        // SeqCst fence: pairs with the fence in `should_wake` (store-buffering; module doc).
+        fence(Ordering::SeqCst);
+    }
+
+    /// Sleeper: it will not sleep after all, or it has woken up.
+    pub fn cancel(&self) {
+        // Relaxed: publishes nothing; a waker that reads this `false` skips the wake, which
+        // is right because the sleeper re-checks its queues after cancelling.
+        self.parked.store(false, Ordering::Relaxed);
+    }
+
+    /// Waker: call after publishing work (the ring push's Release store). fence(SeqCst),
+    /// then if parked is set, swap it to false; returns true only to the one caller that won
+    /// the swap, who must deliver the wake (unpark / mio::Waker::wake).
+    pub fn should_wake(&self) -> bool {
+        // SeqCst fence: pairs with the fence in `announce` (store-buffering; module doc).
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence pair above decides what this load must see. A plain load keeps
+        // the common "nobody sleeps" path free of a locked instruction, and leaves the
+        // flag's cache line shared instead of pulling it away from the sleeper on every push.
+        if !self.parked.load(Ordering::Relaxed) {
+            return false;
+        }
+        // The swap to `false` is a compare-exchange so that a loser writes nothing: a `swap`
+        // that reads `false` still stores `false`, a needless write that (besides costing
+        // the line) loom cannot order against the sleeper's next announce, so the model
+        // would then let a later load read it and report a lost wake-up that C++'s single
+        // modification order rules out.
+        // Acquire on success: pairs with the Release store in `announce`.
+        // Relaxed on failure: the loser does nothing with what it read.
+        self.parked
+            .compare_exchange(true, false, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Whether the sleeper has announced and not yet been woken or cancelled. For stats and
+    /// tests; the answer may be stale.
+    pub fn is_parked(&self) -> bool {
+        // Relaxed: a snapshot with no data behind it.
+        self.parked.load(Ordering::Relaxed)
+    }
+}
+
+/// Handler-side wait: spin with crossbeam_utils::Backoff (checking `ready()` each step) until
+/// backoff.is_completed(); then loop { announce; if ready() { cancel; return } ; park();
+/// cancel(); if ready() {return} }.
+///
+/// `park` is std::thread::park outside loom, loom::thread::park under loom (the shim's thread
+/// module). Spurious wakes are handled by the loop. `ready` must be the re-check of every
+/// queue whose wakers use `flag` (typically `|| !consumer.is_empty()`), and the waker must
+/// `unpark` this thread when [`WakeFlag::should_wake`] says so.
+pub fn wait_until(flag: &WakeFlag, mut ready: impl FnMut() -> bool) {
+    if spin_until(&mut ready) {
+        return;
+    }
+    loop {
+        flag.announce();
+        if ready() {
+            flag.cancel();
+            return;
+        }
+        thread::park();
+        flag.cancel();
+        if ready() {
+            return;
+        }
+    }
+}
+
+/// The spin phase: true if `ready()` became true before the backoff ran out.
+#[cfg(not(loom))]
+fn spin_until(ready: &mut impl FnMut() -> bool) -> bool {
+    let backoff = crossbeam_utils::Backoff::new();
+    loop {
+        if ready() {
+            return true;
+        }
+        if backoff.is_completed() {
+            return false;
+        }
+        backoff.snooze();
+    }
+}
+
+/// Under loom spinning only multiplies the states to explore: one check, one yield.
+#[cfg(loom)]
+fn spin_until(ready: &mut impl FnMut() -> bool) -> bool {
+    if ready() {
+        return true;
+    }
+    crate::sync::spin_hint();
+    false
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::ring::ring;
+    use std::sync::mpsc;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn should_wake_is_false_when_nobody_sleeps() {
+        let flag = WakeFlag::new();
+        assert!(!flag.is_parked());
+        assert!(!flag.should_wake());
+    }
+
+    #[test]
+    fn only_one_waker_wins_an_announce() {
+        let flag = WakeFlag::new();
+        flag.announce();
+        assert!(flag.is_parked());
+        assert!(flag.should_wake());
+        assert!(!flag.is_parked());
+        assert!(!flag.should_wake());
+    }
+
+    #[test]
+    fn cancel_withdraws_the_announce() {
+        let flag = WakeFlag::new();
+        flag.announce();
+        flag.cancel();
+        assert!(!flag.should_wake());
+    }
+
+    #[test]
+    fn wait_until_returns_at_once_when_ready() {
+        let flag = WakeFlag::new();
+        wait_until(&flag, || true);
+        assert!(!flag.is_parked());
+    }
+
+    /// A cheap xorshift64 for the random pauses.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        /// Sometimes sleep a few microseconds, sometimes yield, mostly go on.
+        fn maybe_pause(&mut self) {
+            let r = self.next();
+            // About one step in 512 sleeps (the other side's backoff runs out and it parks),
+            // one in 64 yields, one in 32 spins a little.
+            match r % 512 {
+                0 => std::thread::sleep(Duration::from_micros(r >> 60)),
+                1..=8 => std::thread::yield_now(),
+                9..=24 => {
+                    for _ in 0..(r >> 58) {
+                        crate::sync::spin_hint();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn stress_items(default: u64) -> u64 {
+        std::env::var("M0SERVE_STRESS_ITEMS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// Runs `body` on a thread and fails the test (instead of hanging it) if it has not
+    /// finished after `limit`: a lost wake-up shows up as a thread that parks forever.
+    fn within<R: Send + 'static>(
+        limit: Duration,
+        body: impl FnOnce() -> R + Send + 'static,
+    ) -> R {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(body());
+        });
+        match rx.recv_timeout(limit) {
+            Ok(r) => r,
+            Err(_) => panic!("no progress after {limit:?}: lost wake-up?"),
+        }
+    }
+
+    /// Pushes `0..n` through a capacity-64 ring; the consumer waits with the full park
+    /// protocol; both sides pause at random. No loss, no duplicate, order kept.
+    #[test]
+    fn stress_one_way_keeps_every_item_in_order() {
+        let n = stress_items(2_000_000);
+        let started = Instant::now();
+        let (parks, wakes) = within(Duration::from_secs(120), move || {
+            let (mut tx, mut rx) = ring::<u64>(64);
+            let flag = Arc::new(WakeFlag::new());
+            let consumer_flag = Arc::clone(&flag);
+            let consumer = std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+                let mut expected = 0u64;
+                let mut parks = 0u64;
+                while expected < n {
+                    if rx.is_empty() {
+                        parks += 1;
+                        wait_until(&consumer_flag, || !rx.is_empty());
+                    }
+                    while let Some(v) = rx.pop() {
+                        assert_eq!(v, expected, "lost, duplicated or reordered item");
+                        expected += 1;
+                        rng.maybe_pause();
+                    }
+                }
+                assert!(rx.pop().is_none());
+                parks
+            });
+            let consumer_thread = consumer.thread().clone();
+            let mut rng = Rng(0xD1B5_4A32_D192_ED03);
+            let mut wakes = 0u64;
+            for i in 0..n {
+                let mut v = i;
+                while let Err(back) = tx.push(v) {
+                    v = back;
+                    std::thread::yield_now();
+                }
+                if flag.should_wake() {
+                    wakes += 1;
+                    consumer_thread.unpark();
+                }
+                rng.maybe_pause();
+            }
+            (consumer.join().unwrap(), wakes)
+        });
+        eprintln!(
+            "one-way: {n} items in {:?}, consumer waited {parks} times, {wakes} unparks",
+            started.elapsed()
+        );
+    }
+
+    /// Request ring + response ring, one round trip at a time, both sides parking with the
+    /// protocol and waking each other with `Thread::unpark`.
+    #[test]
+    fn stress_ping_pong_parks_on_both_sides() {
+        let n = stress_items(2_000_000) / 10;
+        let started = Instant::now();
+        let (client_wakes, server_wakes) = within(Duration::from_secs(120), move || {
+            let (mut req_tx, mut req_rx) = ring::<u64>(4);
+            let (mut resp_tx, mut resp_rx) = ring::<u64>(4);
+            let server_flag = Arc::new(WakeFlag::new());
+            let client_flag = Arc::new(WakeFlag::new());
+            let client_thread = std::thread::current();
+            let (sf, cf) = (Arc::clone(&server_flag), Arc::clone(&client_flag));
+            let server = std::thread::spawn(move || {
+                let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+                let mut wakes = 0u64;
+                for i in 0..n {
+                    wait_until(&sf, || !req_rx.is_empty());
+                    let v = req_rx.pop().expect("woken with an empty request ring");
+                    assert_eq!(v, i);
+                    rng.maybe_pause();
+                    resp_tx.push(v * 2).expect("response ring full");
+                    if cf.should_wake() {
+                        wakes += 1;
+                        client_thread.unpark();
+                    }
+                }
+                wakes
+            });
+            let server_thread = server.thread().clone();
+            let mut rng = Rng(0x1234_5678_9ABC_DEF1);
+            let mut wakes = 0u64;
+            for i in 0..n {
+                req_tx.push(i).expect("request ring full");
+                if server_flag.should_wake() {
+                    wakes += 1;
+                    server_thread.unpark();
+                }
+                rng.maybe_pause();
+                wait_until(&client_flag, || !resp_rx.is_empty());
+                assert_eq!(resp_rx.pop(), Some(i * 2));
+            }
+            assert!(resp_rx.is_empty());
+            (wakes, server.join().unwrap())
+        });
+        eprintln!(
+            "ping-pong: {n} round trips in {:?}, {client_wakes} server unparks, \
+             {server_wakes} client unparks",
+            started.elapsed()
+        );
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::ring::ring;
+    use crate::sync::Arc;
+
+    /// (b) The handler side: the producer pushes two items and wakes only if
+    /// `should_wake`; the consumer waits with `wait_until`. A lost wake-up leaves the
+    /// consumer parked forever, which loom reports as a deadlock.
+    #[test]
+    fn handler_wait_never_misses_a_push() {
+        loom::model(|| {
+            let (mut tx, mut rx) = ring::<u32>(2);
+            let flag = Arc::new(WakeFlag::new());
+            let consumer_flag = Arc::clone(&flag);
+            let consumer = thread::spawn(move || {
+                let mut got = Vec::new();
+                while got.len() < 2 {
+                    wait_until(&consumer_flag, || !rx.is_empty());
+                    while let Some(v) = rx.pop() {
+                        got.push(v);
+                    }
+                }
+                got
+            });
+            let consumer_thread = consumer.thread().clone();
+            for i in 0..2 {
+                tx.push(i).unwrap();
+                if flag.should_wake() {
+                    consumer_thread.unpark();
+                }
+            }
+            assert_eq!(consumer.join().unwrap(), [0, 1]);
+        });
+    }
+
+    /// (c) The loop side: one sleeper, two rings, two wakers sharing the sleeper's flag
+    /// (every handler thread wakes the one loop). The sleeper announces, re-checks every
+    /// ring, then blocks (`park` stands in for `epoll_wait` on the `mio::Waker` eventfd);
+    /// each waker wakes only when its `should_wake` wins.
+    #[test]
+    fn loop_sleep_never_misses_a_response() {
+        loom::model(|| {
+            let flag = Arc::new(WakeFlag::new());
+            let sleeper = thread::current();
+            let mut rings = Vec::new();
+            let mut wakers = Vec::new();
+            for id in 0..2u32 {
+                let (mut tx, rx) = ring::<u32>(1);
+                rings.push(rx);
+                let flag = Arc::clone(&flag);
+                let sleeper = sleeper.clone();
+                wakers.push(thread::spawn(move || {
+                    tx.push(id).unwrap();
+                    if flag.should_wake() {
+                        sleeper.unpark();
+                    }
+                }));
+            }
+            let mut got = Vec::new();
+            loop {
+                for rx in &mut rings {
+                    while let Some(v) = rx.pop() {
+                        got.push(v);
+                    }
+                }
+                if got.len() == 2 {
+                    break;
+                }
+                flag.announce();
+                if rings.iter().any(|rx| !rx.is_empty()) {
+                    flag.cancel();
+                    continue;
+                }
+                thread::park();
+                flag.cancel();
+            }
+            got.sort_unstable();
+            assert_eq!(got, [0, 1]);
+            for w in wakers {
+                w.join().unwrap();
+            }
+        });
+    }
+}

@@ -1,0 +1,134 @@
+//! Starting the embedded interpreter and importing the app.
+//!
+//! The interpreter is initialised through `PyConfig` so that Python installs no signal
+//! handlers (the server owns the signals: see `signals.rs`) and so that its path
+//! configuration starts from the right interpreter: the virtualenv's `bin/python` when
+//! `VIRTUAL_ENV` is set (CPython then reads that venv's `pyvenv.cfg`, and `sys.prefix` and
+//! `site-packages` are the venv's), else the interpreter the binary was built against.
+
+use std::ffi::CString;
+use std::mem::MaybeUninit;
+use std::path::{Path, PathBuf};
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::config::AppSpec;
+
+/// Where the interpreter's path configuration starts, and why.
+pub fn program_name() -> (PathBuf, &'static str) {
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        let venv = PathBuf::from(venv);
+        for name in ["python3", "python"] {
+            let p = venv.join("bin").join(name);
+            if p.exists() {
+                return (p, "VIRTUAL_ENV");
+            }
+        }
+    }
+    match option_env!("M0SERVE_BUILD_PYTHON") {
+        Some(p) => (PathBuf::from(p), "build"),
+        None => (PathBuf::from("python3"), "PATH"),
+    }
+}
+
+/// Initialises CPython once for this process. The calling thread then holds the GIL.
+pub fn initialize() -> Result<(), String> {
+    let (program, _) = program_name();
+    let program = CString::new(program.as_os_str().as_encoded_bytes())
+        .map_err(|_| "the interpreter path contains a NUL byte".to_string())?;
+    let mut config = MaybeUninit::<ffi::PyConfig>::uninit();
+    // SAFETY: PyConfig_InitPythonConfig fully initialises the struct it is given; the
+    // struct is then only used through the PyConfig API below and cleared exactly once.
+    unsafe {
+        ffi::PyConfig_InitPythonConfig(config.as_mut_ptr());
+        let config = config.assume_init_mut();
+        // The server owns SIGINT/SIGTERM; Python handlers would only run on the main
+        // thread, which never runs Python here.
+        config.install_signal_handlers = 0;
+        // Our argv is m0serve's, not Python's.
+        config.parse_argv = 0;
+        let status =
+            ffi::PyConfig_SetBytesString(config, &mut config.program_name, program.as_ptr());
+        if ffi::PyStatus_Exception(status) != 0 {
+            ffi::PyConfig_Clear(config);
+            return Err("cannot set the interpreter's program name".into());
+        }
+        let status = ffi::Py_InitializeFromConfig(config);
+        ffi::PyConfig_Clear(config);
+        if ffi::PyStatus_Exception(status) != 0 {
+            let msg = if status.err_msg.is_null() {
+                "unknown error".to_string()
+            } else {
+                std::ffi::CStr::from_ptr(status.err_msg).to_string_lossy().into_owned()
+            };
+            return Err(format!("cannot initialise Python: {msg}"));
+        }
+    }
+    Ok(())
+}
+
+/// `sys.version` and `sys.prefix`, for the startup line.
+pub fn describe(py: Python<'_>) -> String {
+    let get = || -> PyResult<String> {
+        let sys = py.import("sys")?;
+        let version: String = sys.getattr("version")?.extract()?;
+        let prefix: String = sys.getattr("prefix")?.extract()?;
+        let version = version.split_whitespace().next().unwrap_or("").to_string();
+        Ok(format!("Python {version} ({prefix})"))
+    };
+    get().unwrap_or_else(|_| "Python".into())
+}
+
+/// Imports `spec` with `app_dir` first on `sys.path`. On failure the Python traceback has
+/// been written to stderr and the error names the module or attribute at fault.
+pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyAny>, String> {
+    let fail = |what: String, err: PyErr| -> String {
+        err.print(py);
+        let ty = err
+            .get_type(py)
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|_| "Exception".into());
+        let msg = err.value(py).to_string();
+        format!("{what}: {ty}: {msg}")
+    };
+    let sys = py.import("sys").map_err(|e| fail("cannot import sys".into(), e))?;
+    let path = sys
+        .getattr("path")
+        .and_then(|p| p.cast_into::<PyList>().map_err(Into::into))
+        .map_err(|e| fail("cannot read sys.path".into(), e))?;
+    path.insert(0, app_dir.to_string_lossy().as_ref())
+        .map_err(|e| fail("cannot change sys.path".into(), e))?;
+    let module = py
+        .import(spec.module.as_str())
+        .map_err(|e| fail(format!("cannot import module '{}' (app '{spec}')", spec.module), e))?;
+    let mut app = module.getattr(spec.attr.as_str()).map_err(|e| {
+        fail(
+            format!("module '{}' has no attribute '{}' (app '{spec}')", spec.module, spec.attr),
+            e,
+        )
+    })?;
+    if spec.factory {
+        app = app
+            .call0()
+            .map_err(|e| fail(format!("the app factory '{spec}' raised"), e))?;
+    }
+    if !app.is_callable() {
+        let ty = app.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        return Err(format!("app '{spec}' is not callable (it is a {ty})"));
+    }
+    Ok(app.unbind())
+}
+
+/// Flushes Python's stdout and stderr (the app's prints) before the process exits.
+pub fn flush_stdio(py: Python<'_>) {
+    if let Ok(sys) = py.import("sys") {
+        for name in ["stdout", "stderr"] {
+            if let Ok(stream) = sys.getattr(name) {
+                let _ = stream.call_method0("flush");
+            }
+        }
+    }
+}

@@ -1,0 +1,72 @@
+//! SIGINT/SIGTERM delivered to the event loop through a self-pipe.
+//!
+//! The server owns the signals, not Python: the interpreter is initialised without its own
+//! handlers, and these async-signal-safe handlers only write the signal number into a pipe
+//! that the loop thread polls. A self-pipe (rather than `signalfd`) keeps the signal mask
+//! untouched, so processes the app spawns inherit a normal mask.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::syscall;
+
+static PIPE_WRITE_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Relaxed: the fd was stored before the handler was installed (sigaction is the fence).
+    let fd = PIPE_WRITE_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = sig as u8;
+        // SAFETY: write(2) is async-signal-safe; `byte` outlives the call. A full pipe
+        // (EAGAIN) already holds a pending signal for the loop, so the result is ignored.
+        unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+    }
+}
+
+/// The read end of the self-pipe, for the loop to register.
+pub struct SignalPipe {
+    pub read: mio::unix::pipe::Receiver,
+    _write: OwnedFd,
+}
+
+impl SignalPipe {
+    /// Creates the pipe and installs handlers for SIGINT and SIGTERM; ignores SIGPIPE (a
+    /// peer that goes away must surface as EPIPE on its own socket, not kill the process).
+    pub fn install() -> io::Result<SignalPipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        syscall!(pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC))?;
+        // SAFETY: pipe2 just returned these two fds; each is owned exactly once here.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // Relaxed: published to the handler by the sigaction calls below.
+        PIPE_WRITE_FD.store(write.as_raw_fd(), Ordering::Relaxed);
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+            let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+            sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            syscall!(sigaction(sig, &sa, std::ptr::null_mut()))?;
+        }
+        // SAFETY: setting a disposition to SIG_IGN has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+        Ok(SignalPipe {
+            read: mio::unix::pipe::Receiver::from(read),
+            _write: write,
+        })
+    }
+
+    /// Drains the pipe; returns the last signal received, if any.
+    pub fn drain(&mut self) -> Option<i32> {
+        use std::io::Read;
+        let mut buf = [0u8; 16];
+        let mut last = None;
+        loop {
+            match self.read.read(&mut buf) {
+                Ok(0) => return last,
+                Ok(n) => last = Some(i32::from(buf[n - 1])),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return last,
+            }
+        }
+    }
+}

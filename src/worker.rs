@@ -1,0 +1,112 @@
+//! One worker: bind, start Python, import the app, start the handler threads and the loop
+//! thread, and wait for a graceful stop.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+
+use crate::config::Config;
+use crate::event_loop::{EventLoop, HandlerLink, HandlerShared, LoopShared};
+use crate::handler::{self, HandlerSetup};
+use crate::listen::Listener;
+use crate::log;
+use crate::park::WakeFlag;
+use crate::ring;
+use crate::signals::SignalPipe;
+use crate::wsgi::ServerInfo;
+use crate::python;
+
+/// Slots in each handler's request ring. A full ring stops the loop from taking more
+/// requests off sockets (backpressure), so this bounds queued work per handler.
+pub const REQUEST_RING_SLOTS: usize = 256;
+
+/// Slots in each handler's response ring: enough for every queued request's final part
+/// plus streamed chunks, so a handler rarely waits for room.
+pub const RESPONSE_RING_SLOTS: usize = 512;
+
+pub fn run(config: Config) -> Result<(), String> {
+    let listener = Listener::bind(&config.listen).map_err(|e| {
+        format!("cannot bind {}: {e}", describe_listen(&config))
+    })?;
+    let signals = SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    python::initialize()?;
+    let (server_name, server_port) = listener.server_name_port();
+    let info = Arc::new(ServerInfo {
+        server_name,
+        server_port,
+        multithread: config.blocking_threads > 1,
+        multiprocess: config.workers > 1,
+    });
+    // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
+    // imports the app, then releases it for good while the worker runs.
+    Python::attach(|py| {
+        let app = python::load_app(py, &config.app, &config.app_dir)?;
+        let interp = python::describe(py);
+        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads).map(|_| app.clone_ref(py)).collect();
+        let result = py.detach(move || serve(&config, listener, signals, info, apps, interp));
+        python::flush_stdio(py);
+        result
+    })
+}
+
+fn describe_listen(config: &Config) -> String {
+    match &config.listen {
+        crate::config::Listen::Tcp(a) => a.to_string(),
+        crate::config::Listen::Unix(p) => format!("unix:{}", p.display()),
+    }
+}
+
+fn serve(
+    config: &Config,
+    listener: Listener,
+    signals: SignalPipe,
+    info: Arc<ServerInfo>,
+    apps: Vec<Py<PyAny>>,
+    interp: String,
+) -> Result<(), String> {
+    let poll = mio::Poll::new().map_err(|e| format!("cannot create the poller: {e}"))?;
+    let waker = mio::Waker::new(poll.registry(), mio::Token(1))
+        .map_err(|e| format!("cannot create the loop waker: {e}"))?;
+    let loop_shared = Arc::new(LoopShared {
+        wake: WakeFlag::new(),
+        waker,
+        draining: AtomicBool::new(false),
+    });
+    let mut links = Vec::with_capacity(apps.len());
+    for (idx, app) in apps.into_iter().enumerate() {
+        let (req_tx, req_rx) = ring::ring(REQUEST_RING_SLOTS);
+        let (resp_tx, resp_rx) = ring::ring(RESPONSE_RING_SLOTS);
+        let shared = Arc::new(HandlerShared::new());
+        let join = handler::spawn(HandlerSetup {
+            idx,
+            rx: req_rx,
+            tx: resp_tx,
+            shared: shared.clone(),
+            loop_shared: loop_shared.clone(),
+            app,
+            info: info.clone(),
+        })
+        .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
+        links.push(HandlerLink::new(req_tx, resp_rx, shared, join));
+    }
+    let addr = listener.describe();
+    let event_loop = EventLoop::new(poll, listener, signals, loop_shared, links)
+        .map_err(|e| format!("cannot start the event loop: {e}"))?;
+    let loop_thread = std::thread::Builder::new()
+        .name("m0s-loop".into())
+        .spawn(move || event_loop.run())
+        .map_err(|e| format!("cannot start the loop thread: {e}"))?;
+    log::info!(
+        "m0serve {} serving {} with {} handler thread(s), {interp}",
+        env!("CARGO_PKG_VERSION"),
+        config.app,
+        config.blocking_threads
+    );
+    log::info!("listening on {addr}");
+    loop_thread
+        .join()
+        .map_err(|_| "the loop thread panicked".to_string())?;
+    log::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! Building the environ dict (PEP 3333 "environ Variables").
+//!
+//! Keys are interned once per handler thread; the constant entries live in a base dict
+//! that is copied for each request (`PyDict_Copy` of a small dict is one allocation and a
+//! memcpy-like fill); values are created straight from the request's bytes as latin-1
+//! native strings.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::net::IpAddr;
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+
+use super::file_wrapper::FileWrapper;
+use super::response::latin1;
+use super::ServerInfo;
+use crate::http::parse::Version;
+use crate::http::percent;
+use crate::msg::{Peer, Request};
+
+/// Distinct header names whose environ keys are kept per handler thread; names past this
+/// are converted for each request (a client sending endless new names gains nothing).
+const HEADER_KEY_CACHE_ENTRIES: usize = 512;
+
+/// A latin-1 native string from bytes (PEP 3333: "native strings" decoded as ISO-8859-1).
+pub fn latin1_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
+    // SAFETY: the pointer and length describe `bytes`, which outlives the call; latin-1
+    // decoding cannot fail on any byte, and a NULL result (memory) becomes the pending
+    // Python error.
+    unsafe {
+        let p = ffi::PyUnicode_DecodeLatin1(
+            bytes.as_ptr().cast(),
+            bytes.len() as ffi::Py_ssize_t,
+            std::ptr::null(),
+        );
+        Bound::from_owned_ptr_or_err(py, p).map(|b| b.cast_into_unchecked())
+    }
+}
+
+/// FNV-1a: header names are short, and SipHash's setup costs more than the hash here.
+#[derive(Default)]
+pub struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+struct Keys {
+    request_method: Py<PyString>,
+    path_info: Py<PyString>,
+    query_string: Py<PyString>,
+    server_protocol: Py<PyString>,
+    remote_addr: Py<PyString>,
+    remote_port: Py<PyString>,
+    pub wsgi_input: Py<PyString>,
+}
+
+pub struct EnvBuilder {
+    base: Py<PyDict>,
+    keys: Keys,
+    methods: Vec<(&'static [u8], Py<PyString>)>,
+    http10: Py<PyString>,
+    http11: Py<PyString>,
+    empty: Py<PyString>,
+    /// Raw header name -> environ key; `None` for names that are dropped.
+    header_keys: HashMap<Box<[u8]>, Option<Py<PyString>>, BuildHasherDefault<Fnv>>,
+    last_ip: Option<(IpAddr, Py<PyString>)>,
+    scratch: Vec<u8>,
+}
+
+impl EnvBuilder {
+    pub fn new(py: Python<'_>, info: &ServerInfo) -> PyResult<EnvBuilder> {
+        let i = |s: &str| PyString::intern(py, s).unbind();
+        let base = PyDict::new(py);
+        let sys = py.import("sys")?;
+        base.set_item(i("wsgi.version"), PyTuple::new(py, [1, 0])?)?;
+        base.set_item(i("wsgi.url_scheme"), i("http"))?;
+        base.set_item(i("wsgi.errors"), sys.getattr("stderr")?)?;
+        base.set_item(i("wsgi.multithread"), info.multithread)?;
+        base.set_item(i("wsgi.multiprocess"), info.multiprocess)?;
+        base.set_item(i("wsgi.run_once"), false)?;
+        // The body is read whole before the app runs, so reading past its end returns
+        // b"" (the input_terminated extension).
+        base.set_item(i("wsgi.input_terminated"), true)?;
+        base.set_item(i("wsgi.file_wrapper"), py.get_type::<FileWrapper>())?;
+        base.set_item(i("SCRIPT_NAME"), i(""))?;
+        base.set_item(i("SERVER_NAME"), PyString::new(py, &info.server_name))?;
+        base.set_item(i("SERVER_PORT"), PyString::new(py, &info.server_port))?;
+        let methods = [
+            "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+        ]
+        .into_iter()
+        .map(|m| (m.as_bytes(), i(m)))
+        .collect();
+        Ok(EnvBuilder {
+            base: base.unbind(),
+            keys: Keys {
+                request_method: i("REQUEST_METHOD"),
+                path_info: i("PATH_INFO"),
+                query_string: i("QUERY_STRING"),
+                server_protocol: i("SERVER_PROTOCOL"),
+                remote_addr: i("REMOTE_ADDR"),
+                remote_port: i("REMOTE_PORT"),
+                wsgi_input: i("wsgi.input"),
+            },
+            methods,
+            http10: i("HTTP/1.0"),
+            http11: i("HTTP/1.1"),
+            empty: i(""),
+            header_keys: HashMap::default(),
+            last_ip: None,
+            scratch: Vec::with_capacity(256),
+        })
+    }
+
+    pub fn input_key<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
+        self.keys.wsgi_input.bind(py)
+    }
+
+    /// The environ for `req`, without `wsgi.input` (the caller moves the body into it).
+    pub fn build<'py>(&mut self, py: Python<'py>, req: &Request) -> PyResult<Bound<'py, PyDict>> {
+        let env = self.base.bind(py).copy()?;
+        let data = &req.data;
+        let head = &req.head;
+        let k = &self.keys;
+
+        let method = head.method.get(data);
+        match self.methods.iter().find(|(m, _)| *m == method) {
+            Some((_, s)) => env.set_item(k.request_method.bind(py), s.bind(py))?,
+            None => env.set_item(k.request_method.bind(py), latin1_str(py, method)?)?,
+        }
+
+        let (path, query) = percent::split_target(head.target.get(data));
+        self.scratch.clear();
+        percent::percent_decode_into(path, &mut self.scratch);
+        env.set_item(k.path_info.bind(py), latin1_str(py, &self.scratch)?)?;
+        if query.is_empty() {
+            env.set_item(k.query_string.bind(py), self.empty.bind(py))?;
+        } else {
+            env.set_item(k.query_string.bind(py), latin1_str(py, query)?)?;
+        }
+        let proto = match head.version {
+            Version::Http10 => &self.http10,
+            Version::Http11 => &self.http11,
+        };
+        env.set_item(k.server_protocol.bind(py), proto.bind(py))?;
+
+        match req.peer {
+            Peer::Tcp(addr) => {
+                let ip = addr.ip();
+                let cached = match &self.last_ip {
+                    Some((last, s)) if *last == ip => s.clone_ref(py),
+                    _ => {
+                        let s = PyString::new(py, &ip.to_string()).unbind();
+                        self.last_ip = Some((ip, s.clone_ref(py)));
+                        s
+                    }
+                };
+                env.set_item(k.remote_addr.bind(py), cached.bind(py))?;
+                let mut buf = [0u8; 5];
+                env.set_item(k.remote_port.bind(py), latin1_str(py, fmt_port(addr.port(), &mut buf))?)?;
+            }
+            Peer::Unix => {
+                env.set_item(k.remote_addr.bind(py), self.empty.bind(py))?;
+            }
+        }
+
+        for h in &head.headers {
+            let name = h.name.get(data);
+            let Some(key) = self.header_key(py, name) else { continue };
+            let key = key.bind(py);
+            let value = h.value.get(data);
+            match env.get_item(key)? {
+                None => env.set_item(key, latin1_str(py, value)?)?,
+                Some(prev) => {
+                    // RFC 9110 §5.3: repeated fields combine into one comma-separated list;
+                    // RFC 6265 §5.4: cookies combine with "; ".
+                    let sep: &[u8] = if latin1(key.as_any(), "key")? == b"HTTP_COOKIE" {
+                        b"; "
+                    } else {
+                        b","
+                    };
+                    let prev_bytes = latin1(&prev, "header value")?;
+                    let mut joined = Vec::with_capacity(prev_bytes.len() + sep.len() + value.len());
+                    joined.extend_from_slice(prev_bytes);
+                    joined.extend_from_slice(sep);
+                    joined.extend_from_slice(value);
+                    env.set_item(key, latin1_str(py, &joined)?)?;
+                }
+            }
+        }
+        Ok(env)
+    }
+
+    /// The environ key for a header name: `CONTENT_TYPE`, `CONTENT_LENGTH`, else `HTTP_`
+    /// and the name upper-cased with `-` as `_`. Names containing `_` are dropped: after
+    /// the mapping they would be indistinguishable from the `-` form, which lets a client
+    /// smuggle a header past a proxy that filters it (gunicorn and nginx drop them too).
+    fn header_key(&mut self, py: Python<'_>, name: &[u8]) -> Option<Py<PyString>> {
+        if let Some(k) = self.header_keys.get(name) {
+            return k.as_ref().map(|k| k.clone_ref(py));
+        }
+        let key = if name.contains(&b'_') {
+            None
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            Some(PyString::intern(py, "CONTENT_TYPE").unbind())
+        } else if name.eq_ignore_ascii_case(b"content-length") {
+            Some(PyString::intern(py, "CONTENT_LENGTH").unbind())
+        } else {
+            let mut k = Vec::with_capacity(5 + name.len());
+            k.extend_from_slice(b"HTTP_");
+            k.extend(name.iter().map(|&b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() }));
+            // Header names are tokens (ASCII), so this cannot fail.
+            latin1_str(py, &k).ok().map(|s| {
+                let s = s.unbind();
+                // SAFETY: `s` is a str we own; interning replaces it with the canonical
+                // object (or keeps it), so equal keys share one object and hash once.
+                unsafe {
+                    let mut p = s.into_ptr();
+                    ffi::PyUnicode_InternInPlace(&mut p);
+                    Bound::from_owned_ptr(py, p).cast_into_unchecked::<PyString>().unbind()
+                }
+            })
+        };
+        if self.header_keys.len() < HEADER_KEY_CACHE_ENTRIES {
+            self.header_keys
+                .insert(name.into(), key.as_ref().map(|k| k.clone_ref(py)));
+        }
+        key
+    }
+}
+
+fn fmt_port(port: u16, buf: &mut [u8; 5]) -> &[u8] {
+    let mut n = port;
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[i..]
+}

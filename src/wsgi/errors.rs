@@ -1,0 +1,27 @@
+//! Reporting application errors: the traceback goes to the error log with the request
+//! it happened on (PEP 3333 leaves the how to the server; gunicorn and Granian log the
+//! traceback too).
+
+use pyo3::prelude::*;
+
+use crate::log;
+use crate::msg::Request;
+
+/// `METHOD target` for log lines, lossy and bounded.
+pub fn describe_request(req: &Request) -> String {
+    let method = String::from_utf8_lossy(req.head.method.get(&req.data));
+    let target = req.head.target.get(&req.data);
+    let target = String::from_utf8_lossy(&target[..target.len().min(200)]);
+    format!("{method} {target}")
+}
+
+/// Logs `err` with its Python traceback.
+pub fn log_exception(py: Python<'_>, err: &PyErr, context: &str) {
+    let tb = py
+        .import("traceback")
+        .and_then(|m| m.call_method1("format_exception", (err.value(py),)))
+        .and_then(|lines| lines.extract::<Vec<String>>())
+        .map(|lines| lines.concat())
+        .unwrap_or_else(|_| format!("{err}\n"));
+    log::error!("{context}:\n{}", tb.trim_end());
+}

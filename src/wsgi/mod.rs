@@ -1,0 +1,156 @@
+//! The PEP 3333 bridge: one [`Bridge`] per handler thread turns a [`Request`] into an
+//! environ, calls the app, and drives its response into the response ring.
+
+pub mod environ;
+pub mod errors;
+pub mod file_wrapper;
+pub mod input;
+pub mod response;
+pub mod start_response;
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+
+use crate::event_loop::{HandlerShared, LoopShared};
+use crate::msg::{Request, Response};
+use crate::ring::Producer;
+use environ::EnvBuilder;
+use input::Input;
+use response::{bytes_of, Exchange, ReqInfo};
+use start_response::StartResponse;
+
+/// What the environ says about this server, fixed per worker.
+pub struct ServerInfo {
+    pub server_name: String,
+    pub server_port: String,
+    pub multithread: bool,
+    pub multiprocess: bool,
+}
+
+pub struct Bridge {
+    app: Py<PyAny>,
+    ex: Rc<Exchange>,
+    env: EnvBuilder,
+    next_id: u64,
+}
+
+/// How driving the body ended when it did not fail.
+enum Outcome {
+    Done,
+    /// The client went away; the rest of the body was not produced.
+    Cancelled,
+}
+
+impl Bridge {
+    pub fn new(
+        py: Python<'_>,
+        app: Py<PyAny>,
+        tx: Producer<Response>,
+        shared: Arc<HandlerShared>,
+        loop_shared: Arc<LoopShared>,
+        info: &ServerInfo,
+    ) -> PyResult<Bridge> {
+        Ok(Bridge {
+            app,
+            ex: Rc::new(Exchange::new(tx, shared, loop_shared)),
+            env: EnvBuilder::new(py, info)?,
+            next_id: 0,
+        })
+    }
+
+    /// Serves one request; every outcome ends in exactly one final part on the ring.
+    pub fn serve(&mut self, py: Python<'_>, req: Request) {
+        self.next_id += 1;
+        let id = self.next_id;
+        let method = req.head.method.get(&req.data);
+        let info = ReqInfo {
+            id,
+            conn: req.conn,
+            version: req.head.version,
+            is_head: method == b"HEAD",
+            keep_alive: req.head.keep_alive,
+        };
+        self.ex.begin(info);
+        let what = errors::describe_request(&req);
+        let environ = match self.env.build(py, &req) {
+            Ok(e) => e,
+            Err(e) => {
+                errors::log_exception(py, &e, &format!("building the environ for {what}"));
+                self.ex.fail(py);
+                return;
+            }
+        };
+        let head_len = req.head.head_len;
+        let input = Input::new(req.data, head_len);
+        let called = Bound::new(py, input)
+            .and_then(|input| environ.set_item(self.env.input_key(py), input))
+            .and_then(|()| Bound::new(py, StartResponse { ex: self.ex.clone(), id }))
+            .and_then(|sr| self.app.bind(py).call1((environ, sr)));
+        let iterable = match called {
+            Ok(it) => it,
+            Err(e) => {
+                errors::log_exception(py, &e, &format!("the application failed on {what}"));
+                self.ex.fail(py);
+                return;
+            }
+        };
+        let outcome = self.drive(py, &iterable);
+        // PEP 3333: "If the iterable returned by the application has a close() method,
+        // the server or gateway must call that method upon completion of the current
+        // request, whether the request was completed normally, or terminated early due to
+        // an application error during iteration or an early disconnect of the browser."
+        let closed = close_iterable(&iterable);
+        let result = match (outcome, closed) {
+            (Ok(Outcome::Cancelled), _) => {
+                self.ex.fail(py);
+                return;
+            }
+            (Err(e), _) | (Ok(Outcome::Done), Err(e)) => Err(e),
+            (Ok(Outcome::Done), Ok(())) => self.ex.finish(py),
+        };
+        if let Err(e) = result {
+            errors::log_exception(py, &e, &format!("the application failed on {what}"));
+            self.ex.fail(py);
+        }
+    }
+
+    fn drive(&self, py: Python<'_>, iterable: &Bound<'_, PyAny>) -> PyResult<Outcome> {
+        // A list or tuple has a known length: head and body go out in one buffer with a
+        // Content-Length, in one message.
+        if let Ok(list) = iterable.cast::<PyList>() {
+            let items: Vec<Bound<'_, PyAny>> = list.iter().collect();
+            return self.send_known(py, &items);
+        }
+        if let Ok(tuple) = iterable.cast::<PyTuple>() {
+            let items: Vec<Bound<'_, PyAny>> = tuple.iter().collect();
+            return self.send_known(py, &items);
+        }
+        for item in iterable.try_iter()? {
+            let item = item?;
+            self.ex.send(py, bytes_of(&item)?)?;
+            if self.ex.cancelled() {
+                return Ok(Outcome::Cancelled);
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn send_known(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> PyResult<Outcome> {
+        let mut total = 0u64;
+        for item in items {
+            total += bytes_of(item)?.len() as u64;
+        }
+        self.ex.send_whole(py, items, total)?;
+        Ok(Outcome::Done)
+    }
+}
+
+fn close_iterable(iterable: &Bound<'_, PyAny>) -> PyResult<()> {
+    if iterable.hasattr("close")? {
+        iterable.call_method0("close")?;
+    }
+    Ok(())
+}

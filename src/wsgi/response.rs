@@ -1,0 +1,449 @@
+//! The response side of one exchange: what `start_response` recorded, the head encoded on
+//! the first non-empty body data (PEP 3333 "the server must not transmit the headers until
+//! the first non-empty bytestring is yielded"), framing, and pushing wire bytes into the
+//! response ring with flow control.
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyString, PyTuple};
+
+use crate::event_loop::{HandlerShared, LoopShared};
+use crate::http::date::DateCache;
+use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
+use crate::http::parse::Version;
+use crate::msg::{ConnRef, Part, Response};
+use crate::park;
+use crate::ring::Producer;
+
+/// Streamed chunks a handler may have in the response ring or a connection's write queue
+/// before it waits for the loop to write them: a client that does not read stalls only the
+/// handler streaming to it, and memory stays bounded.
+pub const MAX_CHUNKS_IN_FLIGHT: usize = 16;
+
+/// Body bytes gathered into one message before a streamed part is pushed when the app
+/// declared a Content-Length (the whole response then goes out in one write).
+const HOLD_DECLARED_BODY_MAX_BYTES: usize = 256 * 1024;
+
+/// The latin-1 bytes of a native string (PEP 3333: status and header names and values are
+/// `str` holding only code points below 256).
+pub fn latin1<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+    let s = obj.cast::<PyString>().map_err(|_| {
+        let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        PyTypeError::new_err(format!("{what} must be str, not {ty}"))
+    })?;
+    let p = s.as_ptr();
+    // SAFETY: `p` is a live str object (borrowed by `s` for 'a). A str created by Python
+    // code is always "ready" (PEP 393), so KIND/DATA/GET_LENGTH are valid; a 1-byte kind
+    // stores exactly its latin-1 code points, GET_LENGTH of them, for as long as the object
+    // lives, which `'a` covers.
+    unsafe {
+        if ffi::PyUnicode_READY(p) != 0 {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        if ffi::PyUnicode_KIND(p) != ffi::PyUnicode_1BYTE_KIND {
+            return Err(PyValueError::new_err(format!(
+                "{what} must contain only latin-1 characters"
+            )));
+        }
+        let data = ffi::PyUnicode_DATA(p) as *const u8;
+        let len = ffi::PyUnicode_GET_LENGTH(p) as usize;
+        Ok(std::slice::from_raw_parts(data, len))
+    }
+}
+
+fn encode_err(e: EncodeError) -> PyErr {
+    PyValueError::new_err(match e {
+        EncodeError::BadStatus => "invalid status: expected '<3 digits> <reason>'",
+        EncodeError::BadHeaderName => "invalid response header name",
+        EncodeError::BadHeaderValue => "invalid response header value (CR, LF or NUL)",
+        EncodeError::HopByHop => "hop-by-hop header set by the application (PEP 3333)",
+    })
+}
+
+/// The request facts the response needs.
+#[derive(Clone, Copy)]
+pub struct ReqInfo {
+    pub id: u64,
+    pub conn: ConnRef,
+    pub version: Version,
+    pub is_head: bool,
+    pub keep_alive: bool,
+}
+
+/// Per handler thread, reset for each request.
+pub struct Exchange {
+    pub shared: Arc<HandlerShared>,
+    pub loop_shared: Arc<LoopShared>,
+    tx: RefCell<Producer<Response>>,
+    pub st: RefCell<State>,
+    date: RefCell<DateCache>,
+}
+
+pub struct State {
+    pub req: ReqInfo,
+    pub status: Option<Py<PyAny>>,
+    pub headers: Option<Py<PyAny>>,
+    /// The head has been encoded into `out` (and maybe pushed).
+    pub sent: bool,
+    framing: Framing,
+    keep_alive: bool,
+    /// For `Framing::Length`: body bytes the declared length still allows.
+    remaining: u64,
+    /// The app sent fewer or more bytes than it declared: close after this response.
+    pub mismatch: bool,
+    /// Wire bytes not yet pushed.
+    out: Vec<u8>,
+}
+
+impl Exchange {
+    pub fn new(
+        tx: Producer<Response>,
+        shared: Arc<HandlerShared>,
+        loop_shared: Arc<LoopShared>,
+    ) -> Exchange {
+        Exchange {
+            shared,
+            loop_shared,
+            tx: RefCell::new(tx),
+            st: RefCell::new(State {
+                req: ReqInfo {
+                    id: 0,
+                    conn: ConnRef { slot: 0, gen: 0 },
+                    version: Version::Http11,
+                    is_head: false,
+                    keep_alive: false,
+                },
+                status: None,
+                headers: None,
+                sent: false,
+                framing: Framing::NoBody,
+                keep_alive: false,
+                remaining: 0,
+                mismatch: false,
+                out: Vec::new(),
+            }),
+            date: RefCell::new(DateCache::new()),
+        }
+    }
+
+    pub fn begin(&self, req: ReqInfo) {
+        let mut st = self.st.borrow_mut();
+        st.req = req;
+        st.status = None;
+        st.headers = None;
+        st.sent = false;
+        st.mismatch = false;
+        st.out = Vec::new();
+    }
+
+    /// `start_response(status, headers, exc_info)`, PEP 3333 "The start_response()
+    /// Callable".
+    pub fn start(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        status: Bound<'_, PyAny>,
+        headers: Bound<'_, PyAny>,
+        exc_info: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let mut st = self.st.borrow_mut();
+        if st.req.id != id {
+            return Err(PyRuntimeError::new_err(
+                "start_response called after its request finished",
+            ));
+        }
+        match exc_info.filter(|e| !e.is_none()) {
+            Some(exc) => {
+                if st.sent {
+                    // "if exc_info is provided, and the HTTP headers have already been
+                    // sent, start_response must raise an error, and should re-raise using
+                    // the exc_info tuple."
+                    let value = exc.cast::<PyTuple>()?.get_item(1)?;
+                    return Err(PyErr::from_value(value));
+                }
+            }
+            None => {
+                if st.status.is_some() {
+                    return Err(PyRuntimeError::new_err(
+                        "start_response called a second time without exc_info",
+                    ));
+                }
+            }
+        }
+        // Fail fast where the app can see it: the status must be a valid status string.
+        let code = encode::parse_status(latin1(&status, "status")?).map_err(encode_err)?;
+        if code < 200 {
+            return Err(PyValueError::new_err(
+                "a WSGI application cannot send a 1xx status",
+            ));
+        }
+        headers.try_iter().map_err(|_| {
+            PyTypeError::new_err("response headers must be a list of (name, value) tuples")
+        })?;
+        st.status = Some(status.unbind());
+        st.headers = Some(headers.unbind());
+        drop(st);
+        let _ = py;
+        Ok(())
+    }
+
+    /// Encodes the head into `out`. `known_len` is the whole body's length when known.
+    fn encode_head(&self, py: Python<'_>, st: &mut State, known_len: Option<u64>) -> PyResult<()> {
+        let (Some(status), Some(headers)) = (&st.status, &st.headers) else {
+            return Err(PyRuntimeError::new_err(
+                "the application returned a body before calling start_response",
+            ));
+        };
+        let status = status.bind(py).clone();
+        let headers = headers.bind(py).clone();
+        let mut out = std::mem::take(&mut st.out);
+        let mark = out.len();
+        let result = (|| -> PyResult<()> {
+            let (mut w, code) =
+                HeadWriter::new(&mut out, latin1(&status, "status")?).map_err(encode_err)?;
+            let (mut app_len, mut app_date, mut app_server) = (None, false, false);
+            for item in headers.try_iter()? {
+                let item = item?;
+                let pair = item.cast::<PyTuple>().map_err(|_| {
+                    PyTypeError::new_err("each response header must be a (name, value) tuple")
+                })?;
+                if pair.len() != 2 {
+                    return Err(PyTypeError::new_err(
+                        "each response header must be a (name, value) tuple",
+                    ));
+                }
+                let name = pair.get_item(0)?;
+                let value = pair.get_item(1)?;
+                let kind = w
+                    .header(latin1(&name, "header name")?, latin1(&value, "header value")?)
+                    .map_err(encode_err)?;
+                match kind {
+                    HeaderKind::ContentLength(n) => {
+                        if app_len.is_some_and(|m| m != n) {
+                            return Err(PyValueError::new_err(
+                                "two different Content-Length headers",
+                            ));
+                        }
+                        app_len = Some(n);
+                    }
+                    HeaderKind::Date => app_date = true,
+                    HeaderKind::Server => app_server = true,
+                    HeaderKind::Other => {}
+                }
+            }
+            // Relaxed: a graceful stop only needs to be noticed eventually; the loop closes
+            // the connection after this response either way.
+            let draining = self.loop_shared.draining.load(Ordering::Relaxed);
+            let (framing, keep_alive) = encode::decide_framing(
+                st.req.version,
+                st.req.is_head,
+                code,
+                app_len,
+                known_len,
+                st.req.keep_alive && !draining,
+            );
+            let mut date = self.date.borrow_mut();
+            w.finish(
+                framing,
+                app_len.is_some(),
+                keep_alive,
+                st.req.version,
+                date.get(),
+                app_date,
+                app_server,
+            );
+            st.framing = framing;
+            st.keep_alive = keep_alive;
+            st.remaining = match framing {
+                Framing::Length(n) => n,
+                _ => 0,
+            };
+            Ok(())
+        })();
+        if result.is_err() {
+            out.truncate(mark);
+        }
+        st.out = out;
+        result?;
+        st.sent = true;
+        Ok(())
+    }
+
+    /// Body data from the app (an item of its iterable, or `write()`).
+    pub fn send(&self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.st.borrow_mut();
+        if !st.sent {
+            self.encode_head(py, &mut st, None)?;
+        }
+        let hold = append_body(&mut st, data);
+        if !hold && !st.out.is_empty() {
+            let out = std::mem::take(&mut st.out);
+            let conn = st.req.conn;
+            drop(st);
+            self.push(py, Response { conn, data: out, part: Part::Partial });
+        }
+        Ok(())
+    }
+
+    /// A body whose total length is known up front (a list or tuple): head and body
+    /// in one buffer.
+    pub fn send_whole(&self, py: Python<'_>, chunks: &[Bound<'_, PyAny>], total: u64) -> PyResult<()> {
+        let mut st = self.st.borrow_mut();
+        if !st.sent {
+            st.out.reserve(256 + total as usize);
+            self.encode_head(py, &mut st, Some(total))?;
+        }
+        for c in chunks {
+            let b = bytes_of(c)?;
+            if !b.is_empty() {
+                append_body(&mut st, b);
+            }
+        }
+        Ok(())
+    }
+
+    /// The body is complete: end it and push the last part.
+    pub fn finish(&self, py: Python<'_>) -> PyResult<()> {
+        let mut st = self.st.borrow_mut();
+        if !st.sent {
+            self.encode_head(py, &mut st, Some(0))?;
+        }
+        match st.framing {
+            Framing::Chunked => encode::write_last_chunk(&mut st.out),
+            Framing::Length(_) if st.remaining > 0 => st.mismatch = true,
+            _ => {}
+        }
+        let keep_alive = st.keep_alive && !st.mismatch;
+        let out = std::mem::take(&mut st.out);
+        let conn = st.req.conn;
+        drop(st);
+        self.push(py, Response { conn, data: out, part: Part::Last { keep_alive } });
+        Ok(())
+    }
+
+    /// The response failed. Before the head went out: a 500 (the connection stays usable).
+    /// After: close the connection without ending the body.
+    pub fn fail(&self, py: Python<'_>) {
+        let mut st = self.st.borrow_mut();
+        let conn = st.req.conn;
+        if st.sent {
+            let out = std::mem::take(&mut st.out);
+            drop(st);
+            self.push(py, Response { conn, data: out, part: Part::Abort });
+            return;
+        }
+        // Relaxed: see `encode_head`.
+        let draining = self.loop_shared.draining.load(Ordering::Relaxed);
+        let keep_alive = st.req.keep_alive && !draining;
+        let body: &[u8] = b"Internal Server Error\n";
+        let mut out = Vec::with_capacity(256);
+        if let Ok((mut w, _)) = HeadWriter::new(&mut out, b"500 Internal Server Error") {
+            let _ = w.header(b"Content-Type", b"text/plain; charset=utf-8");
+            let mut date = self.date.borrow_mut();
+            w.finish(
+                Framing::Length(body.len() as u64),
+                false,
+                keep_alive,
+                st.req.version,
+                date.get(),
+                false,
+                false,
+            );
+        }
+        if !st.req.is_head {
+            out.extend_from_slice(body);
+        }
+        st.sent = true;
+        drop(st);
+        self.push(py, Response { conn, data: out, part: Part::Last { keep_alive } });
+    }
+
+    /// The loop closed this request's connection: stop producing its body.
+    pub fn cancelled(&self) -> bool {
+        let conn = self.st.borrow().req.conn;
+        // Acquire: pairs with the loop's Release store when it closed the connection.
+        self.shared.cancelled.load(Ordering::Acquire) == conn.packed()
+    }
+
+    /// Pushes one message, waiting with the GIL released when the ring is full or too
+    /// many streamed chunks are unwritten; wakes the loop only if it sleeps.
+    fn push(&self, py: Python<'_>, resp: Response) {
+        let shared = &*self.shared;
+        if resp.part == Part::Partial {
+            // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
+            if shared.chunks_in_flight.load(Ordering::Acquire) >= MAX_CHUNKS_IN_FLIGHT {
+                let conn = resp.conn.packed();
+                py.detach(|| {
+                    park::wait_until(&shared.wake, || {
+                        shared.chunks_in_flight.load(Ordering::Acquire) < MAX_CHUNKS_IN_FLIGHT
+                            || shared.cancelled.load(Ordering::Acquire) == conn
+                    })
+                });
+            }
+            // Relaxed: the count is published to the loop by the ring push below.
+            shared.chunks_in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut tx = self.tx.borrow_mut();
+        let mut resp = resp;
+        loop {
+            match tx.push(resp) {
+                Ok(()) => break,
+                Err(back) => {
+                    resp = back;
+                    self.loop_shared.notify();
+                    let tx = &mut *tx;
+                    py.detach(move || park::wait_until(&shared.wake, || !tx.is_full()));
+                }
+            }
+        }
+        drop(tx);
+        self.loop_shared.notify();
+    }
+}
+
+/// Appends framed body bytes; `true` when the output should be held back (the declared
+/// length is complete and the whole response can go out with the last part).
+fn append_body(st: &mut State, data: &[u8]) -> bool {
+    match st.framing {
+        Framing::NoBody => false,
+        Framing::Chunked => {
+            encode::write_chunk(&mut st.out, data);
+            false
+        }
+        Framing::Close => {
+            st.out.extend_from_slice(data);
+            false
+        }
+        Framing::Length(_) => {
+            // "the server should not transmit more bytes than the Content-Length".
+            let n = (data.len() as u64).min(st.remaining) as usize;
+            if n < data.len() {
+                st.mismatch = true;
+            }
+            st.out.extend_from_slice(&data[..n]);
+            st.remaining -= n as u64;
+            st.remaining == 0 && st.out.len() <= HOLD_DECLARED_BODY_MAX_BYTES
+        }
+    }
+}
+
+/// The bytes of a body item (PEP 3333: bytestrings only).
+pub fn bytes_of<'a>(item: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
+    match item.cast::<pyo3::types::PyBytes>() {
+        Ok(b) => Ok(b.as_bytes()),
+        Err(_) => {
+            let ty = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            Err(PyTypeError::new_err(format!(
+                "response body items must be bytes, not {ty}"
+            )))
+        }
+    }
+}

@@ -1,0 +1,462 @@
+"""PEP 3333 behaviours, one route per behaviour (dispatched on PATH_INFO).
+
+Query parameters: `mark=PATH` names a file that routes append observations to
+(one line each: "closed", "reraised ...", a chunk count, ...), so a test can see
+what happened inside the app, e.g. that close() was called on every path.
+
+`factory()` returns an app, for the `module:factory()` form of APP.
+"""
+
+import io
+import os
+import sys
+import time
+
+
+def _query(environ):
+    out = {}
+    for part in environ.get("QUERY_STRING", "").split("&"):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k] = v
+    return out
+
+
+def _mark(q, text):
+    path = q.get("mark")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+def _set_mark(q, text):
+    path = q.get("mark")
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        os.replace(tmp, path)
+
+
+def text():
+    """A fresh header list each time: servers (and wsgiref) may mutate the list they get."""
+    return [("Content-Type", "text/plain")]
+
+
+class Body:
+    """An iterable body with a close() that records it was called.
+
+    `fail_at=i` raises RuntimeError instead of producing chunk i."""
+
+    def __init__(self, q, chunks, fail_at=None):
+        self.q = q
+        self.chunks = list(chunks)
+        self.fail_at = fail_at
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i == self.fail_at:
+            self.i += 1
+            raise RuntimeError("m0test-boom-mid-iteration")
+        if self.i >= len(self.chunks):
+            raise StopIteration
+        c = self.chunks[self.i]
+        self.i += 1
+        return c
+
+    def close(self):
+        _mark(self.q, "closed")
+
+
+class Stream:
+    """`n` chunks of `size` bytes; chunk i is filled with the byte (i % 251).
+
+    After each chunk is produced the running count is written (replacing the
+    file) to `count=PATH`, so a test can watch backpressure stop the iterator."""
+
+    def __init__(self, q):
+        self.q = q
+        self.n = int(q.get("n", "16"))
+        self.size = int(q.get("size", "65536"))
+        self.delay = float(q.get("delay", "0"))
+        self.count_path = q.get("count")
+        self.i = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= self.n:
+            raise StopIteration
+        if self.delay:
+            time.sleep(self.delay)
+        c = bytes([self.i % 251]) * self.size
+        self.i += 1
+        if self.count_path:
+            tmp = self.count_path + ".tmp"
+            with open(tmp, "w") as f:
+                f.write("%d\n" % self.i)
+            os.replace(tmp, self.count_path)
+        return c
+
+    def close(self):
+        _mark(self.q, "closed after %d" % self.i)
+
+
+class MarkedFile(io.FileIO):
+    """A real file (it has fileno(), so sendfile may be used) whose close() is recorded."""
+
+    def __init__(self, path, q):
+        super().__init__(path, "r")
+        self.q = q
+
+    def close(self):
+        if not self.closed:
+            _mark(self.q, "file closed")
+        super().close()
+
+
+class MarkedBytesIO(io.BytesIO):
+    """A file-like object with no usable fileno(); close() is recorded."""
+
+    def __init__(self, data, q):
+        super().__init__(data)
+        self.q = q
+
+    def close(self):
+        if not self.closed:
+            _mark(self.q, "file closed")
+        super().close()
+
+
+def pattern(n):
+    """n bytes of a pattern that shows misplaced or lost ranges."""
+    return bytes((i * 7 + i // 256) % 256 for i in range(n))
+
+
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    q = _query(environ)
+    route = ROUTES.get(path)
+    if route is None:
+        body = b"no route " + path.encode("latin-1")
+        start_response("404 Not Found", text() + [("Content-Length", str(len(body)))])
+        return [body]
+    return route(environ, start_response, q)
+
+
+# --- routes -----------------------------------------------------------------
+
+
+def r_write(environ, start_response, q):
+    write = start_response("200 OK", text())
+    write(b"Hello, ")
+    write(b"")
+    write(b"write ")
+    return Body(q, [b"and ", b"iterable"])
+
+
+def r_write_only(environ, start_response, q):
+    write = start_response("200 OK", text() + [("Content-Length", "13")])
+    write(b"all via ")
+    write(b"write")
+    return Body(q, [])
+
+
+def r_exc_info_before(environ, start_response, q):
+    start_response("200 OK", text() + [("X-Original", "yes")])
+    try:
+        raise ValueError("m0test-replaced-before-send")
+    except ValueError:
+        start_response(
+            "500 Internal Server Error",
+            text() + [("X-Replaced", "yes")],
+            sys.exc_info(),
+        )
+    return Body(q, [b"replaced body"])
+
+
+def r_exc_info_lazy(environ, start_response, q):
+    """Headers set, only empty chunks yielded, then exc_info: nothing was sent, so
+    start_response must replace the headers and return normally."""
+
+    def gen():
+        start_response("200 OK", text() + [("X-Original", "yes")])
+        yield b""
+        try:
+            raise ValueError("m0test-lazy-replaced")
+        except ValueError:
+            try:
+                start_response(
+                    "503 Service Unavailable", text() + [("X-Replaced", "yes")], sys.exc_info()
+                )
+            except Exception as e:
+                _mark(q, "raised %s" % type(e).__name__)
+                raise
+            _mark(q, "replaced")
+        yield b""
+        yield b"recovered"
+
+    return gen()
+
+
+def r_exc_info_after(environ, start_response, q):
+    """Headers went out with the first non-empty chunk; exc_info must re-raise."""
+
+    def gen():
+        start_response("200 OK", text())
+        yield b"partial"
+        try:
+            raise ValueError("m0test-after-headers")
+        except ValueError:
+            try:
+                start_response("500 Internal Server Error", text(), sys.exc_info())
+            except ValueError as e:
+                _mark(q, "reraised ValueError %s" % e)
+                raise
+            except BaseException as e:
+                _mark(q, "raised other %s" % type(e).__name__)
+                raise
+            _mark(q, "not reraised")
+            yield b" should never be sent"
+
+    return gen()
+
+
+def r_start_response_twice(environ, start_response, q):
+    """A second start_response without exc_info is a fatal error (PEP 3333)."""
+    start_response("200 OK", text())
+    try:
+        start_response("201 Created", text())
+    except Exception as e:
+        _mark(q, "raised %s" % type(e).__name__)
+        raise
+    _mark(q, "accepted")
+    return [b"second start_response was accepted"]
+
+
+def r_lazy(environ, start_response, q):
+    def gen():
+        start_response("200 OK", text() + [("X-Lazy", "yes")])
+        yield b""
+        yield b""
+        yield b"lazy-"
+        yield b""
+        yield b"body"
+
+    return gen()
+
+
+def r_lazy_error_before_body(environ, start_response, q):
+    def gen():
+        start_response("200 OK", text() + [("X-Lazy", "yes")])
+        yield b""
+        raise RuntimeError("m0test-lazy-boom-before-body")
+
+    return gen()
+
+
+def r_error_before_start(environ, start_response, q):
+    raise RuntimeError("m0test-boom-before-start")
+
+
+def r_error_after_start(environ, start_response, q):
+    start_response("200 OK", text())
+    return Body(q, [b"partial-", b"more-", b"never"], fail_at=2)
+
+
+def r_error_after_start_cl(environ, start_response, q):
+    start_response("200 OK", text() + [("Content-Length", "100")])
+    return Body(q, [b"partial-", b"more-", b"never"], fail_at=2)
+
+
+def r_no_start_response(environ, start_response, q):
+    return [b"start_response was never called"]
+
+
+def r_close_normal(environ, start_response, q):
+    start_response("200 OK", text())
+    return Body(q, [b"one-", b"two"])
+
+
+def r_close_raise_mid(environ, start_response, q):
+    start_response("200 OK", text())
+    return Body(q, [b"one-", b"two"], fail_at=1)
+
+
+def r_empty_chunks(environ, start_response, q):
+    start_response("200 OK", text())
+    return [b"", b"abc", b"", b"", b"def", b""]
+
+
+def r_empty_list(environ, start_response, q):
+    start_response("200 OK", text())
+    return []
+
+
+def r_list(environ, start_response, q):
+    start_response("200 OK", text())
+    return [b"abc", b"defg"]
+
+
+def r_tuple(environ, start_response, q):
+    start_response("200 OK", text())
+    return (b"abc", b"de")
+
+
+def r_gen(environ, start_response, q):
+    start_response("200 OK", text())
+
+    def gen():
+        yield b"gen-"
+        yield b"body"
+
+    return gen()
+
+
+def r_gen_cl(environ, start_response, q):
+    start_response("200 OK", text() + [("Content-Length", "8")])
+
+    def gen():
+        yield b"gen-"
+        yield b"body"
+
+    return gen()
+
+
+def r_cl_short(environ, start_response, q):
+    """The app promises 10 bytes and produces 3."""
+    start_response("200 OK", text() + [("Content-Length", "10")])
+    return Body(q, [b"abc"])
+
+
+def r_cl_long(environ, start_response, q):
+    """The app promises 3 bytes and produces 6: the rest must not reach the wire."""
+    start_response("200 OK", text() + [("Content-Length", "3")])
+    return Body(q, [b"abc", b"HTTP/1.1 200 OK\r\nX-Smuggled: yes\r\nContent-Length: 0\r\n\r\n"])
+
+
+def r_head(environ, start_response, q):
+    body = b"0123456789"
+    start_response("200 OK", text() + [("Content-Length", str(len(body)))])
+    return Body(q, [body])
+
+
+def r_head_gen(environ, start_response, q):
+    start_response("200 OK", text())
+
+    def gen():
+        yield b"generated "
+        yield b"body"
+
+    return gen()
+
+
+def r_status(environ, start_response, q):
+    code = q.get("code", "200")
+    reasons = {"204": "No Content", "304": "Not Modified", "103": "Early Hints",
+               "100": "Continue", "200": "OK"}
+    headers = [("ETag", '"m0test"')] if code == "304" else []
+    if code in ("103", "100", "200"):
+        headers += text()
+    start_response("%s %s" % (code, reasons.get(code, "Whatever")), headers)
+    if q.get("body") == "1":
+        return Body(q, [b"this body must not be sent"])
+    return Body(q, [])
+
+
+def r_file_wrapper(environ, start_response, q):
+    path = q["path"]
+    headers = list(text())
+    f = MarkedFile(path, q)
+    size = os.path.getsize(path)
+    offset = int(q.get("offset", "0"))
+    if offset:
+        f.seek(offset)
+    if q.get("cl") == "1":
+        headers.append(("Content-Length", str(size - offset)))
+    start_response("200 OK", headers)
+    return environ["wsgi.file_wrapper"](f, 8192)
+
+
+def r_file_wrapper_bytesio(environ, start_response, q):
+    data = pattern(int(q.get("n", "100000")))
+    start_response("200 OK", text())
+    return environ["wsgi.file_wrapper"](MarkedBytesIO(data, q), 4096)
+
+
+def r_stream(environ, start_response, q):
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return Stream(q)
+
+
+def r_slow(environ, start_response, q):
+    _mark(q, "started")
+    time.sleep(float(q.get("secs", "2")))
+    body = b"slow done"
+    start_response("200 OK", text() + [("Content-Length", str(len(body)))])
+    return [body]
+
+
+def r_errors(environ, start_response, q):
+    err = environ["wsgi.errors"]
+    err.write("m0test-wsgi-errors-write\n")
+    err.writelines(["m0test-wsgi-errors-writelines-1\n", "m0test-wsgi-errors-writelines-2\n"])
+    err.flush()
+    start_response("200 OK", text() + [("Content-Length", "2")])
+    return [b"ok"]
+
+
+def r_status_reason(environ, start_response, q):
+    start_response("299 Custom Reason Phrase", text() + [("Content-Length", "2"),
+                                                       ("X-Custom", "a value")])
+    return [b"ok"]
+
+
+ROUTES = {
+    "/write": r_write,
+    "/write-only": r_write_only,
+    "/exc-info/before": r_exc_info_before,
+    "/exc-info/lazy": r_exc_info_lazy,
+    "/exc-info/after": r_exc_info_after,
+    "/start-response-twice": r_start_response_twice,
+    "/lazy": r_lazy,
+    "/lazy-error-before-body": r_lazy_error_before_body,
+    "/error/before-start": r_error_before_start,
+    "/error/after-start": r_error_after_start,
+    "/error/after-start-cl": r_error_after_start_cl,
+    "/error/no-start-response": r_no_start_response,
+    "/close/normal": r_close_normal,
+    "/close/raise-mid": r_close_raise_mid,
+    "/empty-chunks": r_empty_chunks,
+    "/empty-list": r_empty_list,
+    "/list": r_list,
+    "/tuple": r_tuple,
+    "/gen": r_gen,
+    "/gen-cl": r_gen_cl,
+    "/cl-short": r_cl_short,
+    "/cl-long": r_cl_long,
+    "/head": r_head,
+    "/head-gen": r_head_gen,
+    "/status": r_status,
+    "/status-reason": r_status_reason,
+    "/file-wrapper": r_file_wrapper,
+    "/file-wrapper-bytesio": r_file_wrapper_bytesio,
+    "/stream": r_stream,
+    "/slow": r_slow,
+    "/errors": r_errors,
+}
+
+
+def factory():
+    """For APP = "pep3333:factory()"."""
+
+    def made(environ, start_response):
+        body = b"made by factory"
+        start_response("200 OK", text() + [("Content-Length", str(len(body)))])
+        return [body]
+
+    return made
