@@ -86,9 +86,7 @@ impl Config {
                     .trim_start_matches('[')
                     .trim_end_matches(']')
                     .parse()
-                    .map_err(|_| {
-                        format!("--host {:?}: not an IPv4 or IPv6 address", cli.host)
-                    })?;
+                    .map_err(|_| format!("--host {:?}: not an IPv4 or IPv6 address", cli.host))?;
                 Listen::Tcp(SocketAddr::new(ip, cli.port))
             }
         };
@@ -128,7 +126,11 @@ mod tests {
     fn app_spec_forms() {
         assert_eq!(
             AppSpec::parse("pkg.mod:app").unwrap(),
-            AppSpec { module: "pkg.mod".into(), attr: "app".into(), factory: false }
+            AppSpec {
+                module: "pkg.mod".into(),
+                attr: "app".into(),
+                factory: false
+            }
         );
         assert!(AppSpec::parse("mod:make()").unwrap().factory);
         assert_eq!(AppSpec::parse("mod").unwrap().attr, "application");

@@ -320,7 +320,11 @@ impl Conn {
     /// Queues bytes for the socket.
     pub fn queue(&mut self, data: Vec<u8>, credit: Option<u16>) {
         if !data.is_empty() || credit.is_some() {
-            self.wq.push_back(Out { data, pos: 0, credit });
+            self.wq.push_back(Out {
+                data,
+                pos: 0,
+                credit,
+            });
         }
     }
 

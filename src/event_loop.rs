@@ -117,7 +117,14 @@ impl HandlerLink {
         shared: Arc<HandlerShared>,
         join: JoinHandle<()>,
     ) -> HandlerLink {
-        HandlerLink { tx, rx, shared, join, queued: 0, wake_check: false }
+        HandlerLink {
+            tx,
+            rx,
+            shared,
+            join,
+            queued: 0,
+            wake_check: false,
+        }
     }
 
     /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
@@ -237,7 +244,9 @@ impl EventLoop {
     }
 
     fn finished(&mut self) -> bool {
-        let Some(deadline) = self.deadline else { return false };
+        let Some(deadline) = self.deadline else {
+            return false;
+        };
         if self.conns == 0 {
             return true;
         }
@@ -328,7 +337,9 @@ impl EventLoop {
 
     fn accept(&mut self) {
         loop {
-            let Some(listener) = &self.listener else { return };
+            let Some(listener) = &self.listener else {
+                return;
+            };
             let accepted = match listener {
                 Listener::Tcp(l) => l.accept().map(|(s, addr)| {
                     // Responses are written whole; Nagle would only delay them.
@@ -378,7 +389,10 @@ impl EventLoop {
     /// Reads, parses and dispatches what a connection has, until the socket would block or
     /// the connection must wait (a full ring, a response in flight it must follow).
     fn advance(&mut self, slot: u32) {
-        let Some(mut conn) = self.slots.get_mut(slot as usize).and_then(|s| s.conn.take())
+        let Some(mut conn) = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.conn.take())
         else {
             return;
         };
@@ -415,11 +429,6 @@ impl EventLoop {
                 conn.read_stalled = !conn.last_request;
                 return true;
             }
-            if conn.continue_pending && conn.in_flight == 0 {
-                conn.continue_pending = false;
-                conn.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), None);
-                self.dirty.push(conn.me.slot);
-            }
             match conn.parse_step(&self.limits, MAX_BODY_BYTES) {
                 Step::Request(req) => {
                     if !req.head.keep_alive || self.deadline.is_some() {
@@ -429,6 +438,12 @@ impl EventLoop {
                     conn.ready = Some(req);
                 }
                 Step::NeedMore => {
+                    if conn.continue_pending && conn.in_flight == 0 {
+                        // RFC 9110 §10.1.1; after every earlier response, never before.
+                        conn.continue_pending = false;
+                        conn.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), None);
+                        self.dirty.push(conn.me.slot);
+                    }
                     if conn.eof {
                         // The peer stopped sending. A request cut short gets no answer;
                         // one in flight still does, then the connection closes.
@@ -474,7 +489,11 @@ impl EventLoop {
         if let Some(step) = conn.pending_error.take() {
             let (status, reason, why) = match step {
                 Step::Error(e) => (e.status(), e.reason(), format!("{e:?}")),
-                _ => (413, "Content Too Large", "body over the size limit".to_string()),
+                _ => (
+                    413,
+                    "Content Too Large",
+                    "body over the size limit".to_string(),
+                ),
             };
             log::debug!("answering {status} to {:?}: {why}", conn.peer);
             let resp = error_response(status, reason, self.date.get());
@@ -534,7 +553,9 @@ impl EventLoop {
         }
         let stalled = self.stalled.len();
         for _ in 0..stalled {
-            let Some(r) = self.stalled.pop_front() else { break };
+            let Some(r) = self.stalled.pop_front() else {
+                break;
+            };
             if self.conn_by_ref(r).is_some() {
                 self.advance(r.slot);
             }
@@ -614,7 +635,10 @@ impl EventLoop {
 
     /// Writes a connection's queue; closes it when it is done and closing, or failed.
     fn flush_one(&mut self, slot: u32) {
-        let Some(mut conn) = self.slots.get_mut(slot as usize).and_then(|s| s.conn.take())
+        let Some(mut conn) = self
+            .slots
+            .get_mut(slot as usize)
+            .and_then(|s| s.conn.take())
         else {
             return;
         };
@@ -642,7 +666,9 @@ impl EventLoop {
 
     /// After the queue emptied: a closing connection starts its lingering close.
     fn after_output(&mut self, slot: u32) {
-        let Some(conn) = self.conn_mut(slot) else { return };
+        let Some(conn) = self.conn_mut(slot) else {
+            return;
+        };
         if !conn.closing || !conn.wq.is_empty() || matches!(conn.state, ReadState::Lingering) {
             return;
         }
@@ -657,7 +683,8 @@ impl EventLoop {
         let me = conn.me;
         match conn.discard_input() {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                self.lingering.push_back((Instant::now() + LINGER_TIMEOUT, me));
+                self.lingering
+                    .push_back((Instant::now() + LINGER_TIMEOUT, me));
             }
             _ => self.close(slot),
         }
@@ -677,8 +704,12 @@ impl EventLoop {
     }
 
     fn close(&mut self, slot: u32) {
-        let Some(s) = self.slots.get_mut(slot as usize) else { return };
-        let Some(mut conn) = s.conn.take() else { return };
+        let Some(s) = self.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let Some(mut conn) = s.conn.take() else {
+            return;
+        };
         s.gen = s.gen.wrapping_add(1);
         self.free.push(slot);
         self.conns -= 1;
@@ -716,7 +747,9 @@ impl EventLoop {
         }
         self.deadline = Some(Instant::now() + GRACEFUL_TIMEOUT);
         for slot in 0..self.slots.len() as u32 {
-            let Some(conn) = self.conn_mut(slot) else { continue };
+            let Some(conn) = self.conn_mut(slot) else {
+                continue;
+            };
             if conn.is_idle() {
                 self.close(slot);
             } else if conn.in_flight > 0 {

@@ -31,7 +31,15 @@ pub fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
 }
 
 fn run(setup: HandlerSetup) {
-    let HandlerSetup { idx: _, mut rx, tx, shared, loop_shared, app, info } = setup;
+    let HandlerSetup {
+        idx: _,
+        mut rx,
+        tx,
+        shared,
+        loop_shared,
+        app,
+        info,
+    } = setup;
     Python::attach(|py| {
         let mut bridge = match Bridge::new(py, app, tx, shared.clone(), loop_shared, &info) {
             Ok(b) => b,

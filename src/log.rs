@@ -51,7 +51,7 @@ fn timestamp() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let (y, m, d) = crate::http::date::civil_from_days((secs / 86_400) as i64);
+    let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
     let s = secs % 86_400;
     format!(
         "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",

@@ -251,10 +251,7 @@ mod tests {
 
     /// Runs `body` on a thread and fails the test (instead of hanging it) if it has not
     /// finished after `limit`: a lost wake-up shows up as a thread that parks forever.
-    fn within<R: Send + 'static>(
-        limit: Duration,
-        body: impl FnOnce() -> R + Send + 'static,
-    ) -> R {
+    fn within<R: Send + 'static>(limit: Duration, body: impl FnOnce() -> R + Send + 'static) -> R {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(body());

@@ -61,7 +61,9 @@ pub fn initialize() -> Result<(), String> {
             let msg = if status.err_msg.is_null() {
                 "unknown error".to_string()
             } else {
-                std::ffi::CStr::from_ptr(status.err_msg).to_string_lossy().into_owned()
+                std::ffi::CStr::from_ptr(status.err_msg)
+                    .to_string_lossy()
+                    .into_owned()
             };
             return Err(format!("cannot initialise Python: {msg}"));
         }
@@ -94,19 +96,27 @@ pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyA
         let msg = err.value(py).to_string();
         format!("{what}: {ty}: {msg}")
     };
-    let sys = py.import("sys").map_err(|e| fail("cannot import sys".into(), e))?;
+    let sys = py
+        .import("sys")
+        .map_err(|e| fail("cannot import sys".into(), e))?;
     let path = sys
         .getattr("path")
         .and_then(|p| p.cast_into::<PyList>().map_err(Into::into))
         .map_err(|e| fail("cannot read sys.path".into(), e))?;
     path.insert(0, app_dir.to_string_lossy().as_ref())
         .map_err(|e| fail("cannot change sys.path".into(), e))?;
-    let module = py
-        .import(spec.module.as_str())
-        .map_err(|e| fail(format!("cannot import module '{}' (app '{spec}')", spec.module), e))?;
+    let module = py.import(spec.module.as_str()).map_err(|e| {
+        fail(
+            format!("cannot import module '{}' (app '{spec}')", spec.module),
+            e,
+        )
+    })?;
     let mut app = module.getattr(spec.attr.as_str()).map_err(|e| {
         fail(
-            format!("module '{}' has no attribute '{}' (app '{spec}')", spec.module, spec.attr),
+            format!(
+                "module '{}' has no attribute '{}' (app '{spec}')",
+                spec.module, spec.attr
+            ),
             e,
         )
     })?;
@@ -116,7 +126,11 @@ pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyA
             .map_err(|e| fail(format!("the app factory '{spec}' raised"), e))?;
     }
     if !app.is_callable() {
-        let ty = app.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        let ty = app
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
         return Err(format!("app '{spec}' is not callable (it is a {ty})"));
     }
     Ok(app.unbind())

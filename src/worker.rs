@@ -12,10 +12,10 @@ use crate::handler::{self, HandlerSetup};
 use crate::listen::Listener;
 use crate::log;
 use crate::park::WakeFlag;
+use crate::python;
 use crate::ring;
 use crate::signals::SignalPipe;
 use crate::wsgi::ServerInfo;
-use crate::python;
 
 /// Slots in each handler's request ring. A full ring stops the loop from taking more
 /// requests off sockets (backpressure), so this bounds queued work per handler.
@@ -26,10 +26,10 @@ pub const REQUEST_RING_SLOTS: usize = 256;
 pub const RESPONSE_RING_SLOTS: usize = 512;
 
 pub fn run(config: Config) -> Result<(), String> {
-    let listener = Listener::bind(&config.listen).map_err(|e| {
-        format!("cannot bind {}: {e}", describe_listen(&config))
-    })?;
-    let signals = SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let listener = Listener::bind(&config.listen)
+        .map_err(|e| format!("cannot bind {}: {e}", describe_listen(&config)))?;
+    let signals =
+        SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     python::initialize()?;
     let (server_name, server_port) = listener.server_name_port();
     let info = Arc::new(ServerInfo {
@@ -43,7 +43,9 @@ pub fn run(config: Config) -> Result<(), String> {
     Python::attach(|py| {
         let app = python::load_app(py, &config.app, &config.app_dir)?;
         let interp = python::describe(py);
-        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads).map(|_| app.clone_ref(py)).collect();
+        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads)
+            .map(|_| app.clone_ref(py))
+            .collect();
         let result = py.detach(move || serve(&config, listener, signals, info, apps, interp));
         python::flush_stdio(py);
         result

@@ -27,46 +27,101 @@ fn assert_clean_failure(out: &Output, what: &str) {
         out.stderr
     );
     assert!(!out.stderr.trim().is_empty(), "{what}: nothing on stderr");
-    assert!(!out.stderr.contains(PANIC_MARKER), "{what}: a Rust panic instead of an error message:\n{}", out.stderr);
-    assert!(!out.stdout.contains(PANIC_MARKER), "{what}: a Rust panic on stdout:\n{}", out.stdout);
+    assert!(
+        !out.stderr.contains(PANIC_MARKER),
+        "{what}: a Rust panic instead of an error message:\n{}",
+        out.stderr
+    );
+    assert!(
+        !out.stdout.contains(PANIC_MARKER),
+        "{what}: a Rust panic on stdout:\n{}",
+        out.stdout
+    );
 }
 
 #[test]
 fn version_prints_name_and_version() {
     let out = run_to_exit(&["--version"], &[], EXIT_TIMEOUT);
-    assert!(out.status.success(), "--version: {}\n{}", describe_status(&out.status), out.stderr);
+    assert!(
+        out.status.success(),
+        "--version: {}\n{}",
+        describe_status(&out.status),
+        out.stderr
+    );
     assert_eq!(out.stdout.trim(), "m0serve 0.1.0");
 }
 
 #[test]
 fn help_lists_the_flags() {
     let out = run_to_exit(&["--help"], &[], EXIT_TIMEOUT);
-    assert!(out.status.success(), "--help: {}\n{}", describe_status(&out.status), out.stderr);
-    for flag in ["--host", "--port", "--uds", "--workers", "--blocking-threads", "--app-dir", "--log-level", "--version", "--help"] {
-        assert!(out.stdout.contains(flag), "--help does not mention {flag}:\n{}", out.stdout);
+    assert!(
+        out.status.success(),
+        "--help: {}\n{}",
+        describe_status(&out.status),
+        out.stderr
+    );
+    for flag in [
+        "--host",
+        "--port",
+        "--uds",
+        "--workers",
+        "--blocking-threads",
+        "--app-dir",
+        "--log-level",
+        "--version",
+        "--help",
+    ] {
+        assert!(
+            out.stdout.contains(flag),
+            "--help does not mention {flag}:\n{}",
+            out.stdout
+        );
     }
 }
 
 #[test]
 fn unknown_flag_exits_nonzero_naming_the_flag() {
-    let out = run_to_exit(&["hello:app", "--port", "0", "--no-such-flag-m0test"], &[], EXIT_TIMEOUT);
+    let out = run_to_exit(
+        &["hello:app", "--port", "0", "--no-such-flag-m0test"],
+        &[],
+        EXIT_TIMEOUT,
+    );
     assert_clean_failure(&out, "unknown flag");
-    assert!(out.stderr.contains("--no-such-flag-m0test"), "stderr does not name the flag:\n{}", out.stderr);
-    assert!(find_listening_addr(&out.stderr).is_none(), "started listening despite a bad flag");
+    assert!(
+        out.stderr.contains("--no-such-flag-m0test"),
+        "stderr does not name the flag:\n{}",
+        out.stderr
+    );
+    assert!(
+        find_listening_addr(&out.stderr).is_none(),
+        "started listening despite a bad flag"
+    );
 }
 
 #[test]
 fn invalid_port_value_exits_nonzero_naming_the_flag() {
     let out = run_to_exit(&["hello:app", "--port", "not-a-port"], &[], EXIT_TIMEOUT);
     assert_clean_failure(&out, "--port not-a-port");
-    assert!(out.stderr.contains("--port") || out.stderr.contains("not-a-port"), "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("--port") || out.stderr.contains("not-a-port"),
+        "stderr:\n{}",
+        out.stderr
+    );
 }
 
 #[test]
 fn invalid_blocking_threads_value_exits_nonzero_naming_the_flag() {
-    let out = run_to_exit(&["hello:app", "--port", "0", "--blocking-threads", "many"], &[], EXIT_TIMEOUT);
+    let out = run_to_exit(
+        &["hello:app", "--port", "0", "--blocking-threads", "many"],
+        &[],
+        EXIT_TIMEOUT,
+    );
     assert_clean_failure(&out, "--blocking-threads many");
-    assert!(out.stderr.contains("--blocking-threads") || out.stderr.contains("many"), "stderr:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("--blocking-threads") || out.stderr.contains("many"),
+        "stderr:\n{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -77,26 +132,74 @@ fn missing_app_argument_exits_nonzero() {
 
 #[test]
 fn unimportable_module_exits_nonzero_naming_it() {
-    let out = run_to_exit(&["no_such_module_m0test:app", "--port", "0", "--app-dir", &apps()], &[], EXIT_TIMEOUT);
+    let out = run_to_exit(
+        &[
+            "no_such_module_m0test:app",
+            "--port",
+            "0",
+            "--app-dir",
+            &apps(),
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
     assert_clean_failure(&out, "missing module");
-    assert!(out.stderr.contains("no_such_module_m0test"), "stderr does not name the module:\n{}", out.stderr);
-    assert!(out.stderr.contains("ModuleNotFoundError"), "stderr has no Python error:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("no_such_module_m0test"),
+        "stderr does not name the module:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("ModuleNotFoundError"),
+        "stderr has no Python error:\n{}",
+        out.stderr
+    );
 }
 
 #[test]
 fn module_raising_at_import_exits_nonzero_with_its_traceback() {
-    let out = run_to_exit(&["broken_import:app", "--port", "0", "--app-dir", &apps()], &[], EXIT_TIMEOUT);
+    let out = run_to_exit(
+        &["broken_import:app", "--port", "0", "--app-dir", &apps()],
+        &[],
+        EXIT_TIMEOUT,
+    );
     assert_clean_failure(&out, "module raising at import");
-    assert!(out.stderr.contains("Traceback (most recent call last)"), "no traceback:\n{}", out.stderr);
-    assert!(out.stderr.contains("broken_import.py"), "traceback does not show the module's file:\n{}", out.stderr);
-    assert!(out.stderr.contains("RuntimeError: m0test-import-failure"), "traceback does not show the error:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("Traceback (most recent call last)"),
+        "no traceback:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("broken_import.py"),
+        "traceback does not show the module's file:\n{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("RuntimeError: m0test-import-failure"),
+        "traceback does not show the error:\n{}",
+        out.stderr
+    );
 }
 
 #[test]
 fn missing_attribute_exits_nonzero_naming_it() {
-    let out = run_to_exit(&["hello:no_such_attr_m0test", "--port", "0", "--app-dir", &apps()], &[], EXIT_TIMEOUT);
+    let out = run_to_exit(
+        &[
+            "hello:no_such_attr_m0test",
+            "--port",
+            "0",
+            "--app-dir",
+            &apps(),
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
     assert_clean_failure(&out, "missing attribute");
-    assert!(out.stderr.contains("no_such_attr_m0test"), "stderr does not name the attribute:\n{}", out.stderr);
+    assert!(
+        out.stderr.contains("no_such_attr_m0test"),
+        "stderr does not name the attribute:\n{}",
+        out.stderr
+    );
 }
 
 #[test]
@@ -117,7 +220,17 @@ fn factory_call_form_serves_the_app_the_factory_returns() {
 
 #[test]
 fn listening_line_names_the_address_actually_bound() {
-    let s = Server::start("hello:app", &["--host", "127.0.0.1", "--workers", "1", "--log-level", "info"]);
+    let s = Server::start(
+        "hello:app",
+        &[
+            "--host",
+            "127.0.0.1",
+            "--workers",
+            "1",
+            "--log-level",
+            "info",
+        ],
+    );
     assert_eq!(s.addr().ip().to_string(), "127.0.0.1");
     assert_ne!(s.port(), 0, "--port 0 must report the port picked");
     assert_eq!(s.get("/").status, 200);
@@ -131,7 +244,11 @@ fn start_on_fixed_port(use_env: bool) -> (Server, u16) {
         let port = free_port();
         let ps = port.to_string();
         let b = Server::builder("hello:app").without_port_flag();
-        let b = if use_env { b.env("M0SERVE_PORT", &ps) } else { b.args(&["--port", &ps]) };
+        let b = if use_env {
+            b.env("M0SERVE_PORT", &ps)
+        } else {
+            b.args(&["--port", &ps])
+        };
         match b.try_start() {
             Ok(s) => return (s, port),
             Err(e) => last = e,
@@ -156,13 +273,18 @@ fn port_is_read_from_m0serve_port() {
 
 #[test]
 fn app_dir_is_read_from_m0serve_app_dir() {
-    let s = Server::builder("hello:app").without_app_dir_flag().env("M0SERVE_APP_DIR", &apps()).start();
+    let s = Server::builder("hello:app")
+        .without_app_dir_flag()
+        .env("M0SERVE_APP_DIR", &apps())
+        .start();
     assert_eq!(s.get("/").body, b"Hello, World!");
 }
 
 #[test]
 fn blocking_threads_is_read_from_m0serve_blocking_threads() {
-    let s = Server::builder("echo:app").env("M0SERVE_BLOCKING_THREADS", "2").start();
+    let s = Server::builder("echo:app")
+        .env("M0SERVE_BLOCKING_THREADS", "2")
+        .start();
     let e = s.get("/").echo();
     assert_eq!(
         e.wsgi("multithread").as_bool(),
@@ -173,7 +295,10 @@ fn blocking_threads_is_read_from_m0serve_blocking_threads() {
 
 #[test]
 fn flag_wins_over_environment_variable() {
-    let s = Server::builder("echo:app").env("M0SERVE_BLOCKING_THREADS", "2").args(&["--blocking-threads", "1"]).start();
+    let s = Server::builder("echo:app")
+        .env("M0SERVE_BLOCKING_THREADS", "2")
+        .args(&["--blocking-threads", "1"])
+        .start();
     assert_eq!(s.get("/").echo().wsgi("multithread").as_bool(), Some(false));
 }
 
@@ -182,7 +307,13 @@ fn sigterm_exits_zero() {
     let mut s = Server::start("hello:app", &[]);
     assert_eq!(s.get("/").status, 200);
     let st = s.stop();
-    assert_eq!(st.code(), Some(0), "SIGTERM: {}\nstderr:\n{}", describe_status(&st), s.stderr_text());
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "SIGTERM: {}\nstderr:\n{}",
+        describe_status(&st),
+        s.stderr_text()
+    );
 }
 
 #[test]
@@ -190,8 +321,16 @@ fn sigint_exits_zero() {
     let mut s = Server::start("hello:app", &[]);
     assert_eq!(s.get("/").status, 200);
     s.signal(libc::SIGINT);
-    let st = s.wait_exit(STOP_TIMEOUT).expect("no exit within the timeout after SIGINT");
-    assert_eq!(st.code(), Some(0), "SIGINT: {}\nstderr:\n{}", describe_status(&st), s.stderr_text());
+    let st = s
+        .wait_exit(STOP_TIMEOUT)
+        .expect("no exit within the timeout after SIGINT");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "SIGINT: {}\nstderr:\n{}",
+        describe_status(&st),
+        s.stderr_text()
+    );
 }
 
 #[test]
@@ -201,13 +340,22 @@ fn sigterm_while_a_slow_request_is_in_flight_still_delivers_it() {
     let mut s = Server::start("pep3333:app", &[]);
     let mut c = s.connect();
     c.send(&get(&format!("/slow?secs=2&mark={mark}")));
-    wait_for_file_containing(&mark, "started", Duration::from_secs(10)).expect("the slow request never started");
+    wait_for_file_containing(&mark, "started", Duration::from_secs(10))
+        .expect("the slow request never started");
     s.signal(libc::SIGTERM);
     let r = c.read_response();
     assert_eq!(r.status, 200);
     assert_eq!(r.body_text(), "slow done");
-    let st = s.wait_exit(STOP_TIMEOUT).expect("no exit after finishing the in-flight request");
-    assert_eq!(st.code(), Some(0), "{}\nstderr:\n{}", describe_status(&st), s.stderr_text());
+    let st = s
+        .wait_exit(STOP_TIMEOUT)
+        .expect("no exit after finishing the in-flight request");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "{}\nstderr:\n{}",
+        describe_status(&st),
+        s.stderr_text()
+    );
 }
 
 #[test]

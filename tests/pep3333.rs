@@ -18,7 +18,9 @@ const MARK_TIMEOUT: Duration = Duration::from_secs(10);
 fn environ_has_every_required_key_with_the_right_type() {
     let s = Server::start("echo:app", &[]);
     let mut c = s.connect();
-    c.send(b"GET /env/path?x=1&y HTTP/1.1\r\nHost: example.test:8080\r\nUser-Agent: m0test\r\n\r\n");
+    c.send(
+        b"GET /env/path?x=1&y HTTP/1.1\r\nHost: example.test:8080\r\nUser-Agent: m0test\r\n\r\n",
+    );
     let e = c.read_response().echo();
 
     for key in [
@@ -34,7 +36,12 @@ fn environ_has_every_required_key_with_the_right_type() {
         "HTTP_HOST",
         "HTTP_USER_AGENT",
     ] {
-        assert_eq!(e.types.get(key).map(|s| s.as_str()), Some("str"), "{key} must be a native str; types: {:?}", e.types);
+        assert_eq!(
+            e.types.get(key).map(|s| s.as_str()),
+            Some("str"),
+            "{key} must be a native str; types: {:?}",
+            e.types
+        );
     }
     // PEP 3333: every CGI variable is a native string (type exactly str).
     for (k, t) in &e.types {
@@ -53,34 +60,80 @@ fn environ_has_every_required_key_with_the_right_type() {
     assert_eq!(e.must("REMOTE_PORT"), c.local_port().to_string());
     assert_eq!(e.must("HTTP_HOST"), "example.test:8080");
 
-    assert_eq!(e.types.get("wsgi.version").map(|s| s.as_str()), Some("tuple"));
-    assert_eq!(e.wsgi("version"), &Json::Arr(vec![Json::Num(1.0), Json::Num(0.0)]), "wsgi.version must be (1, 0)");
+    assert_eq!(
+        e.types.get("wsgi.version").map(|s| s.as_str()),
+        Some("tuple")
+    );
+    assert_eq!(
+        e.wsgi("version"),
+        &Json::Arr(vec![Json::Num(1.0), Json::Num(0.0)]),
+        "wsgi.version must be (1, 0)"
+    );
     assert_eq!(e.wsgi("url_scheme").as_str(), Some("http"));
-    assert_eq!(e.types.get("wsgi.url_scheme").map(|s| s.as_str()), Some("str"));
-    for key in ["wsgi.multithread", "wsgi.multiprocess", "wsgi.run_once", "wsgi.input_terminated"] {
-        assert_eq!(e.types.get(key).map(|s| s.as_str()), Some("bool"), "{key} must be a bool; types: {:?}", e.types);
+    assert_eq!(
+        e.types.get("wsgi.url_scheme").map(|s| s.as_str()),
+        Some("str")
+    );
+    for key in [
+        "wsgi.multithread",
+        "wsgi.multiprocess",
+        "wsgi.run_once",
+        "wsgi.input_terminated",
+    ] {
+        assert_eq!(
+            e.types.get(key).map(|s| s.as_str()),
+            Some("bool"),
+            "{key} must be a bool; types: {:?}",
+            e.types
+        );
     }
     assert_eq!(e.wsgi("run_once").as_bool(), Some(false));
-    assert_eq!(e.wsgi("multiprocess").as_bool(), Some(false), "--workers 1: one process");
+    assert_eq!(
+        e.wsgi("multiprocess").as_bool(),
+        Some(false),
+        "--workers 1: one process"
+    );
     assert_eq!(e.wsgi("input_terminated").as_bool(), Some(true));
-    assert_eq!(e.wsgi("input_methods").as_bool(), Some(true), "wsgi.input needs read, readline, readlines, __iter__");
-    assert_eq!(e.wsgi("errors_methods").as_bool(), Some(true), "wsgi.errors needs write, writelines, flush");
-    assert_eq!(e.wsgi("has_file_wrapper").as_bool(), Some(true), "wsgi.file_wrapper must be a callable");
+    assert_eq!(
+        e.wsgi("input_methods").as_bool(),
+        Some(true),
+        "wsgi.input needs read, readline, readlines, __iter__"
+    );
+    assert_eq!(
+        e.wsgi("errors_methods").as_bool(),
+        Some(true),
+        "wsgi.errors needs write, writelines, flush"
+    );
+    assert_eq!(
+        e.wsgi("has_file_wrapper").as_bool(),
+        Some(true),
+        "wsgi.file_wrapper must be a callable"
+    );
     assert!(e.types.contains_key("wsgi.input") && e.types.contains_key("wsgi.errors"));
 }
 
 #[test]
 fn multithread_is_true_only_with_several_handler_threads() {
     let one = Server::start("echo:app", &["--blocking-threads", "1"]);
-    assert_eq!(one.get("/").echo().wsgi("multithread").as_bool(), Some(false), "one handler thread: never concurrent");
+    assert_eq!(
+        one.get("/").echo().wsgi("multithread").as_bool(),
+        Some(false),
+        "one handler thread: never concurrent"
+    );
     let two = Server::start("echo:app", &["--blocking-threads", "2"]);
-    assert_eq!(two.get("/").echo().wsgi("multithread").as_bool(), Some(true), "two handler threads: concurrent calls");
+    assert_eq!(
+        two.get("/").echo().wsgi("multithread").as_bool(),
+        Some(true),
+        "two handler threads: concurrent calls"
+    );
 }
 
 #[test]
 fn path_info_is_percent_decoded_to_latin1_and_query_string_is_raw() {
     let s = Server::start("echo:app", &[]);
-    let e = s.get("/a%20b/caf%C3%A9/%e9/x%2Fy/%25?q=%20a+b&c=%E9&d=%2F").echo();
+    let e = s
+        .get("/a%20b/caf%C3%A9/%e9/x%2Fy/%25?q=%20a+b&c=%E9&d=%2F")
+        .echo();
     // Each decoded byte is one char of the native string (latin-1), so the
     // UTF-8 pair C3 A9 is two chars and the lone byte E9 is one.
     assert_eq!(e.must("PATH_INFO"), "/a b/caf\u{c3}\u{a9}/\u{e9}/x/y/%");
@@ -102,16 +155,32 @@ fn header_values_are_latin1_native_strings() {
 fn content_type_and_content_length_are_present_only_when_sent() {
     let s = Server::start("echo:app", &[]);
     let e = s.get("/").echo();
-    assert_eq!(e.var("CONTENT_TYPE"), None, "CONTENT_TYPE without a Content-Type header");
-    assert_eq!(e.var("CONTENT_LENGTH"), None, "CONTENT_LENGTH without a Content-Length header");
+    assert_eq!(
+        e.var("CONTENT_TYPE"),
+        None,
+        "CONTENT_TYPE without a Content-Type header"
+    );
+    assert_eq!(
+        e.var("CONTENT_LENGTH"),
+        None,
+        "CONTENT_LENGTH without a Content-Length header"
+    );
 
     let mut c = s.connect();
     c.send(b"POST /p HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\n\r\nhello");
     let e = c.read_response().echo();
     assert_eq!(e.must("CONTENT_TYPE"), "text/plain; charset=utf-8");
     assert_eq!(e.must("CONTENT_LENGTH"), "5");
-    assert_eq!(e.var("HTTP_CONTENT_TYPE"), None, "Content-Type is CONTENT_TYPE, not HTTP_CONTENT_TYPE");
-    assert_eq!(e.var("HTTP_CONTENT_LENGTH"), None, "Content-Length is CONTENT_LENGTH, not HTTP_CONTENT_LENGTH");
+    assert_eq!(
+        e.var("HTTP_CONTENT_TYPE"),
+        None,
+        "Content-Type is CONTENT_TYPE, not HTTP_CONTENT_TYPE"
+    );
+    assert_eq!(
+        e.var("HTTP_CONTENT_LENGTH"),
+        None,
+        "Content-Length is CONTENT_LENGTH, not HTTP_CONTENT_LENGTH"
+    );
     assert_eq!(e.body, b"hello");
 }
 
@@ -132,7 +201,9 @@ fn server_protocol_is_exactly_the_request_version() {
     let s = Server::start("echo:app", &[]);
     let e = s.request(b"GET / HTTP/1.0\r\n\r\n").echo();
     assert_eq!(e.must("SERVER_PROTOCOL"), "HTTP/1.0");
-    let e = s.request(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").echo();
+    let e = s
+        .request(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .echo();
     assert_eq!(e.must("SERVER_PROTOCOL"), "HTTP/1.1");
 }
 
@@ -140,8 +211,16 @@ fn server_protocol_is_exactly_the_request_version() {
 fn wsgi_errors_writes_reach_the_server_log() {
     let s = Server::start("pep3333:app", &[]);
     assert_eq!(s.get("/errors").body, b"ok");
-    for line in ["m0test-wsgi-errors-write", "m0test-wsgi-errors-writelines-1", "m0test-wsgi-errors-writelines-2"] {
-        assert!(s.wait_for_log(line, Duration::from_secs(5)), "{line:?} written to wsgi.errors is not in the log:\n{}", s.log_text());
+    for line in [
+        "m0test-wsgi-errors-write",
+        "m0test-wsgi-errors-writelines-1",
+        "m0test-wsgi-errors-writelines-2",
+    ] {
+        assert!(
+            s.wait_for_log(line, Duration::from_secs(5)),
+            "{line:?} written to wsgi.errors is not in the log:\n{}",
+            s.log_text()
+        );
     }
 }
 
@@ -211,7 +290,10 @@ fn expected_pieces(body: &[u8], mode: &str) -> Vec<Vec<u8>> {
 fn tricky_body(big: bool) -> Vec<u8> {
     let mut b = Vec::new();
     let lens: &[usize] = if big {
-        &[0, 1, 2, 3, 10, 0, 100, 4095, 4096, 4097, 8191, 8192, 8193, 16383, 16384, 65535, 65536, 65537, 5, 0, 131073, 7]
+        &[
+            0, 1, 2, 3, 10, 0, 100, 4095, 4096, 4097, 8191, 8192, 8193, 16383, 16384, 65535, 65536,
+            65537, 5, 0, 131073, 7,
+        ]
     } else {
         &[0, 1, 2, 3, 10, 0, 100, 1023, 1024, 1025, 0, 4097, 7]
     };
@@ -251,13 +333,27 @@ fn check_read_modes(chunked_upload: bool) {
     ];
     for (mode, body) in modes {
         let target = format!("/input?read={mode}");
-        let req = if chunked_upload { post_chunked(&target, body, &[1, 3, 4096, 7, 65536, 100]) } else { post(&target, body) };
+        let req = if chunked_upload {
+            post_chunked(&target, body, &[1, 3, 4096, 7, 65536, 100])
+        } else {
+            post(&target, body)
+        };
         c.send(&req);
         let e = c.read_response().echo();
-        assert!(e.body == **body, "read={mode}: the app read {} bytes, {} were sent", e.body.len(), body.len());
+        assert!(
+            e.body == **body,
+            "read={mode}: the app read {} bytes, {} were sent",
+            e.body.len(),
+            body.len()
+        );
         let want = expected_pieces(body, mode);
         if e.pieces != want {
-            let first = e.pieces.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(want.len().min(e.pieces.len()));
+            let first = e
+                .pieces
+                .iter()
+                .zip(&want)
+                .position(|(a, b)| a != b)
+                .unwrap_or(want.len().min(e.pieces.len()));
             panic!(
                 "read={mode}: {} pieces, expected {}; first difference at piece {first}: got {:?}, expected {:?}",
                 e.pieces.len(),
@@ -266,7 +362,11 @@ fn check_read_modes(chunked_upload: bool) {
                 want.get(first).map(|p| show(p))
             );
         }
-        assert_eq!(e.json["eof_ok"].as_bool(), Some(true), "read={mode}: reads after the end must return b''");
+        assert_eq!(
+            e.json["eof_ok"].as_bool(),
+            Some(true),
+            "read={mode}: reads after the end must return b''"
+        );
     }
 }
 
@@ -298,7 +398,11 @@ fn unread_request_body_does_not_leak_into_the_next_request() {
     let first = c.read_response().echo();
     assert_eq!(first.must("PATH_INFO"), "/first");
     let second = c.read_response().echo();
-    assert_eq!(second.must("PATH_INFO"), "/second", "the unread body was parsed as a request");
+    assert_eq!(
+        second.must("PATH_INFO"),
+        "/second",
+        "the unread body was parsed as a request"
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -313,7 +417,8 @@ fn write_callable_output_comes_before_the_iterable() {
     let r = s.get(&format!("/write?mark={mark}"));
     assert_eq!(r.status, 200);
     assert_eq!(r.body_text(), "Hello, write and iterable");
-    wait_for_file_containing(&mark, "closed", MARK_TIMEOUT).expect("close() not called after write()");
+    wait_for_file_containing(&mark, "closed", MARK_TIMEOUT)
+        .expect("close() not called after write()");
 
     let r = s.get(&format!("/write-only?mark={mark}"));
     assert_eq!(r.status, 200);
@@ -327,7 +432,11 @@ fn exc_info_before_headers_are_sent_replaces_them() {
     let r = s.get("/exc-info/before");
     assert_eq!(r.status, 500, "{}", r.status_line());
     assert_eq!(r.header("x-replaced"), Some("yes"));
-    assert_eq!(r.header("x-original"), None, "the replaced headers were sent");
+    assert_eq!(
+        r.header("x-original"),
+        None,
+        "the replaced headers were sent"
+    );
     assert_eq!(r.body_text(), "replaced body");
 }
 
@@ -340,7 +449,11 @@ fn exc_info_after_only_empty_chunks_still_replaces_the_headers() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get(&format!("/exc-info/lazy?mark={mark}"));
     let seen = read_or_empty(&mark);
-    assert_eq!(seen.trim(), "replaced", "start_response(exc_info) raised although nothing was sent");
+    assert_eq!(
+        seen.trim(),
+        "replaced",
+        "start_response(exc_info) raised although nothing was sent"
+    );
     assert_eq!(r.status, 503, "{}", r.status_line());
     assert_eq!(r.header("x-replaced"), Some("yes"));
     assert_eq!(r.header("x-original"), None);
@@ -356,16 +469,32 @@ fn exc_info_after_headers_are_sent_reraises_and_the_connection_closes() {
     c.send(&get(&format!("/exc-info/after?mark={mark}")));
     let res = c.try_read_response();
     let err = res.expect_err("a complete response although the app failed after sending headers");
-    let head = err.head.as_ref().expect("the 200 head went out with the first chunk");
+    let head = err
+        .head
+        .as_ref()
+        .expect("the 200 head went out with the first chunk");
     assert_eq!(head.status, 200);
     // PEP 3333: a block is transmitted (or guaranteed to be) before the app
     // is asked for the next one, so "partial" reached the client.
-    assert!(contains(&err.raw, b"partial"), "the first chunk was not sent: {:?}", show(&err.raw));
+    assert!(
+        contains(&err.raw, b"partial"),
+        "the first chunk was not sent: {:?}",
+        show(&err.raw)
+    );
     assert!(!contains(&err.raw, b"should never be sent"));
-    let m = wait_for_file_containing(&mark, "reraised", MARK_TIMEOUT)
-        .unwrap_or_else(|m| panic!("start_response(exc_info) after headers were sent did not re-raise; mark: {m:?}"));
-    assert_eq!(m.trim(), "reraised ValueError m0test-after-headers", "it must re-raise exc_info's own exception");
-    assert!(s.wait_for_log("m0test-after-headers", Duration::from_secs(5)), "the error is not logged:\n{}", s.log_text());
+    let m = wait_for_file_containing(&mark, "reraised", MARK_TIMEOUT).unwrap_or_else(|m| {
+        panic!("start_response(exc_info) after headers were sent did not re-raise; mark: {m:?}")
+    });
+    assert_eq!(
+        m.trim(),
+        "reraised ValueError m0test-after-headers",
+        "it must re-raise exc_info's own exception"
+    );
+    assert!(
+        s.wait_for_log("m0test-after-headers", Duration::from_secs(5)),
+        "the error is not logged:\n{}",
+        s.log_text()
+    );
 }
 
 #[test]
@@ -375,7 +504,10 @@ fn second_start_response_without_exc_info_is_an_error() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get(&format!("/start-response-twice?mark={mark}"));
     let m = read_or_empty(&mark);
-    assert!(m.starts_with("raised "), "a second start_response without exc_info was accepted (mark {m:?})");
+    assert!(
+        m.starts_with("raised "),
+        "a second start_response without exc_info was accepted (mark {m:?})"
+    );
     assert_eq!(r.status, 500);
 }
 
@@ -395,7 +527,11 @@ fn error_after_start_response_but_before_any_body_is_still_a_500() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get("/lazy-error-before-body");
     assert_eq!(r.status, 500, "{}", r.status_line());
-    assert_eq!(r.header("x-lazy"), None, "headers went out before a non-empty chunk");
+    assert_eq!(
+        r.header("x-lazy"),
+        None,
+        "headers went out before a non-empty chunk"
+    );
     assert!(s.wait_for_log("m0test-lazy-boom-before-body", Duration::from_secs(5)));
 }
 
@@ -422,7 +558,10 @@ fn status_reason_phrase_and_headers_are_sent_as_given() {
 // ---------------------------------------------------------------------------
 
 fn close_count(mark: &str) -> usize {
-    read_or_empty(mark).lines().filter(|l| l.starts_with("closed")).count()
+    read_or_empty(mark)
+        .lines()
+        .filter(|l| l.starts_with("closed"))
+        .count()
 }
 
 #[test]
@@ -432,7 +571,10 @@ fn close_is_called_once_after_a_normal_response() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get(&format!("/close/normal?mark={mark}"));
     assert_eq!(r.body_text(), "one-two");
-    assert!(wait_until(MARK_TIMEOUT, || close_count(&mark) >= 1), "close() not called");
+    assert!(
+        wait_until(MARK_TIMEOUT, || close_count(&mark) >= 1),
+        "close() not called"
+    );
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(close_count(&mark), 1, "close() called more than once");
 }
@@ -445,7 +587,10 @@ fn close_is_called_when_iteration_raises() {
     let mut c = s.connect();
     c.send(&get(&format!("/close/raise-mid?mark={mark}")));
     let _ = c.try_read_response();
-    assert!(wait_until(MARK_TIMEOUT, || close_count(&mark) == 1), "close() not called after the iterable raised");
+    assert!(
+        wait_until(MARK_TIMEOUT, || close_count(&mark) == 1),
+        "close() not called after the iterable raised"
+    );
 }
 
 #[test]
@@ -456,7 +601,10 @@ fn close_is_called_for_a_head_request() {
     let mut c = s.connect();
     c.send(format!("HEAD /close/normal?mark={mark} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
     assert_eq!(c.read_head_response().status, 200);
-    assert!(wait_until(MARK_TIMEOUT, || close_count(&mark) == 1), "close() not called for HEAD");
+    assert!(
+        wait_until(MARK_TIMEOUT, || close_count(&mark) == 1),
+        "close() not called for HEAD"
+    );
 }
 
 #[test]
@@ -468,7 +616,9 @@ fn close_is_called_when_the_client_disconnects_mid_stream() {
     {
         let mut c = s.connect();
         // 16 GiB if nobody stops it: only close() on disconnect ends it.
-        c.send(&get(&format!("/stream?n=262144&size=65536&mark={mark}&count={count}")));
+        c.send(&get(&format!(
+            "/stream?n=262144&size=65536&mark={mark}&count={count}"
+        )));
         let mut got = 0usize;
         let mut buf = [0u8; 65536];
         while got < 300_000 {
@@ -480,9 +630,21 @@ fn close_is_called_when_the_client_disconnects_mid_stream() {
         // Dropping the connection closes it with unread data: an RST.
     }
     let m = wait_for_file_containing(&mark, "closed after", Duration::from_secs(15))
-        .unwrap_or_else(|_| panic!("close() not called after the client went away; chunks produced: {}", read_or_empty(&count).trim()));
-    let produced: usize = m.trim().trim_start_matches("closed after ").parse().unwrap();
-    assert!(produced < 262144, "the whole stream was produced for a client that was gone");
+        .unwrap_or_else(|_| {
+            panic!(
+                "close() not called after the client went away; chunks produced: {}",
+                read_or_empty(&count).trim()
+            )
+        });
+    let produced: usize = m
+        .trim()
+        .trim_start_matches("closed after ")
+        .parse()
+        .unwrap();
+    assert!(
+        produced < 262144,
+        "the whole stream was produced for a client that was gone"
+    );
     // And the server goes on.
     assert_eq!(s.get("/list").body_text(), "abcdefg");
 }
@@ -504,16 +666,26 @@ fn check_file_wrapper(query_extra: &str, offset: usize) {
     let s = Server::start("pep3333:app", &[]);
     let mut c = s.connect();
     for round in 0..2 {
-        c.send(&get(&format!("/file-wrapper?path={path}&mark={mark}&offset={offset}{query_extra}")));
+        c.send(&get(&format!(
+            "/file-wrapper?path={path}&mark={mark}&offset={offset}{query_extra}"
+        )));
         let r = c.read_response();
         assert_eq!(r.status, 200);
-        assert!(r.body == data[offset..], "round {round}: file body differs ({} bytes, expected {})", r.body.len(), data.len() - offset);
+        assert!(
+            r.body == data[offset..],
+            "round {round}: file body differs ({} bytes, expected {})",
+            r.body.len(),
+            data.len() - offset
+        );
         if query_extra.contains("cl=1") {
             assert_eq!(r.framing, Framing::ContentLength(data.len() - offset));
         }
     }
     assert!(
-        wait_until(MARK_TIMEOUT, || read_or_empty(&mark).matches("file closed").count() == 2),
+        wait_until(MARK_TIMEOUT, || read_or_empty(&mark)
+            .matches("file closed")
+            .count()
+            == 2),
         "the file wrapper's close() must close the file; mark: {:?}",
         read_or_empty(&mark)
     );
@@ -542,9 +714,16 @@ fn file_wrapper_works_with_a_file_like_object_without_fileno() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get(&format!("/file-wrapper-bytesio?n=100000&mark={mark}"));
     assert_eq!(r.status, 200);
-    let want: Vec<u8> = (0..100_000usize).map(|i| ((i * 7 + i / 256) % 256) as u8).collect();
-    assert!(r.body == want, "BytesIO body differs ({} bytes)", r.body.len());
-    wait_for_file_containing(&mark, "file closed", MARK_TIMEOUT).expect("file-like object not closed");
+    let want: Vec<u8> = (0..100_000usize)
+        .map(|i| ((i * 7 + i / 256) % 256) as u8)
+        .collect();
+    assert!(
+        r.body == want,
+        "BytesIO body differs ({} bytes)",
+        r.body.len()
+    );
+    wait_for_file_containing(&mark, "file closed", MARK_TIMEOUT)
+        .expect("file-like object not closed");
 }
 
 // ---------------------------------------------------------------------------
@@ -577,7 +756,11 @@ fn wsgiref_validator_finds_no_violation_in_ordinary_requests() {
     ];
     for (req, head) in &requests {
         c.send(req);
-        let r = if *head { c.read_head_response() } else { c.read_response() };
+        let r = if *head {
+            c.read_head_response()
+        } else {
+            c.read_response()
+        };
         assert!(
             (200..300).contains(&r.status),
             "{:?} -> {}\n{}\nlog:\n{}",
@@ -594,6 +777,9 @@ fn wsgiref_validator_finds_no_violation_in_ordinary_requests() {
     assert_eq!(st.code(), Some(0));
     let log = s.log_text();
     for bad in ["AssertionError", "WSGIWarning", "Traceback"] {
-        assert!(!log.contains(bad), "wsgiref.validate reported a PEP 3333 violation ({bad}):\n{log}");
+        assert!(
+            !log.contains(bad),
+            "wsgiref.validate reported a PEP 3333 violation ({bad}):\n{log}"
+        );
     }
 }

@@ -110,13 +110,25 @@ impl TrailerName {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     /// Reading `chunk-size = 1*HEXDIG`; `digits` is false until the first one.
-    Size { size: u64, digits: bool },
+    Size {
+        size: u64,
+        digits: bool,
+    },
     /// BWS after the size: only a chunk-ext may follow.
-    SizeBws { size: u64 },
-    Ext { size: u64, at: Ext },
+    SizeBws {
+        size: u64,
+    },
+    Ext {
+        size: u64,
+        at: Ext,
+    },
     /// After the CR that ends a size line.
-    SizeLf { size: u64 },
-    Data { remaining: u64 },
+    SizeLf {
+        size: u64,
+    },
+    Data {
+        remaining: u64,
+    },
     /// After chunk data: CR, then LF.
     DataCr,
     DataLf,
@@ -212,15 +224,20 @@ impl ChunkedDecoder {
         self.decoded
     }
 
-    /// One framing byte (never chunk data).
-    fn step(&mut self, state: State, b: u8) -> Result<State, BodyError> {
+    /// Counts `b` against the size-line, extension and trailer limits.
+    fn account(&mut self, state: &State, b: u8) -> Result<(), BodyError> {
         use BodyError::BadChunk;
         match state {
-            State::Size { .. } | State::SizeBws { .. } | State::Ext { .. } => {
-                if b != b'\r' {
-                    self.line_bytes += 1;
-                    if self.line_bytes > MAX_CHUNK_SIZE_LINE_BYTES {
-                        return Err(BadChunk("chunk size line too long"));
+            // The CR ending a size line is not part of it.
+            State::Size { .. } | State::SizeBws { .. } | State::Ext { .. } if b != b'\r' => {
+                self.line_bytes += 1;
+                if self.line_bytes > MAX_CHUNK_SIZE_LINE_BYTES {
+                    return Err(BadChunk("chunk size line too long"));
+                }
+                if let State::Ext { .. } = state {
+                    self.ext_bytes += 1;
+                    if self.ext_bytes > MAX_CHUNK_EXT_BYTES_TOTAL {
+                        return Err(BadChunk("chunk extensions too long"));
                     }
                 }
             }
@@ -236,6 +253,13 @@ impl ChunkedDecoder {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// One framing byte (never chunk data).
+    fn step(&mut self, state: State, b: u8) -> Result<State, BodyError> {
+        use BodyError::BadChunk;
+        self.account(&state, b)?;
         Ok(match state {
             // RFC 9112 §7.1: chunk = chunk-size [ chunk-ext ] CRLF chunk-data CRLF;
             // chunk-size = 1*HEXDIG. No sign, no "0x", no leading whitespace.
@@ -269,14 +293,11 @@ impl ChunkedDecoder {
                 _ => return Err(BadChunk("whitespace after chunk size")),
             },
             State::Ext { size, at } => {
-                if b != b'\r' {
-                    self.ext_bytes += 1;
-                    if self.ext_bytes > MAX_CHUNK_EXT_BYTES_TOTAL {
-                        return Err(BadChunk("chunk extensions too long"));
-                    }
-                }
                 let at = match (at, b) {
-                    (Ext::BeforeName | Ext::AfterNameBws | Ext::BeforeValue | Ext::AfterValueBws, b' ' | b'\t') => at,
+                    (
+                        Ext::BeforeName | Ext::AfterNameBws | Ext::BeforeValue | Ext::AfterValueBws,
+                        b' ' | b'\t',
+                    ) => at,
                     (Ext::BeforeName, b) if is_tchar(b) => Ext::Name,
                     (Ext::Name, b) if is_tchar(b) => Ext::Name,
                     (Ext::Name, b' ' | b'\t') => Ext::AfterNameBws,
@@ -286,7 +307,11 @@ impl ChunkedDecoder {
                     (Ext::Token, b) if is_tchar(b) => Ext::Token,
                     (Ext::Token | Ext::QuotedEnd, b' ' | b'\t') => Ext::AfterValueBws,
                     (
-                        Ext::Name | Ext::AfterNameBws | Ext::Token | Ext::QuotedEnd | Ext::AfterValueBws,
+                        Ext::Name
+                        | Ext::AfterNameBws
+                        | Ext::Token
+                        | Ext::QuotedEnd
+                        | Ext::AfterValueBws,
                         b';',
                     ) => Ext::BeforeName,
                     (Ext::Name | Ext::Token | Ext::QuotedEnd, b'\r') => {
@@ -296,9 +321,10 @@ impl ChunkedDecoder {
                     // qdtext = HTAB / SP / %x21 / %x23-5B / %x5D-7E / obs-text.
                     (Ext::Quoted, b'"') => Ext::QuotedEnd,
                     (Ext::Quoted, b'\\') => Ext::QuotedPair,
-                    (Ext::Quoted, b'\t' | b' ' | 0x21 | 0x23..=0x5B | 0x5D..=0x7E | 0x80..=0xFF) => {
-                        Ext::Quoted
-                    }
+                    (
+                        Ext::Quoted,
+                        b'\t' | b' ' | 0x21 | 0x23..=0x5B | 0x5D..=0x7E | 0x80..=0xFF,
+                    ) => Ext::Quoted,
                     // quoted-pair = "\" ( HTAB / SP / VCHAR / obs-text )
                     (Ext::QuotedPair, b'\t' | b' ' | 0x21..=0x7E | 0x80..=0xFF) => Ext::Quoted,
                     // Includes a bare CR or LF anywhere in an extension.
@@ -427,17 +453,32 @@ mod tests {
         let whole = feed(&[input]);
         for k in 0..=input.len() {
             let split = feed(&[&input[..k], &input[k..]]);
-            assert_eq!(split, whole, "split at {k} of {:?}", String::from_utf8_lossy(input));
+            assert_eq!(
+                split,
+                whole,
+                "split at {k} of {:?}",
+                String::from_utf8_lossy(input)
+            );
         }
         let bytes: Vec<&[u8]> = input.chunks(1).collect();
-        assert_eq!(feed(&bytes), whole, "byte at a time: {:?}", String::from_utf8_lossy(input));
+        assert_eq!(
+            feed(&bytes),
+            whole,
+            "byte at a time: {:?}",
+            String::from_utf8_lossy(input)
+        );
         whole
     }
 
     fn body(input: &[u8]) -> Vec<u8> {
         match decode_all_ways(input, MAX) {
             Ok((out, consumed, true)) => {
-                assert_eq!(consumed, input.len(), "{:?}", String::from_utf8_lossy(input));
+                assert_eq!(
+                    consumed,
+                    input.len(),
+                    "{:?}",
+                    String::from_utf8_lossy(input)
+                );
                 out
             }
             other => panic!("{:?}: {other:?}", String::from_utf8_lossy(input)),
@@ -447,14 +488,23 @@ mod tests {
     fn bad(input: &[u8]) -> BodyError {
         match decode_all_ways(input, MAX) {
             Err(e) => e,
-            other => panic!("{:?}: expected an error, got {other:?}", String::from_utf8_lossy(input)),
+            other => panic!(
+                "{:?}: expected an error, got {other:?}",
+                String::from_utf8_lossy(input)
+            ),
         }
     }
 
     #[test]
     fn decodes_simple_body() {
-        assert_eq!(body(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"), b"hello world");
-        assert_eq!(body(b"1e\r\nall your base are belong to us\r\n0\r\n\r\n"), b"all your base are belong to us");
+        assert_eq!(
+            body(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+            b"hello world"
+        );
+        assert_eq!(
+            body(b"1e\r\nall your base are belong to us\r\n0\r\n\r\n"),
+            b"all your base are belong to us"
+        );
         assert_eq!(body(b"0\r\n\r\n"), b"");
     }
 
@@ -481,7 +531,15 @@ mod tests {
 
     #[test]
     fn incomplete_body_is_not_done() {
-        for input in [&b""[..], b"5", b"5\r\nhel", b"5\r\nhello\r\n", b"0\r\n", b"0\r\nX: y\r\n", b"0\r\n\r"] {
+        for input in [
+            &b""[..],
+            b"5",
+            b"5\r\nhel",
+            b"5\r\nhello\r\n",
+            b"0\r\n",
+            b"0\r\nX: y\r\n",
+            b"0\r\n\r",
+        ] {
             let (_, consumed, done) = decode_all_ways(input, MAX).unwrap();
             assert!(!done, "{input:?}");
             assert_eq!(consumed, input.len());
@@ -498,75 +556,156 @@ mod tests {
             b"5 ;a=b\r\nhello\r\n0\t; x\r\n\r\n",
             b"5;a=\"\"\r\nhello\r\n0\r\n\r\n",
         ] {
-            assert_eq!(body(input), b"hello", "{:?}", String::from_utf8_lossy(input));
+            assert_eq!(
+                body(input),
+                b"hello",
+                "{:?}",
+                String::from_utf8_lossy(input)
+            );
         }
     }
 
     #[test]
     fn discards_valid_trailers() {
-        assert_eq!(body(b"5\r\nhello\r\n6\r\n world\r\n0\r\nVary: *\r\nContent-Type: text/plain\r\n\r\n"), b"hello world");
+        assert_eq!(
+            body(b"5\r\nhello\r\n6\r\n world\r\n0\r\nVary: *\r\nContent-Type: text/plain\r\n\r\n"),
+            b"hello world"
+        );
         assert_eq!(body(b"0\r\nX-Empty:\r\nX-Obs: caf\xc3\xa9\t\r\n\r\n"), b"");
     }
 
     #[test]
     fn rejects_signs_and_prefixes() {
-        for input in [&b"-5\r\nhello\r\n0\r\n\r\n"[..], b"+5\r\nhello\r\n0\r\n\r\n", b"0x5\r\nhello\r\n0\r\n\r\n"] {
+        for input in [
+            &b"-5\r\nhello\r\n0\r\n\r\n"[..],
+            b"+5\r\nhello\r\n0\r\n\r\n",
+            b"0x5\r\nhello\r\n0\r\n\r\n",
+        ] {
             assert!(matches!(bad(input), BodyError::BadChunk(_)), "{input:?}");
         }
     }
 
     #[test]
     fn rejects_whitespace_around_size() {
-        assert_eq!(bad(b" 5\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("missing chunk size"));
-        assert_eq!(bad(b"5\r\nhello\r\n0 \r\n\r\n"), BodyError::BadChunk("whitespace after chunk size"));
-        assert_eq!(bad(b"5\r\nhello\r\n 0\r\n\r\n"), BodyError::BadChunk("missing chunk size"));
-        assert_eq!(bad(b" ;foo=bar\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("missing chunk size"));
+        assert_eq!(
+            bad(b" 5\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("missing chunk size")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\r\n0 \r\n\r\n"),
+            BodyError::BadChunk("whitespace after chunk size")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\r\n 0\r\n\r\n"),
+            BodyError::BadChunk("missing chunk size")
+        );
+        assert_eq!(
+            bad(b" ;foo=bar\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("missing chunk size")
+        );
     }
 
     #[test]
     fn rejects_missing_or_invalid_size() {
-        assert_eq!(bad(b"\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("missing chunk size"));
-        assert_eq!(bad(b";a\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("missing chunk size"));
-        assert_eq!(bad(b"5\r\nhello\r\n6_0\r\n world\r\n0\r\n\r\n"), BodyError::BadChunk("invalid chunk size"));
-        assert_eq!(bad(b"5g\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("invalid chunk size"));
+        assert_eq!(
+            bad(b"\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("missing chunk size")
+        );
+        assert_eq!(
+            bad(b";a\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("missing chunk size")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\r\n6_0\r\n world\r\n0\r\n\r\n"),
+            BodyError::BadChunk("invalid chunk size")
+        );
+        assert_eq!(
+            bad(b"5g\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("invalid chunk size")
+        );
     }
 
     #[test]
     fn rejects_size_overflow() {
-        assert_eq!(bad(b"10000000000000000\r\n"), BodyError::BadChunk("chunk size overflows"));
+        assert_eq!(
+            bad(b"10000000000000000\r\n"),
+            BodyError::BadChunk("chunk size overflows")
+        );
         // The largest size parses, then is over any max_body.
         assert_eq!(bad(b"ffffffffffffffff\r\n"), BodyError::TooLarge);
     }
 
     #[test]
     fn leading_zeros_do_not_overflow() {
-        assert_eq!(body(b"00000000000000000000000000000001\r\nx\r\n0\r\n\r\n"), b"x");
+        assert_eq!(
+            body(b"00000000000000000000000000000001\r\nx\r\n0\r\n\r\n"),
+            b"x"
+        );
     }
 
     #[test]
     fn rejects_bare_lf() {
-        assert_eq!(bad(b"5\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("invalid chunk size"));
-        assert_eq!(bad(b"5\n;\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("invalid chunk size"));
-        assert_eq!(bad(b"5\r\nhello\n0\r\n\r\n"), BodyError::BadChunk("missing CRLF after chunk data"));
-        assert_eq!(bad(b"5\r\nhello\r\n0\n\r\n"), BodyError::BadChunk("invalid chunk size"));
-        assert_eq!(bad(b"5\r\nhello\r\n0\r\n\n"), BodyError::BadChunk("invalid trailer field"));
-        assert_eq!(bad(b"0\r\nX: y\n\r\n"), BodyError::BadChunk("invalid trailer field value"));
+        assert_eq!(
+            bad(b"5\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("invalid chunk size")
+        );
+        assert_eq!(
+            bad(b"5\n;\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("invalid chunk size")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\n0\r\n\r\n"),
+            BodyError::BadChunk("missing CRLF after chunk data")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\r\n0\n\r\n"),
+            BodyError::BadChunk("invalid chunk size")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\r\n0\r\n\n"),
+            BodyError::BadChunk("invalid trailer field")
+        );
+        assert_eq!(
+            bad(b"0\r\nX: y\n\r\n"),
+            BodyError::BadChunk("invalid trailer field value")
+        );
     }
 
     #[test]
     fn rejects_bare_cr() {
-        assert_eq!(bad(b"5\rhello\r\n0\r\n\r\n"), BodyError::BadChunk("bare CR in chunk size line"));
-        assert_eq!(bad(b"5\r\nhello\rx0\r\n\r\n"), BodyError::BadChunk("bare CR after chunk data"));
-        assert_eq!(bad(b"0\r\n\rx"), BodyError::BadChunk("bare CR after last chunk"));
-        assert_eq!(bad(b"0\r\nX: y\rz\r\n\r\n"), BodyError::BadChunk("bare CR in trailer section"));
-        assert_eq!(bad(b"5;ext=val\rue\r\nhello\r\n0\r\n\r\n"), BodyError::BadChunk("bare CR in chunk size line"));
+        assert_eq!(
+            bad(b"5\rhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("bare CR in chunk size line")
+        );
+        assert_eq!(
+            bad(b"5\r\nhello\rx0\r\n\r\n"),
+            BodyError::BadChunk("bare CR after chunk data")
+        );
+        assert_eq!(
+            bad(b"0\r\n\rx"),
+            BodyError::BadChunk("bare CR after last chunk")
+        );
+        assert_eq!(
+            bad(b"0\r\nX: y\rz\r\n\r\n"),
+            BodyError::BadChunk("bare CR in trailer section")
+        );
+        assert_eq!(
+            bad(b"5;ext=val\rue\r\nhello\r\n0\r\n\r\n"),
+            BodyError::BadChunk("bare CR in chunk size line")
+        );
     }
 
     #[test]
     fn rejects_data_longer_than_its_size() {
-        assert_eq!(bad(b"5\r\nhello!\r\n0\r\n\r\n"), BodyError::BadChunk("missing CRLF after chunk data"));
+        assert_eq!(
+            bad(b"5\r\nhello!\r\n0\r\n\r\n"),
+            BodyError::BadChunk("missing CRLF after chunk data")
+        );
         // Missing the last chunk: "\r\n" where a size should be.
-        assert_eq!(bad(b"5\r\nhello\r\n6\r\n world\r\n\r\n"), BodyError::BadChunk("missing chunk size"));
+        assert_eq!(
+            bad(b"5\r\nhello\r\n6\r\n world\r\n\r\n"),
+            BodyError::BadChunk("missing chunk size")
+        );
     }
 
     #[test]
@@ -599,30 +738,70 @@ mod tests {
 
     #[test]
     fn rejects_invalid_trailers() {
-        assert_eq!(bad(b"0\r\n X: y\r\n\r\n"), BodyError::BadChunk("invalid trailer field"));
-        assert_eq!(bad(b"0\r\nX: y\r\n z\r\n\r\n"), BodyError::BadChunk("invalid trailer field"));
-        assert_eq!(bad(b"0\r\nX : y\r\n\r\n"), BodyError::BadChunk("invalid trailer field name"));
-        assert_eq!(bad(b"0\r\nX\r\n\r\n"), BodyError::BadChunk("invalid trailer field name"));
-        assert_eq!(bad(b"0\r\n:y\r\n\r\n"), BodyError::BadChunk("invalid trailer field"));
-        assert_eq!(bad(b"0\r\nX: a\x00b\r\n\r\n"), BodyError::BadChunk("invalid trailer field value"));
-        assert_eq!(bad(b"0\r\nX: a\x07b\r\n\r\n"), BodyError::BadChunk("invalid trailer field value"));
-        assert_eq!(bad(b"0\r\nX: a\x7fb\r\n\r\n"), BodyError::BadChunk("invalid trailer field value"));
+        assert_eq!(
+            bad(b"0\r\n X: y\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field")
+        );
+        assert_eq!(
+            bad(b"0\r\nX: y\r\n z\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field")
+        );
+        assert_eq!(
+            bad(b"0\r\nX : y\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field name")
+        );
+        assert_eq!(
+            bad(b"0\r\nX\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field name")
+        );
+        assert_eq!(
+            bad(b"0\r\n:y\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field")
+        );
+        assert_eq!(
+            bad(b"0\r\nX: a\x00b\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field value")
+        );
+        assert_eq!(
+            bad(b"0\r\nX: a\x07b\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field value")
+        );
+        assert_eq!(
+            bad(b"0\r\nX: a\x7fb\r\n\r\n"),
+            BodyError::BadChunk("invalid trailer field value")
+        );
     }
 
     #[test]
     fn rejects_forbidden_trailers() {
-        for name in ["Content-Length", "content-length", "Transfer-Encoding", "HOST", "Trailer"] {
+        for name in [
+            "Content-Length",
+            "content-length",
+            "Transfer-Encoding",
+            "HOST",
+            "Trailer",
+        ] {
             let input = format!("5\r\nhello\r\n0\r\n{name}: 99\r\n\r\n");
-            assert_eq!(bad(input.as_bytes()), BodyError::BadChunk("forbidden trailer field"), "{name}");
+            assert_eq!(
+                bad(input.as_bytes()),
+                BodyError::BadChunk("forbidden trailer field"),
+                "{name}"
+            );
         }
         // Names that only start like a forbidden one are fine.
-        assert_eq!(body(b"0\r\nHosts: x\r\nContent-Lengths: 1\r\nHos: y\r\n\r\n"), b"");
+        assert_eq!(
+            body(b"0\r\nHosts: x\r\nContent-Lengths: 1\r\nHos: y\r\n\r\n"),
+            b""
+        );
     }
 
     #[test]
     fn enforces_max_body() {
         let input = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
-        assert_eq!(decode_all_ways(input, 11).map(|r| r.0), Ok(b"hello world".to_vec()));
+        assert_eq!(
+            decode_all_ways(input, 11).map(|r| r.0),
+            Ok(b"hello world".to_vec())
+        );
         assert_eq!(decode_all_ways(input, 10), Err(BodyError::TooLarge));
         assert_eq!(decode_all_ways(input, 0), Err(BodyError::TooLarge));
         assert_eq!(decode_all_ways(b"0\r\n\r\n", 0).map(|r| r.2), Ok(true));
@@ -638,11 +817,17 @@ mod tests {
         let mut input = vec![b'0'; MAX_CHUNK_SIZE_LINE_BYTES];
         input.extend_from_slice(b"1\r\n");
         let mut d = ChunkedDecoder::new(MAX);
-        assert_eq!(d.decode(&input, &mut Vec::new()), Err(BodyError::BadChunk("chunk size line too long")));
+        assert_eq!(
+            d.decode(&input, &mut Vec::new()),
+            Err(BodyError::BadChunk("chunk size line too long"))
+        );
         let mut input = vec![b'0'; MAX_CHUNK_SIZE_LINE_BYTES - 1];
         input.extend_from_slice(b"1\r\nx\r\n0\r\n\r\n");
         let mut out = Vec::new();
-        assert_eq!(ChunkedDecoder::new(MAX).decode(&input, &mut out), Ok((input.len(), true)));
+        assert_eq!(
+            ChunkedDecoder::new(MAX).decode(&input, &mut out),
+            Ok((input.len(), true))
+        );
         assert_eq!(out, b"x");
     }
 
@@ -654,7 +839,10 @@ mod tests {
             input.extend_from_slice(format!("1{ext}\r\nx\r\n").as_bytes());
         }
         let mut d = ChunkedDecoder::new(MAX);
-        assert_eq!(d.decode(&input, &mut Vec::new()), Err(BodyError::BadChunk("chunk extensions too long")));
+        assert_eq!(
+            d.decode(&input, &mut Vec::new()),
+            Err(BodyError::BadChunk("chunk extensions too long"))
+        );
     }
 
     #[test]
@@ -665,7 +853,10 @@ mod tests {
         }
         input.extend_from_slice(b"\r\n");
         let mut d = ChunkedDecoder::new(MAX);
-        assert_eq!(d.decode(&input, &mut Vec::new()), Err(BodyError::BadChunk("trailer section too large")));
+        assert_eq!(
+            d.decode(&input, &mut Vec::new()),
+            Err(BodyError::BadChunk("trailer section too large"))
+        );
     }
 
     #[test]

@@ -178,10 +178,11 @@ impl<'a> HeadWriter<'a> {
                     return Err(EncodeError::BadHeaderValue);
                 }
                 // RFC 9110 §8.6 allows OWS around the value; nothing else.
-                let n = parse_decimal_u64(super::trim_ows(value))
-                    .ok_or(EncodeError::BadHeaderValue)?;
+                let n =
+                    parse_decimal_u64(super::trim_ows(value)).ok_or(EncodeError::BadHeaderValue)?;
                 self.content_length_seen = true;
                 if self.status < 200 || self.status == 204 {
+                    // Reported (the caller must not add one either), not written.
                     return Ok(HeaderKind::ContentLength(n));
                 }
                 HeaderKind::ContentLength(n)
@@ -223,7 +224,9 @@ impl<'a> HeadWriter<'a> {
                 push_decimal(self.out, n);
                 self.out.extend_from_slice(b"\r\n");
             }
-            Framing::Chunked => self.out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+            Framing::Chunked => self
+                .out
+                .extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
             Framing::Length(_) | Framing::NoBody | Framing::Close => {}
         }
         if !keep_alive {
@@ -320,7 +323,11 @@ mod tests {
         use Framing::*;
         use Version::*;
         // (version, HEAD?, status, app CL, known len, req keep-alive) -> (framing, keep-alive)
-        let table: &[((Version, bool, u16, Option<u64>, Option<u64>, bool), (Framing, bool))] = &[
+        type Row = (
+            (Version, bool, u16, Option<u64>, Option<u64>, bool),
+            (Framing, bool),
+        );
+        let table: &[Row] = &[
             // No body, whatever the app says; persistence as requested.
             ((Http11, false, 204, Some(5), Some(5), true), (NoBody, true)),
             ((Http11, false, 304, Some(5), None, true), (NoBody, true)),
@@ -328,14 +335,26 @@ mod tests {
             ((Http11, false, 199, None, None, false), (NoBody, false)),
             ((Http10, false, 304, None, None, false), (NoBody, false)),
             ((Http11, true, 200, None, None, true), (NoBody, true)),
-            ((Http11, true, 200, Some(10), Some(10), true), (NoBody, true)),
+            (
+                (Http11, true, 200, Some(10), Some(10), true),
+                (NoBody, true),
+            ),
             ((Http10, true, 200, None, None, true), (NoBody, true)),
             ((Http10, true, 200, None, None, false), (NoBody, false)),
             // The app's Content-Length wins over a known length.
-            ((Http11, false, 200, Some(5), Some(7), true), (Length(5), true)),
-            ((Http11, false, 200, Some(0), None, false), (Length(0), false)),
+            (
+                (Http11, false, 200, Some(5), Some(7), true),
+                (Length(5), true),
+            ),
+            (
+                (Http11, false, 200, Some(0), None, false),
+                (Length(0), false),
+            ),
             ((Http10, false, 200, Some(5), None, true), (Length(5), true)),
-            ((Http10, false, 200, Some(5), None, false), (Length(5), false)),
+            (
+                (Http10, false, 200, Some(5), None, false),
+                (Length(5), false),
+            ),
             // A known length: we add Content-Length.
             ((Http11, false, 200, None, Some(7), true), (Length(7), true)),
             ((Http11, false, 500, None, Some(0), true), (Length(0), true)),
@@ -364,10 +383,28 @@ mod tests {
         assert_eq!(parse_status(b"100 Continue"), Ok(100));
         assert_eq!(parse_status(b"200 caf\xe9\tx"), Ok(200));
         for bad in [
-            &b""[..], b"200", b"200OK", b"20 OK", b"2000 OK", b" 200 OK", b"abc OK", b"099 X", b"600 X",
-            b"200 OK\r\n", b"200 O\nK", b"200 O\0K", b"200 O\x7fK", b"200 O\rK", b"-20 X",
+            &b""[..],
+            b"200",
+            b"200OK",
+            b"20 OK",
+            b"2000 OK",
+            b" 200 OK",
+            b"abc OK",
+            b"099 X",
+            b"600 X",
+            b"200 OK\r\n",
+            b"200 O\nK",
+            b"200 O\0K",
+            b"200 O\x7fK",
+            b"200 O\rK",
+            b"-20 X",
         ] {
-            assert_eq!(parse_status(bad), Err(EncodeError::BadStatus), "{:?}", String::from_utf8_lossy(bad));
+            assert_eq!(
+                parse_status(bad),
+                Err(EncodeError::BadStatus),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -396,7 +433,13 @@ mod tests {
 
     #[test]
     fn writes_a_chunked_head() {
-        let got = head(b"200 OK", &[(b"Content-Type", b"text/plain")], Framing::Chunked, true, Version::Http11);
+        let got = head(
+            b"200 OK",
+            &[(b"Content-Type", b"text/plain")],
+            Framing::Chunked,
+            true,
+            Version::Http11,
+        );
         assert_eq!(
             got,
             b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\
@@ -406,12 +449,24 @@ mod tests {
 
     #[test]
     fn writes_content_length_unless_the_app_did() {
-        let got = head(b"200 OK", &[], Framing::Length(12345), true, Version::Http11);
+        let got = head(
+            b"200 OK",
+            &[],
+            Framing::Length(12345),
+            true,
+            Version::Http11,
+        );
         assert_eq!(
             got,
             b"HTTP/1.1 200 OK\r\nContent-Length: 12345\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: m0serve\r\n\r\n"
         );
-        let got = head(b"200 OK", &[(b"content-length", b"5")], Framing::Length(5), true, Version::Http11);
+        let got = head(
+            b"200 OK",
+            &[(b"content-length", b"5")],
+            Framing::Length(5),
+            true,
+            Version::Http11,
+        );
         assert_eq!(
             got,
             b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: m0serve\r\n\r\n"
@@ -430,7 +485,13 @@ mod tests {
             got,
             b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: keep-alive\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: m0serve\r\n\r\n"
         );
-        let got = head(b"304 Not Modified", &[], Framing::NoBody, false, Version::Http11);
+        let got = head(
+            b"304 Not Modified",
+            &[],
+            Framing::NoBody,
+            false,
+            Version::Http11,
+        );
         assert_eq!(
             got,
             b"HTTP/1.1 304 Not Modified\r\nConnection: close\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: m0serve\r\n\r\n"
@@ -441,7 +502,10 @@ mod tests {
     fn keeps_the_apps_date_and_server() {
         let got = head(
             b"200 OK",
-            &[(b"Server", b"app/1.0"), (b"DATE", b"Mon, 07 Nov 1994 08:49:37 GMT")],
+            &[
+                (b"Server", b"app/1.0"),
+                (b"DATE", b"Mon, 07 Nov 1994 08:49:37 GMT"),
+            ],
             Framing::Length(0),
             true,
             Version::Http11,
@@ -454,14 +518,29 @@ mod tests {
 
     #[test]
     fn drops_content_length_on_204_and_1xx() {
-        let got = head(b"204 No Content", &[(b"Content-Length", b"0")], Framing::NoBody, true, Version::Http11);
+        let got = head(
+            b"204 No Content",
+            &[(b"Content-Length", b"0")],
+            Framing::NoBody,
+            true,
+            Version::Http11,
+        );
         assert_eq!(got, b"HTTP/1.1 204 No Content\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nServer: m0serve\r\n\r\n");
         let mut out = Vec::new();
         let (mut w, code) = HeadWriter::new(&mut out, b"103 Early Hints").unwrap();
         assert_eq!(code, 103);
-        assert_eq!(w.header(b"Content-Length", b"7"), Ok(HeaderKind::ContentLength(7)));
+        assert_eq!(
+            w.header(b"Content-Length", b"7"),
+            Ok(HeaderKind::ContentLength(7))
+        );
         // ... but keeps it on 304 and on responses to HEAD (RFC 9110 §8.6 allows both).
-        let got = head(b"304 Not Modified", &[(b"Content-Length", b"9")], Framing::NoBody, true, Version::Http11);
+        let got = head(
+            b"304 Not Modified",
+            &[(b"Content-Length", b"9")],
+            Framing::NoBody,
+            true,
+            Version::Http11,
+        );
         assert!(got.windows(17).any(|w| w == b"Content-Length: 9"));
     }
 
@@ -469,10 +548,26 @@ mod tests {
     fn validates_header_names() {
         let mut out = Vec::new();
         let (mut w, _) = HeadWriter::new(&mut out, b"200 OK").unwrap();
-        for name in [&b""[..], b"X Y", b"X:", b"X\r\n", b"caf\xe9", b"X\0", b"(x)", b"X\t"] {
-            assert_eq!(w.header(name, b"v"), Err(EncodeError::BadHeaderName), "{name:?}");
+        for name in [
+            &b""[..],
+            b"X Y",
+            b"X:",
+            b"X\r\n",
+            b"caf\xe9",
+            b"X\0",
+            b"(x)",
+            b"X\t",
+        ] {
+            assert_eq!(
+                w.header(name, b"v"),
+                Err(EncodeError::BadHeaderName),
+                "{name:?}"
+            );
         }
-        assert_eq!(w.header(b"X.Custom|Pipe~!#$%&'*+-^_`", b"ok"), Ok(HeaderKind::Other));
+        assert_eq!(
+            w.header(b"X.Custom|Pipe~!#$%&'*+-^_`", b"ok"),
+            Ok(HeaderKind::Other)
+        );
     }
 
     #[test]
@@ -480,11 +575,24 @@ mod tests {
         let mut out = Vec::new();
         let (mut w, _) = HeadWriter::new(&mut out, b"200 OK").unwrap();
         let before = w.out.len();
-        for value in [&b"a\rb"[..], b"a\nb", b"a\0b", b"\r\nSet-Cookie: x=1", b"x\r"] {
-            assert_eq!(w.header(b"X", value), Err(EncodeError::BadHeaderValue), "{value:?}");
+        for value in [
+            &b"a\rb"[..],
+            b"a\nb",
+            b"a\0b",
+            b"\r\nSet-Cookie: x=1",
+            b"x\r",
+        ] {
+            assert_eq!(
+                w.header(b"X", value),
+                Err(EncodeError::BadHeaderValue),
+                "{value:?}"
+            );
         }
         assert_eq!(w.out.len(), before, "a refused header writes nothing");
-        assert_eq!(w.header(b"X", b"caf\xe9 \t\x01 obs-text"), Ok(HeaderKind::Other));
+        assert_eq!(
+            w.header(b"X", b"caf\xe9 \t\x01 obs-text"),
+            Ok(HeaderKind::Other)
+        );
         assert_eq!(w.header(b"X", b""), Ok(HeaderKind::Other));
     }
 
@@ -493,7 +601,12 @@ mod tests {
         let mut out = Vec::new();
         let (mut w, _) = HeadWriter::new(&mut out, b"200 OK").unwrap();
         for name in [
-            &b"Connection"[..], b"keep-alive", b"Proxy-Connection", b"Transfer-Encoding", b"TE", b"Trailer",
+            &b"Connection"[..],
+            b"keep-alive",
+            b"Proxy-Connection",
+            b"Transfer-Encoding",
+            b"TE",
+            b"Trailer",
             b"UPGRADE",
         ] {
             assert_eq!(w.header(name, b"x"), Err(EncodeError::HopByHop), "{name:?}");
@@ -506,11 +619,29 @@ mod tests {
     fn classifies_and_checks_content_length() {
         let mut out = Vec::new();
         let (mut w, _) = HeadWriter::new(&mut out, b"200 OK").unwrap();
-        for value in [&b"-1"[..], b"+1", b"1 2", b"0x1", b"", b"5, 5", b"18446744073709551616"] {
-            assert_eq!(w.header(b"Content-Length", value), Err(EncodeError::BadHeaderValue), "{value:?}");
+        for value in [
+            &b"-1"[..],
+            b"+1",
+            b"1 2",
+            b"0x1",
+            b"",
+            b"5, 5",
+            b"18446744073709551616",
+        ] {
+            assert_eq!(
+                w.header(b"Content-Length", value),
+                Err(EncodeError::BadHeaderValue),
+                "{value:?}"
+            );
         }
-        assert_eq!(w.header(b"Content-Length", b" 42 "), Ok(HeaderKind::ContentLength(42)));
-        assert_eq!(w.header(b"content-length", b"42"), Err(EncodeError::BadHeaderValue));
+        assert_eq!(
+            w.header(b"Content-Length", b" 42 "),
+            Ok(HeaderKind::ContentLength(42))
+        );
+        assert_eq!(
+            w.header(b"content-length", b"42"),
+            Err(EncodeError::BadHeaderValue)
+        );
         assert_eq!(w.header(b"Date", b"x"), Ok(HeaderKind::Date));
         assert_eq!(w.header(b"server", b"x"), Ok(HeaderKind::Server));
     }

@@ -48,7 +48,11 @@ impl Hasher for Fnv {
         self.0
     }
     fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 { 0xcbf2_9ce4_8422_2325 } else { self.0 };
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
         for &b in bytes {
             h ^= u64::from(b);
             h = h.wrapping_mul(0x0100_0000_01b3);
@@ -170,7 +174,10 @@ impl EnvBuilder {
                 };
                 env.set_item(k.remote_addr.bind(py), cached.bind(py))?;
                 let mut buf = [0u8; 5];
-                env.set_item(k.remote_port.bind(py), latin1_str(py, fmt_port(addr.port(), &mut buf))?)?;
+                env.set_item(
+                    k.remote_port.bind(py),
+                    latin1_str(py, fmt_port(addr.port(), &mut buf))?,
+                )?;
             }
             Peer::Unix => {
                 env.set_item(k.remote_addr.bind(py), self.empty.bind(py))?;
@@ -179,7 +186,9 @@ impl EnvBuilder {
 
         for h in &head.headers {
             let name = h.name.get(data);
-            let Some(key) = self.header_key(py, name) else { continue };
+            let Some(key) = self.header_key(py, name) else {
+                continue;
+            };
             let key = key.bind(py);
             let value = h.value.get(data);
             match env.get_item(key)? {
@@ -221,7 +230,13 @@ impl EnvBuilder {
         } else {
             let mut k = Vec::with_capacity(5 + name.len());
             k.extend_from_slice(b"HTTP_");
-            k.extend(name.iter().map(|&b| if b == b'-' { b'_' } else { b.to_ascii_uppercase() }));
+            k.extend(name.iter().map(|&b| {
+                if b == b'-' {
+                    b'_'
+                } else {
+                    b.to_ascii_uppercase()
+                }
+            }));
             // Header names are tokens (ASCII), so this cannot fail.
             latin1_str(py, &k).ok().map(|s| {
                 let s = s.unbind();
@@ -230,7 +245,9 @@ impl EnvBuilder {
                 unsafe {
                     let mut p = s.into_ptr();
                     ffi::PyUnicode_InternInPlace(&mut p);
-                    Bound::from_owned_ptr(py, p).cast_into_unchecked::<PyString>().unbind()
+                    Bound::from_owned_ptr(py, p)
+                        .cast_into_unchecked::<PyString>()
+                        .unbind()
                 }
             })
         };

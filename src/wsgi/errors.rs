@@ -19,7 +19,12 @@ pub fn describe_request(req: &Request) -> String {
 pub fn log_exception(py: Python<'_>, err: &PyErr, context: &str) {
     let tb = py
         .import("traceback")
-        .and_then(|m| m.call_method1("format_exception", (err.value(py),)))
+        .and_then(|m| {
+            m.call_method1(
+                "format_exception",
+                (err.get_type(py), err.value(py), err.traceback(py)),
+            )
+        })
         .and_then(|lines| lines.extract::<Vec<String>>())
         .map(|lines| lines.concat())
         .unwrap_or_else(|_| format!("{err}\n"));

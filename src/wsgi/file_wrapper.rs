@@ -19,7 +19,10 @@ impl FileWrapper {
     #[new]
     #[pyo3(signature = (filelike, blksize = FILE_WRAPPER_BLOCK_BYTES))]
     fn new(filelike: Py<PyAny>, blksize: usize) -> FileWrapper {
-        FileWrapper { filelike, blksize: blksize.max(1) }
+        FileWrapper {
+            filelike,
+            blksize: blksize.max(1),
+        }
     }
 
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -27,7 +30,10 @@ impl FileWrapper {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let block = self.filelike.bind(py).call_method1("read", (self.blksize,))?;
+        let block = self
+            .filelike
+            .bind(py)
+            .call_method1("read", (self.blksize,))?;
         if block.len().unwrap_or(0) == 0 {
             return Ok(None);
         }

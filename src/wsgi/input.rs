@@ -67,7 +67,11 @@ impl Input {
     /// Lines until `hint` bytes have been read (PEP 3333: the hint may be ignored; we
     /// honour it as `io.IOBase.readlines` does).
     #[pyo3(signature = (hint = None))]
-    fn readlines<'py>(&mut self, py: Python<'py>, hint: Option<isize>) -> PyResult<Bound<'py, PyList>> {
+    fn readlines<'py>(
+        &mut self,
+        py: Python<'py>,
+        hint: Option<isize>,
+    ) -> PyResult<Bound<'py, PyList>> {
         let hint = match hint {
             Some(h) if h > 0 => h as usize,
             _ => usize::MAX,

@@ -87,7 +87,15 @@ impl Bridge {
         let input = Input::new(req.data, head_len);
         let called = Bound::new(py, input)
             .and_then(|input| environ.set_item(self.env.input_key(py), input))
-            .and_then(|()| Bound::new(py, StartResponse { ex: self.ex.clone(), id }))
+            .and_then(|()| {
+                Bound::new(
+                    py,
+                    StartResponse {
+                        ex: self.ex.clone(),
+                        id,
+                    },
+                )
+            })
             .and_then(|sr| self.app.bind(py).call1((environ, sr)));
         let iterable = match called {
             Ok(it) => it,

@@ -33,7 +33,11 @@ const HOLD_DECLARED_BODY_MAX_BYTES: usize = 256 * 1024;
 /// `str` holding only code points below 256).
 pub fn latin1<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     let s = obj.cast::<PyString>().map_err(|_| {
-        let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+        let ty = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
         PyTypeError::new_err(format!("{what} must be str, not {ty}"))
     })?;
     let p = s.as_ptr();
@@ -220,7 +224,10 @@ impl Exchange {
                 let name = pair.get_item(0)?;
                 let value = pair.get_item(1)?;
                 let kind = w
-                    .header(latin1(&name, "header name")?, latin1(&value, "header value")?)
+                    .header(
+                        latin1(&name, "header name")?,
+                        latin1(&value, "header value")?,
+                    )
                     .map_err(encode_err)?;
                 match kind {
                     HeaderKind::ContentLength(n) => {
@@ -288,14 +295,26 @@ impl Exchange {
             let out = std::mem::take(&mut st.out);
             let conn = st.req.conn;
             drop(st);
-            self.push(py, Response { conn, data: out, part: Part::Partial });
+            self.push(
+                py,
+                Response {
+                    conn,
+                    data: out,
+                    part: Part::Partial,
+                },
+            );
         }
         Ok(())
     }
 
     /// A body whose total length is known up front (a list or tuple): head and body
     /// in one buffer.
-    pub fn send_whole(&self, py: Python<'_>, chunks: &[Bound<'_, PyAny>], total: u64) -> PyResult<()> {
+    pub fn send_whole(
+        &self,
+        py: Python<'_>,
+        chunks: &[Bound<'_, PyAny>],
+        total: u64,
+    ) -> PyResult<()> {
         let mut st = self.st.borrow_mut();
         if !st.sent {
             st.out.reserve(256 + total as usize);
@@ -325,7 +344,14 @@ impl Exchange {
         let out = std::mem::take(&mut st.out);
         let conn = st.req.conn;
         drop(st);
-        self.push(py, Response { conn, data: out, part: Part::Last { keep_alive } });
+        self.push(
+            py,
+            Response {
+                conn,
+                data: out,
+                part: Part::Last { keep_alive },
+            },
+        );
         Ok(())
     }
 
@@ -337,7 +363,14 @@ impl Exchange {
         if st.sent {
             let out = std::mem::take(&mut st.out);
             drop(st);
-            self.push(py, Response { conn, data: out, part: Part::Abort });
+            self.push(
+                py,
+                Response {
+                    conn,
+                    data: out,
+                    part: Part::Abort,
+                },
+            );
             return;
         }
         // Relaxed: see `encode_head`.
@@ -363,7 +396,14 @@ impl Exchange {
         }
         st.sent = true;
         drop(st);
-        self.push(py, Response { conn, data: out, part: Part::Last { keep_alive } });
+        self.push(
+            py,
+            Response {
+                conn,
+                data: out,
+                part: Part::Last { keep_alive },
+            },
+        );
     }
 
     /// The loop closed this request's connection: stop producing its body.
@@ -440,7 +480,11 @@ pub fn bytes_of<'a>(item: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
     match item.cast::<pyo3::types::PyBytes>() {
         Ok(b) => Ok(b.as_bytes()),
         Err(_) => {
-            let ty = item.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            let ty = item
+                .get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default();
             Err(PyTypeError::new_err(format!(
                 "response body items must be bytes, not {ty}"
             )))

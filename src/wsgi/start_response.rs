@@ -28,7 +28,13 @@ impl StartResponse {
         exc_info: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Py<Write>> {
         self.ex.start(py, self.id, status, headers, exc_info)?;
-        Py::new(py, Write { ex: self.ex.clone(), id: self.id })
+        Py::new(
+            py,
+            Write {
+                ex: self.ex.clone(),
+                id: self.id,
+            },
+        )
     }
 }
 

@@ -1,6 +1,6 @@
 """Echo the WSGI environ and the request body as JSON.
 
-Every CGI-style key (no dot in the name) is echoed with its value, every key's
+Every CGI-style key (no dot in the name, or HTTP_*) is echoed with its value, every key's
 Python type name is echoed, the wsgi.* values are echoed, and the body is read
 through wsgi.input in the way the query parameter `read=` asks for:
 
@@ -111,7 +111,8 @@ def app(environ, start_response):
 
     cgi = {}
     for k, v in environ.items():
-        if "." not in k:
+        # HTTP_* keys can hold a dot when a header name does (X.Custom).
+        if "." not in k or k.startswith("HTTP_"):
             cgi[k] = v if isinstance(v, str) else repr(v)
     version = environ.get("wsgi.version")
     errors = environ.get("wsgi.errors")

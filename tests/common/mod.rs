@@ -93,7 +93,11 @@ impl Captured {
     }
 
     /// Waits until `f(text)` returns Some, the stream ends, or the timeout passes.
-    pub fn wait_for<T>(&self, timeout: Duration, mut f: impl FnMut(&str) -> Option<T>) -> Option<T> {
+    pub fn wait_for<T>(
+        &self,
+        timeout: Duration,
+        mut f: impl FnMut(&str) -> Option<T>,
+    ) -> Option<T> {
         let deadline = Instant::now() + timeout;
         let (m, cv) = &*self.inner;
         let mut g = m.lock().unwrap();
@@ -183,7 +187,9 @@ impl ServerBuilder {
             cmd.env(k, v);
         }
         cmd.current_dir(apps_dir());
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         set_parent_death_signal(&mut cmd);
         cmd
     }
@@ -218,14 +224,26 @@ impl ServerBuilder {
         loop {
             // The contract is a line on stderr; stdout is searched too so that a
             // server logging there still gets tested for everything else.
-            let found = find_listening_addr(&stderr.text()).or_else(|| find_listening_addr(&stdout.text()));
+            let found =
+                find_listening_addr(&stderr.text()).or_else(|| find_listening_addr(&stdout.text()));
             if let Some(addr) = found {
-                return Ok(Server { child: Some(child), exit: None, addr, stderr, stdout, app: self.app.clone() });
+                return Ok(Server {
+                    child: Some(child),
+                    exit: None,
+                    addr,
+                    stderr,
+                    stdout,
+                    app: self.app.clone(),
+                });
             }
             if let Some(status) = child.try_wait().unwrap() {
                 stderr.wait_eof(Duration::from_secs(2));
                 stdout.wait_eof(Duration::from_secs(2));
-                return Err(describe(&format!("exited with {status} before listening"), &stderr, &stdout));
+                return Err(describe(
+                    &format!("exited with {status} before listening"),
+                    &stderr,
+                    &stdout,
+                ));
             }
             if Instant::now() >= deadline {
                 kill_child(&mut child);
@@ -262,7 +280,13 @@ fn set_parent_death_signal(cmd: &mut Command) {
     // async-signal-safe and the closure touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            );
             Ok(())
         });
     }
@@ -287,7 +311,13 @@ pub struct Server {
 
 impl Server {
     pub fn builder(app: &str) -> ServerBuilder {
-        ServerBuilder { app: app.to_string(), args: vec![], env: vec![], port_flag: true, app_dir_flag: true }
+        ServerBuilder {
+            app: app.to_string(),
+            args: vec![],
+            env: vec![],
+            port_flag: true,
+            app_dir_flag: true,
+        }
     }
 
     /// `m0serve APP --port 0 --app-dir tests/apps EXTRA...`, waiting until it listens.
@@ -304,7 +334,10 @@ impl Server {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.as_ref().map(|c| c.id()).expect("server already reaped")
+        self.child
+            .as_ref()
+            .map(|c| c.id())
+            .expect("server already reaped")
     }
 
     /// Everything the server wrote to stderr so far.
@@ -331,7 +364,8 @@ impl Server {
             if Instant::now() >= deadline {
                 return false;
             }
-            self.stderr.wait_for(Duration::from_millis(50), |_| None::<()>);
+            self.stderr
+                .wait_for(Duration::from_millis(50), |_| None::<()>);
         }
     }
 
@@ -349,7 +383,8 @@ impl Server {
     /// `GET target` on a fresh connection (HTTP/1.1, Connection: close).
     pub fn get(&self, target: &str) -> Response {
         self.request(
-            format!("GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!("GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
         )
     }
 
@@ -357,7 +392,12 @@ impl Server {
         let pid = self.pid() as libc::pid_t;
         // SAFETY: kill(2) with a pid we spawned and have not reaped.
         let rc = unsafe { libc::kill(pid, sig) };
-        assert_eq!(rc, 0, "kill({pid}, {sig}) failed: {}", io::Error::last_os_error());
+        assert_eq!(
+            rc,
+            0,
+            "kill({pid}, {sig}) failed: {}",
+            io::Error::last_os_error()
+        );
     }
 
     /// Waits for the process to exit, up to `timeout`.
@@ -404,7 +444,11 @@ impl Server {
     /// Asserts the server logged no Rust panic.
     pub fn assert_no_panic(&self) {
         let log = self.log_text();
-        assert!(!log.contains(PANIC_MARKER), "m0serve ({}) panicked:\n{log}", self.app);
+        assert!(
+            !log.contains(PANIC_MARKER),
+            "m0serve ({}) panicked:\n{log}",
+            self.app
+        );
     }
 }
 
@@ -455,9 +499,13 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Ou
         cmd.env(k, v);
     }
     cmd.current_dir(apps_dir());
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     set_parent_death_signal(&mut cmd);
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin()));
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot spawn {}: {e}", bin()));
     let stderr = Captured::drain_from(child.stderr.take().unwrap());
     let stdout = Captured::drain_from(child.stdout.take().unwrap());
     let deadline = Instant::now() + timeout;
@@ -465,7 +513,11 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Ou
         if let Some(status) = child.try_wait().unwrap() {
             stderr.wait_eof(Duration::from_secs(2));
             stdout.wait_eof(Duration::from_secs(2));
-            return Output { status, stdout: stdout.text(), stderr: stderr.text() };
+            return Output {
+                status,
+                stdout: stdout.text(),
+                stderr: stderr.text(),
+            };
         }
         if Instant::now() >= deadline {
             kill_child(&mut child);
@@ -490,7 +542,11 @@ pub fn describe_status(s: &ExitStatus) -> String {
 
 /// A port that was free a moment ago (bind :0, read it, release it).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 // ---------------------------------------------------------------------------
@@ -527,11 +583,18 @@ pub struct Response {
 impl Response {
     /// First value of a header (name case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn header_all(&self, name: &str) -> Vec<&str> {
-        self.headers.iter().filter(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str()).collect()
+        self.headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
     }
 
     pub fn has_header(&self, name: &str) -> bool {
@@ -584,7 +647,13 @@ pub struct ReadError {
 
 impl std::fmt::Debug for ReadError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{:?} after {} bytes: {:?}", self.kind, self.raw.len(), show(&self.raw))
+        write!(
+            f,
+            "{:?} after {} bytes: {:?}",
+            self.kind,
+            self.raw.len(),
+            show(&self.raw)
+        )
     }
 }
 
@@ -615,6 +684,8 @@ pub struct Conn {
     buf: Vec<u8>,
     /// The server closed (read returned 0 or the connection was reset).
     eof: bool,
+    /// Bound on each read (IO_TIMEOUT unless changed).
+    io_timeout: Duration,
 }
 
 impl Conn {
@@ -624,7 +695,12 @@ impl Conn {
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Conn { stream, buf: Vec::new(), eof: false }
+        Conn {
+            stream,
+            buf: Vec::new(),
+            eof: false,
+            io_timeout: IO_TIMEOUT,
+        }
     }
 
     pub fn local_port(&self) -> u16 {
@@ -633,7 +709,8 @@ impl Conn {
 
     /// Writes all of `bytes` (panics on error or after IO_TIMEOUT).
     pub fn send(&mut self, bytes: &[u8]) {
-        self.try_send(bytes).unwrap_or_else(|e| panic!("send {} bytes: {e}", bytes.len()));
+        self.try_send(bytes)
+            .unwrap_or_else(|e| panic!("send {} bytes: {e}", bytes.len()));
     }
 
     pub fn try_send(&mut self, bytes: &[u8]) -> io::Result<()> {
@@ -655,6 +732,21 @@ impl Conn {
         }
     }
 
+    /// Bounds each read at `d` instead of IO_TIMEOUT.
+    pub fn set_io_timeout(&mut self, d: Duration) {
+        self.io_timeout = d;
+    }
+
+    /// Waits up to `timeout` for the server to send something or close;
+    /// true if it did (the bytes stay buffered for the next read).
+    pub fn wait_readable(&mut self, timeout: Duration) -> bool {
+        if !self.buf.is_empty() || self.eof {
+            return true;
+        }
+        let deadline = Instant::now() + timeout;
+        !matches!(self.fill(deadline), Fill::Timeout)
+    }
+
     /// Half-closes: the server reads EOF after what was sent.
     pub fn shutdown_write(&mut self) {
         let _ = self.stream.shutdown(Shutdown::Write);
@@ -668,7 +760,9 @@ impl Conn {
         if now >= deadline {
             return Fill::Timeout;
         }
-        let wait = (deadline - now).min(IO_TIMEOUT).max(Duration::from_millis(1));
+        let wait = (deadline - now)
+            .min(self.io_timeout)
+            .max(Duration::from_millis(1));
         self.stream.set_read_timeout(Some(wait)).unwrap();
         let mut tmp = [0u8; 65536];
         loop {
@@ -682,7 +776,12 @@ impl Conn {
                     return Fill::Data;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
                     return Fill::Timeout
                 }
                 Err(_) => {
@@ -696,12 +795,14 @@ impl Conn {
 
     /// Reads one response to a request that may have a body (GET, POST, ...).
     pub fn read_response(&mut self) -> Response {
-        self.try_read_response().unwrap_or_else(|e| panic!("reading a response: {e:?}"))
+        self.try_read_response()
+            .unwrap_or_else(|e| panic!("reading a response: {e:?}"))
     }
 
     /// Reads one response to a HEAD request (never a body).
     pub fn read_head_response(&mut self) -> Response {
-        self.try_read_response_to(true).unwrap_or_else(|e| panic!("reading a HEAD response: {e:?}"))
+        self.try_read_response_to(true)
+            .unwrap_or_else(|e| panic!("reading a HEAD response: {e:?}"))
     }
 
     pub fn try_read_response(&mut self) -> Result<Response, ReadError> {
@@ -712,8 +813,9 @@ impl Conn {
     pub fn read_responses(&mut self, n: usize) -> Vec<Response> {
         (0..n)
             .map(|i| {
-                self.try_read_response()
-                    .unwrap_or_else(|e| panic!("reading pipelined response {} of {n}: {e:?}", i + 1))
+                self.try_read_response().unwrap_or_else(|e| {
+                    panic!("reading pipelined response {} of {n}: {e:?}", i + 1)
+                })
             })
             .collect()
     }
@@ -729,18 +831,34 @@ impl Conn {
             }
             if self.buf.len() > 1 << 20 {
                 let raw = std::mem::take(&mut self.buf);
-                return Err(ReadError { kind: ReadErrorKind::Malformed("head over 1 MiB".into()), raw, head: None });
+                return Err(ReadError {
+                    kind: ReadErrorKind::Malformed("head over 1 MiB".into()),
+                    raw,
+                    head: None,
+                });
             }
             match self.fill(deadline) {
                 Fill::Data => {}
                 Fill::Eof => {
                     let raw = std::mem::take(&mut self.buf);
-                    let kind = if raw.is_empty() { ReadErrorKind::ClosedBeforeResponse } else { ReadErrorKind::Truncated };
-                    return Err(ReadError { kind, raw, head: None });
+                    let kind = if raw.is_empty() {
+                        ReadErrorKind::ClosedBeforeResponse
+                    } else {
+                        ReadErrorKind::Truncated
+                    };
+                    return Err(ReadError {
+                        kind,
+                        raw,
+                        head: None,
+                    });
                 }
                 Fill::Timeout => {
                     let raw = self.buf.clone();
-                    return Err(ReadError { kind: ReadErrorKind::Timeout, raw, head: None });
+                    return Err(ReadError {
+                        kind: ReadErrorKind::Timeout,
+                        raw,
+                        head: None,
+                    });
                 }
             }
         };
@@ -749,19 +867,31 @@ impl Conn {
             Ok(r) => r,
             Err(msg) => {
                 let raw = std::mem::take(&mut self.buf);
-                return Err(ReadError { kind: ReadErrorKind::Malformed(msg), raw, head: None });
+                return Err(ReadError {
+                    kind: ReadErrorKind::Malformed(msg),
+                    raw,
+                    head: None,
+                });
             }
         };
         self.buf.drain(..head_end);
         let mut raw = head_bytes;
 
-        let no_body = head_request || (100..200).contains(&resp.status) || resp.status == 204 || resp.status == 304;
+        let no_body = head_request
+            || (100..200).contains(&resp.status)
+            || resp.status == 204
+            || resp.status == 304;
         let te = resp.header_all("transfer-encoding").join(",");
         let cls = resp.header_all("content-length");
         let framing = if no_body {
             Framing::NoBody
         } else if !te.trim().is_empty() {
-            let last = te.rsplit(',').next().unwrap_or("").trim().to_ascii_lowercase();
+            let last = te
+                .rsplit(',')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
             if last == "chunked" {
                 Framing::Chunked
             } else {
@@ -769,7 +899,10 @@ impl Conn {
             }
         } else if !cls.is_empty() {
             let first = cls[0].trim();
-            if cls.iter().any(|v| v.trim() != first) || first.is_empty() || !first.bytes().all(|b| b.is_ascii_digit()) {
+            if cls.iter().any(|v| v.trim() != first)
+                || first.is_empty()
+                || !first.bytes().all(|b| b.is_ascii_digit())
+            {
                 let e = ReadError {
                     kind: ReadErrorKind::Malformed(format!("bad Content-Length {cls:?}")),
                     raw: raw.clone(),
@@ -834,7 +967,11 @@ impl Conn {
                             other => {
                                 raw.extend_from_slice(&self.buf);
                                 self.buf.clear();
-                                let kind = if matches!(other, Fill::Eof) { ReadErrorKind::Truncated } else { ReadErrorKind::Timeout };
+                                let kind = if matches!(other, Fill::Eof) {
+                                    ReadErrorKind::Truncated
+                                } else {
+                                    ReadErrorKind::Timeout
+                                };
                                 return Err(truncated(raw, &resp, kind));
                             }
                         }
@@ -846,7 +983,11 @@ impl Conn {
                         _ => {
                             raw.extend_from_slice(&self.buf);
                             self.buf.clear();
-                            return Err(truncated(raw, &resp, ReadErrorKind::Malformed(format!("bad chunk size line {line:?}"))));
+                            return Err(truncated(
+                                raw,
+                                &resp,
+                                ReadErrorKind::Malformed(format!("bad chunk size line {line:?}")),
+                            ));
                         }
                     };
                     pos = line_end + 2;
@@ -862,7 +1003,11 @@ impl Conn {
                                     other => {
                                         raw.extend_from_slice(&self.buf);
                                         self.buf.clear();
-                                        let kind = if matches!(other, Fill::Eof) { ReadErrorKind::Truncated } else { ReadErrorKind::Timeout };
+                                        let kind = if matches!(other, Fill::Eof) {
+                                            ReadErrorKind::Truncated
+                                        } else {
+                                            ReadErrorKind::Timeout
+                                        };
                                         return Err(truncated(raw, &resp, kind));
                                     }
                                 }
@@ -889,7 +1034,11 @@ impl Conn {
                                 }
                                 raw.extend_from_slice(&self.buf);
                                 self.buf.clear();
-                                let kind = if matches!(other, Fill::Eof) { ReadErrorKind::Truncated } else { ReadErrorKind::Timeout };
+                                let kind = if matches!(other, Fill::Eof) {
+                                    ReadErrorKind::Truncated
+                                } else {
+                                    ReadErrorKind::Timeout
+                                };
                                 let mut e = truncated(raw, &resp, kind);
                                 if let Some(h) = e.head.as_mut() {
                                     h.body = resp.body.clone();
@@ -902,7 +1051,11 @@ impl Conn {
                     if &self.buf[pos + size..pos + size + 2] != b"\r\n" {
                         raw.extend_from_slice(&self.buf);
                         self.buf.clear();
-                        return Err(truncated(raw, &resp, ReadErrorKind::Malformed("chunk data not followed by CRLF".into())));
+                        return Err(truncated(
+                            raw,
+                            &resp,
+                            ReadErrorKind::Malformed("chunk data not followed by CRLF".into()),
+                        ));
                     }
                     pos += size + 2;
                 }
@@ -929,8 +1082,15 @@ impl Conn {
     /// sending anything more.
     pub fn expect_closed(&mut self, timeout: Duration) {
         let (rest, closed) = self.read_until_close(timeout);
-        assert!(rest.is_empty(), "expected the connection to close, got more bytes: {:?}", show(&rest));
-        assert!(closed, "the server did not close the connection within {timeout:?}");
+        assert!(
+            rest.is_empty(),
+            "expected the connection to close, got more bytes: {:?}",
+            show(&rest)
+        );
+        assert!(
+            closed,
+            "the server did not close the connection within {timeout:?}"
+        );
     }
 
     /// Asserts nothing arrives and the connection stays open for `quiet`.
@@ -968,7 +1128,10 @@ fn parse_head(head: &[u8]) -> Result<Response, String> {
         if k.is_empty() || k.bytes().any(|b| b <= b' ' || b >= 0x7f) {
             return Err(format!("bad header name in {l:?}"));
         }
-        headers.push((k.to_string(), v.trim_matches(|c| c == ' ' || c == '\t').to_string()));
+        headers.push((
+            k.to_string(),
+            v.trim_matches(|c| c == ' ' || c == '\t').to_string(),
+        ));
     }
     Ok(Response {
         version,
@@ -1011,7 +1174,9 @@ pub fn post(target: &str, body: &[u8]) -> Vec<u8> {
 
 /// A request with a chunked body cut into the given chunk sizes.
 pub fn post_chunked(target: &str, body: &[u8], chunk_sizes: &[usize]) -> Vec<u8> {
-    let mut r = format!("POST {target} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n").into_bytes();
+    let mut r =
+        format!("POST {target} HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n")
+            .into_bytes();
     r.extend_from_slice(&chunked(body, chunk_sizes));
     r
 }
@@ -1022,7 +1187,9 @@ pub fn chunked(body: &[u8], chunk_sizes: &[usize]) -> Vec<u8> {
     let mut i = 0;
     let mut k = 0;
     while i < body.len() {
-        let n = chunk_sizes[k % chunk_sizes.len()].max(1).min(body.len() - i);
+        let n = chunk_sizes[k % chunk_sizes.len()]
+            .max(1)
+            .min(body.len() - i);
         k += 1;
         out.extend_from_slice(format!("{n:x}\r\n").as_bytes());
         out.extend_from_slice(&body[i..i + n]);
@@ -1051,9 +1218,17 @@ pub struct Echo {
 
 impl Echo {
     pub fn parse(r: &Response) -> Echo {
-        assert_eq!(r.status, 200, "echo app did not answer 200: {} {:?}", r.status_line(), show(&r.body));
-        let text = std::str::from_utf8(&r.body).unwrap_or_else(|_| panic!("echo body is not UTF-8: {:?}", show(&r.body)));
-        let json = Json::parse(text).unwrap_or_else(|e| panic!("echo body is not JSON ({e}): {}", show(&r.body)));
+        assert_eq!(
+            r.status,
+            200,
+            "echo app did not answer 200: {} {:?}",
+            r.status_line(),
+            show(&r.body)
+        );
+        let text = std::str::from_utf8(&r.body)
+            .unwrap_or_else(|_| panic!("echo body is not UTF-8: {:?}", show(&r.body)));
+        let json = Json::parse(text)
+            .unwrap_or_else(|e| panic!("echo body is not JSON ({e}): {}", show(&r.body)));
         let obj_map = |key: &str| -> BTreeMap<String, String> {
             json[key]
                 .as_object()
@@ -1071,7 +1246,13 @@ impl Echo {
             .iter()
             .map(|p| latin1_bytes(p.as_str().unwrap()))
             .collect();
-        Echo { json, cgi, types, body, pieces }
+        Echo {
+            json,
+            cgi,
+            types,
+            body,
+            pieces,
+        }
     }
 
     pub fn var(&self, key: &str) -> Option<&str> {
@@ -1080,7 +1261,12 @@ impl Echo {
 
     /// The value of a CGI variable that must be present.
     pub fn must(&self, key: &str) -> &str {
-        self.var(key).unwrap_or_else(|| panic!("environ has no {key}; CGI keys: {:?}", self.cgi.keys().collect::<Vec<_>>()))
+        self.var(key).unwrap_or_else(|| {
+            panic!(
+                "environ has no {key}; CGI keys: {:?}",
+                self.cgi.keys().collect::<Vec<_>>()
+            )
+        })
     }
 
     /// The request's headers as the app saw them: HTTP_* plus CONTENT_TYPE
@@ -1088,7 +1274,9 @@ impl Echo {
     pub fn header_vars(&self) -> BTreeMap<String, String> {
         self.cgi
             .iter()
-            .filter(|(k, _)| k.starts_with("HTTP_") || *k == "CONTENT_TYPE" || *k == "CONTENT_LENGTH")
+            .filter(|(k, _)| {
+                k.starts_with("HTTP_") || *k == "CONTENT_TYPE" || *k == "CONTENT_LENGTH"
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
     }
@@ -1114,10 +1302,12 @@ pub fn expected_header_vars(headers: &[(String, String)]) -> BTreeMap<String, St
     for (k, v) in headers {
         let key = environ_key(k);
         let sep = if key == "HTTP_COOKIE" { "; " } else { "," };
-        out.entry(key).and_modify(|e| {
-            e.push_str(sep);
-            e.push_str(v);
-        }).or_insert_with(|| v.clone());
+        out.entry(key)
+            .and_modify(|e| {
+                e.push_str(sep);
+                e.push_str(v);
+            })
+            .or_insert_with(|| v.clone());
     }
     out
 }
@@ -1166,9 +1356,19 @@ pub fn percent_decode(s: &[u8]) -> Vec<u8> {
 /// including that the day name matches the date. Returns Unix seconds.
 pub fn parse_imf_fixdate(s: &str) -> Option<i64> {
     const DAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
     let b = s.as_bytes();
-    if b.len() != 29 || &s[3..5] != ", " || b[7] != b' ' || b[11] != b' ' || b[16] != b' ' || b[19] != b':' || b[22] != b':' || &s[25..] != " GMT" {
+    if b.len() != 29
+        || &s[3..5] != ", "
+        || b[7] != b' '
+        || b[11] != b' '
+        || b[16] != b' '
+        || b[19] != b':'
+        || b[22] != b':'
+        || &s[25..] != " GMT"
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
@@ -1207,7 +1407,10 @@ pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 }
 
 pub fn unix_now() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
 /// Polls `f` every 20 ms until it is true or `timeout` passes.
@@ -1234,7 +1437,8 @@ static TEMP_COUNTER: AtomicUsize = AtomicUsize::new(0);
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
         let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("m0serve-tests-{}-{name}-{n}", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("m0serve-tests-{}-{name}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
         std::fs::create_dir_all(&path).unwrap();
         TempDir { path }
@@ -1244,7 +1448,8 @@ impl TempDir {
     pub fn file(&self, name: &str) -> String {
         let p = self.path.join(name).to_string_lossy().into_owned();
         assert!(
-            p.bytes().all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b)),
+            p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/-_.".contains(&b)),
             "temp path {p:?} has characters that need escaping in a query"
         );
         p
@@ -1263,7 +1468,11 @@ pub fn read_or_empty(path: impl AsRef<Path>) -> String {
 }
 
 /// Waits until the file at `path` contains `needle`; returns its contents.
-pub fn wait_for_file_containing(path: &str, needle: &str, timeout: Duration) -> Result<String, String> {
+pub fn wait_for_file_containing(
+    path: &str,
+    needle: &str,
+    timeout: Duration,
+) -> Result<String, String> {
     let mut last = String::new();
     if wait_until(timeout, || {
         last = read_or_empty(path);
@@ -1288,10 +1497,14 @@ pub fn rss_kib(pid: u32) -> u64 {
 
 /// Deterministic pseudo-random bytes (an LCG), for garbage inputs.
 pub fn pseudo_random(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..n)
         .map(|_| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (x >> 33) as u8
         })
         .collect()
@@ -1319,7 +1532,11 @@ impl std::ops::Index<&str> for Json {
     /// The member `key` of an object, or Null.
     fn index(&self, key: &str) -> &Json {
         match self {
-            Json::Obj(m) => m.iter().find(|(k, _)| k == key).map(|(_, v)| v).unwrap_or(&JSON_NULL),
+            Json::Obj(m) => m
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v)
+                .unwrap_or(&JSON_NULL),
             _ => &JSON_NULL,
         }
     }
@@ -1337,7 +1554,10 @@ impl std::ops::Index<usize> for Json {
 
 impl Json {
     pub fn parse(s: &str) -> Result<Json, String> {
-        let mut p = JsonParser { b: s.as_bytes(), i: 0 };
+        let mut p = JsonParser {
+            b: s.as_bytes(),
+            i: 0,
+        };
         p.ws();
         let v = p.value(0)?;
         p.ws();
@@ -1474,11 +1694,18 @@ impl JsonParser<'_> {
             Some(b'n') if self.eat("null") => Ok(Json::Null),
             Some(c) if *c == b'-' || c.is_ascii_digit() => {
                 let start = self.i;
-                while self.i < self.b.len() && matches!(self.b[self.i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9') {
+                while self.i < self.b.len()
+                    && matches!(
+                        self.b[self.i],
+                        b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9'
+                    )
+                {
                     self.i += 1;
                 }
                 let t = std::str::from_utf8(&self.b[start..self.i]).unwrap();
-                t.parse::<f64>().map(Json::Num).map_err(|_| format!("bad number {t:?} at byte {start}"))
+                t.parse::<f64>()
+                    .map(Json::Num)
+                    .map_err(|_| format!("bad number {t:?} at byte {start}"))
             }
             Some(_) => self.err("unexpected character"),
         }
@@ -1496,12 +1723,16 @@ impl JsonParser<'_> {
         self.i += 1; // opening quote
         let mut out: Vec<u8> = Vec::new();
         loop {
-            let Some(&c) = self.b.get(self.i) else { return self.err("unterminated string") };
+            let Some(&c) = self.b.get(self.i) else {
+                return self.err("unterminated string");
+            };
             self.i += 1;
             match c {
                 b'"' => break,
                 b'\\' => {
-                    let Some(&e) = self.b.get(self.i) else { return self.err("unterminated escape") };
+                    let Some(&e) = self.b.get(self.i) else {
+                        return self.err("unterminated escape");
+                    };
                     self.i += 1;
                     let ch = match e {
                         b'"' => '"',
