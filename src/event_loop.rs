@@ -311,7 +311,11 @@ impl EventLoop {
                 Token(t) => {
                     let slot = (t - FIRST_CONN) as u32;
                     if let Some(conn) = self.conn_mut(slot) {
-                        conn.read_drained = false;
+                        // A new readable edge: bytes (or an EOF) arrived since the last
+                        // short read. A write-only edge says nothing about input.
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            conn.read_drained = false;
+                        }
                         if ev.is_read_closed() {
                             conn.peer_closed_hint = true;
                         }

@@ -156,7 +156,11 @@ fn expect_100_continue_gets_an_interim_response_before_the_final_one() {
     );
     assert!(interim.raw.starts_with(b"HTTP/1.1 100 Continue\r\n"));
     c.send(b"hello world");
-    let r = c.read_response();
+    // RFC 9110 section 15.2: a client must accept more 1xx before the final one.
+    let mut r = c.read_response();
+    while r.status < 200 {
+        r = c.read_response();
+    }
     assert_eq!(r.status, 200);
     assert_eq!(r.echo().body, b"hello world");
 }
@@ -179,6 +183,10 @@ fn app_content_length_frames_the_response() {
         "exactly one Content-Length"
     );
     assert_eq!(r.body_text(), "gen-body");
+    assert!(
+        !r.connection_has("close"),
+        "a framed HTTP/1.1 response closed the connection"
+    );
     c.send(&get("/list"));
     assert_eq!(c.read_response().body_text(), "abcdefg");
 }
@@ -216,6 +224,10 @@ fn generator_body_is_chunked_on_http11() {
     assert_eq!(r.framing, Framing::Chunked, "{:?}", r.headers);
     assert_eq!(r.header("content-length"), None);
     assert_eq!(r.body_text(), "gen-body");
+    assert!(
+        !r.connection_has("close"),
+        "the connection must survive a chunked response"
+    );
     c.send(&get("/list"));
     assert_eq!(
         c.read_response().body_text(),

@@ -1,0 +1,90 @@
+//! The binary finds its libpython without LD_LIBRARY_PATH and imports from the virtualenv
+//! named by VIRTUAL_ENV.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::Server;
+
+fn scratch_dir(tag: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("m0serve-{tag}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn binary_runs_without_ld_library_path() {
+    let out = Command::new(common::bin())
+        .arg("--version")
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "m0serve 0.1.0");
+}
+
+#[test]
+fn imports_from_the_virtualenv_named_by_virtual_env() {
+    let root = scratch_dir("venv");
+    let venv = root.join("venv");
+    let status = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(status.success(), "python3 -m venv failed");
+    let site = Command::new(venv.join("bin/python"))
+        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .output()
+        .unwrap();
+    let site = PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
+    std::fs::create_dir_all(&site).unwrap();
+    // A module that exists only inside the virtualenv.
+    std::fs::write(site.join("m0serve_venv_marker.py"), "MARK = 'from-the-venv'\n").unwrap();
+    let app_dir = root.join("app");
+    std::fs::create_dir_all(&app_dir).unwrap();
+    std::fs::write(
+        app_dir.join("venvapp.py"),
+        "import sys, m0serve_venv_marker\n\
+         def app(environ, start_response):\n\
+         \x20   start_response('200 OK', [('Content-Type', 'text/plain')])\n\
+         \x20   return [('%s|%s' % (sys.prefix, m0serve_venv_marker.MARK)).encode()]\n",
+    )
+    .unwrap();
+
+    let mut server = Server::builder("venvapp:app")
+        .without_app_dir_flag()
+        .arg("--app-dir")
+        .arg(app_dir.to_str().unwrap())
+        .env("VIRTUAL_ENV", venv.to_str().unwrap())
+        .start();
+    let resp = server.get("/");
+    assert_eq!(resp.status, 200, "{}", server.stderr_text());
+    let body = String::from_utf8(resp.body.clone()).unwrap();
+    let (prefix, mark) = body.split_once('|').unwrap();
+    assert_eq!(mark, "from-the-venv");
+    assert_eq!(
+        std::fs::canonicalize(prefix).unwrap(),
+        std::fs::canonicalize(&venv).unwrap(),
+        "sys.prefix is the virtualenv"
+    );
+    // The startup line names the environment in use.
+    assert!(server.stderr_text().contains(venv.to_str().unwrap()), "{}", server.stderr_text());
+    server.stop();
+
+    // Without VIRTUAL_ENV the module is not importable, and the error names it.
+    let out = common::run_to_exit(
+        &["venvapp:app", "--port", "0", "--app-dir", app_dir.to_str().unwrap()],
+        &[("VIRTUAL_ENV", "")],
+        std::time::Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    assert!(out.stderr.contains("No module named 'm0serve_venv_marker'"), "{}", out.stderr);
+    let _ = std::fs::remove_dir_all(&root);
+}
