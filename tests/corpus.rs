@@ -9,7 +9,9 @@
 //! never called; nothing after the bad request answered.
 //!
 //! Every case where this test departs from the manifest is in `POLICIES`
-//! below with its reason, so a reader sees each deliberate difference.
+//! below with its reason, so a reader sees each deliberate difference. The
+//! largest group: gunicorn accepts HTTP/1.1 requests without Host, RFC 9112
+//! section 3.2 says a server MUST answer them 400, and m0serve follows the RFC.
 
 mod common;
 
@@ -38,9 +40,10 @@ enum Policy {
     AcceptSkipPath(&'static str),
     /// Either accepted or refused with exactly this status (a size limit whose
     /// default is m0serve's own, not gunicorn's).
-    Limit(u16, &'static str),
-    /// Accepted; PATH_INFO is this, not the manifest's path.
-    PathIs(&'static str, &'static str),
+    Limit(&'static [u16], &'static str),
+    /// An HTTP/1.1 request without Host: the requests before it are answered
+    /// as parsed, it gets 400 and the connection closes.
+    NoHost(&'static str),
     /// Accepted; the file's body is shorter than its Content-Length, so the
     /// missing bytes are sent as filler and expected in the body.
     PadBody(&'static str),
@@ -56,7 +59,7 @@ impl Policy {
             | Either(r)
             | AcceptSkipPath(r)
             | Limit(_, r)
-            | PathIs(_, r)
+            | NoHost(r)
             | PadBody(r) => r,
         }
     }
@@ -65,6 +68,9 @@ impl Policy {
 const TE_NOT_IMPLEMENTED: &str = "a transfer coding before chunked that m0serve does not implement (gzip; `identity` \
      is no longer a transfer coding, RFC 9112 section 7): RFC 9112 section 6.1 says 501, the design brief 400; \
      gunicorn hands the app the still-encoded body";
+const NO_HOST: &str =
+    "an HTTP/1.1 request without Host: RFC 9112 section 3.2 says a server MUST answer 400; \
+     gunicorn accepts it";
 const PROXY_PROTOCOL: &str =
     "server_settings proxy_protocol: the PROXY protocol is not part of m0serve";
 const LOWER_LIMIT: &str =
@@ -100,7 +106,24 @@ const POLICIES: &[(&str, Policy)] = &[
     ("valid/rfc9112_target_authority_connect_01.http", AcceptSkipPath(CONNECT_PATH)),
     ("valid/rfc9112_target_authority_ipv6_01.http", AcceptSkipPath(CONNECT_PATH)),
     // --- valid cases whose manifest entry needs a correction ---------------------------
-    ("valid/100.http", PathIs("///keeping_slashes", "the manifest's path comes from urlparse in gunicorn's test helper; gunicorn's parser (split_request_uri) and RFC 9112 section 3.2.1 keep the empty segments")),
+    // --- valid cases where an HTTP/1.1 request lacks Host ---------------------------
+    ("valid/004.http", NoHost(NO_HOST)),
+    ("valid/005.http", NoHost(NO_HOST)),
+    ("valid/006.http", NoHost(NO_HOST)),
+    ("valid/007.http", NoHost(NO_HOST)),
+    ("valid/009.http", NoHost(NO_HOST)),
+    ("valid/010.http", NoHost(NO_HOST)),
+    ("valid/011.http", NoHost(NO_HOST)),
+    ("valid/012.http", NoHost(NO_HOST)),
+    ("valid/013.http", NoHost(NO_HOST)),
+    ("valid/018.http", NoHost(NO_HOST)),
+    ("valid/021.http", NoHost(NO_HOST)),
+    ("valid/022.http", NoHost(NO_HOST)),
+    ("valid/023.http", NoHost(NO_HOST)),
+    ("valid/031.http", NoHost(NO_HOST)),
+    // Its point, `///` kept in PATH_INFO, is checked with a Host in tests/pep3333.rs
+    // (the manifest's `/keeping_slashes` comes from urlparse in gunicorn's test helper).
+    ("valid/100.http", NoHost(NO_HOST)),
     ("valid/099.http", PadBody("the file holds 8599 body bytes of the 17914 its Content-Length declares; the rest is sent as filler so the request is complete")),
     // --- invalid cases that need a gunicorn setting ---------------------------------
     ("invalid/010.http", Skip(LOWER_LIMIT)),
@@ -117,11 +140,11 @@ const POLICIES: &[(&str, Policy)] = &[
     // --- invalid cases the RFCs allow either way ---------------------------------
     ("invalid/003c.http", Either("`-bl` is a valid token method (RFC 9110 section 9.1); gunicorn refuses lower-case methods by default")),
     // --- invalid cases decided by a default size limit ---------------------------------
-    ("invalid/006.http", Limit(414, "a 4 KiB request line: over gunicorn's default limit; m0serve's default may be higher")),
-    ("invalid/007.http", Limit(431, "an 8 KiB header field: over gunicorn's default limit; m0serve's default may be higher")),
-    ("invalid/008.http", Limit(431, "a 12 KiB header section: over gunicorn's default limit; m0serve's default may be higher")),
-    ("invalid/009.http", Limit(431, "104 header fields: over gunicorn's default of 100; m0serve's default may be higher")),
-    ("invalid/017.http", Limit(431, "an 8 KiB header field: over gunicorn's default limit; m0serve's default may be higher")),
+    ("invalid/006.http", Limit(&[414], "a 4 KiB request line: over gunicorn's default limit; m0serve's default may be higher")),
+    ("invalid/007.http", Limit(&[431], "an 8 KiB header field: over gunicorn's default limit; m0serve's default may be higher")),
+    ("invalid/008.http", Limit(&[431], "a 12 KiB header section: over gunicorn's default limit; m0serve's default may be higher")),
+    ("invalid/009.http", Limit(&[431], "104 header fields: over gunicorn's default of 100; m0serve's default may be higher")),
+    ("invalid/017.http", Limit(&[400, 431], "an 8 KiB header field: over gunicorn's default limit, m0serve's may be higher; the request is HTTP/1.1 without Host, so 400 when under the limit (RFC 9112 section 3.2)")),
 ];
 
 /// The expected parse of an `invalid/` case under `Either` (no manifest entry).
@@ -533,6 +556,29 @@ fn check_refused(o: &Outcome, allowed: &[u16]) -> Vec<String> {
     p
 }
 
+/// The first `want.len()` responses answer `want` as parsed; the next one is a
+/// 400 refusal, after which the connection closes.
+fn check_accepted_then_refused(o: &Outcome, want: &[Expected]) -> Vec<String> {
+    let n = want.len().min(o.responses.len());
+    let accepted = Outcome {
+        responses: o.responses[..n].to_vec(),
+        error: None,
+        tail: Vec::new(),
+        closed: true,
+        calls: o.calls.clone(),
+    };
+    let refused = Outcome {
+        responses: o.responses[n..].to_vec(),
+        error: o.error.clone(),
+        tail: o.tail.clone(),
+        closed: o.closed,
+        calls: Vec::new(),
+    };
+    let mut p = check_accepted(&accepted, want, true);
+    p.extend(check_refused(&refused, &[400]));
+    p
+}
+
 fn first_is_accepted(o: &Outcome) -> bool {
     o.responses
         .first()
@@ -587,7 +633,7 @@ fn run(valid: bool) {
                     check_refused(&o, &[])
                 }
             }
-            Some(Limit(status, _)) => {
+            Some(Limit(statuses, _)) => {
                 let o = runner.exchange(&case.bytes, 1, false);
                 if first_is_accepted(&o) {
                     let mut p = Vec::new();
@@ -599,14 +645,19 @@ fn run(valid: bool) {
                     }
                     p
                 } else {
-                    check_refused(&o, &[status])
+                    check_refused(&o, statuses)
                 }
             }
-            Some(PathIs(path, _)) => {
-                let mut want = case.requests.clone();
-                want[0].path = Some(path.as_bytes().to_vec());
-                let o = runner.exchange(&case.bytes, want.len(), true);
-                check_accepted(&o, &want, true)
+            Some(NoHost(_)) => {
+                let k = case
+                    .requests
+                    .iter()
+                    .position(|r| {
+                        r.version == "HTTP/1.1" && !r.headers.iter().any(|(h, _)| h == "HOST")
+                    })
+                    .unwrap_or_else(|| panic!("{}: every HTTP/1.1 request has a Host", case.file));
+                let o = runner.exchange(&case.bytes, k + 1, true);
+                check_accepted_then_refused(&o, &case.requests[..k])
             }
             Some(PadBody(_)) => {
                 assert_eq!(case.requests.len(), 1, "{}", case.file);
@@ -676,6 +727,26 @@ fn every_case_decodes_and_every_policy_names_a_real_case() {
             assert!(
                 !c.requests.is_empty(),
                 "{}: a valid case without requests",
+                c.file
+            );
+        }
+    }
+    for c in cases.iter().filter(|c| c.valid) {
+        let hostless = c
+            .requests
+            .iter()
+            .any(|r| r.version == "HTTP/1.1" && !r.headers.iter().any(|(h, _)| h == "HOST"));
+        let p = policy(&c.file);
+        if matches!(p, Some(NoHost(_))) {
+            assert!(
+                hostless,
+                "{} has a NoHost policy but every HTTP/1.1 request has Host",
+                c.file
+            );
+        } else if hostless {
+            assert!(
+                p.is_some(),
+                "{} has an HTTP/1.1 request without Host: give it a policy",
                 c.file
             );
         }

@@ -138,6 +138,12 @@ fn path_info_is_percent_decoded_to_latin1_and_query_string_is_raw() {
     // UTF-8 pair C3 A9 is two chars and the lone byte E9 is one.
     assert_eq!(e.must("PATH_INFO"), "/a b/caf\u{c3}\u{a9}/\u{e9}/x/y/%");
     assert_eq!(e.must("QUERY_STRING"), "q=%20a+b&c=%E9&d=%2F");
+
+    // Empty segments are part of the path (RFC 9112 section 3.2.1, RFC 3986
+    // section 3.3); gunicorn's corpus case valid/100 is about the same.
+    let e = s.get("///keeping//slashes/").echo();
+    assert_eq!(e.must("PATH_INFO"), "///keeping//slashes/");
+    assert_eq!(e.must("QUERY_STRING"), "");
 }
 
 #[test]

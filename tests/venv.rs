@@ -40,13 +40,20 @@ fn imports_from_the_virtualenv_named_by_virtual_env() {
         .unwrap();
     assert!(status.success(), "python3 -m venv failed");
     let site = Command::new(venv.join("bin/python"))
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
         .output()
         .unwrap();
     let site = PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
     std::fs::create_dir_all(&site).unwrap();
     // A module that exists only inside the virtualenv.
-    std::fs::write(site.join("m0serve_venv_marker.py"), "MARK = 'from-the-venv'\n").unwrap();
+    std::fs::write(
+        site.join("m0serve_venv_marker.py"),
+        "MARK = 'from-the-venv'\n",
+    )
+    .unwrap();
     let app_dir = root.join("app");
     std::fs::create_dir_all(&app_dir).unwrap();
     std::fs::write(
@@ -75,16 +82,30 @@ fn imports_from_the_virtualenv_named_by_virtual_env() {
         "sys.prefix is the virtualenv"
     );
     // The startup line names the environment in use.
-    assert!(server.stderr_text().contains(venv.to_str().unwrap()), "{}", server.stderr_text());
+    assert!(
+        server.stderr_text().contains(venv.to_str().unwrap()),
+        "{}",
+        server.stderr_text()
+    );
     server.stop();
 
     // Without VIRTUAL_ENV the module is not importable, and the error names it.
     let out = common::run_to_exit(
-        &["venvapp:app", "--port", "0", "--app-dir", app_dir.to_str().unwrap()],
+        &[
+            "venvapp:app",
+            "--port",
+            "0",
+            "--app-dir",
+            app_dir.to_str().unwrap(),
+        ],
         &[("VIRTUAL_ENV", "")],
         std::time::Duration::from_secs(20),
     );
     assert!(!out.status.success());
-    assert!(out.stderr.contains("No module named 'm0serve_venv_marker'"), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("No module named 'm0serve_venv_marker'"),
+        "{}",
+        out.stderr
+    );
     let _ = std::fs::remove_dir_all(&root);
 }
