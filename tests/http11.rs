@@ -581,3 +581,25 @@ fn a_client_that_does_not_read_stalls_neither_the_loop_nor_other_clients() {
         "the app's iterator did not resume after the client read {got} bytes"
     );
 }
+
+#[test]
+fn a_full_request_ring_holds_requests_back_and_loses_none() {
+    // More concurrent requests than the handler's request ring has slots (256): the loop
+    // must stop taking requests off sockets while the ring is full, then go on.
+    const CLIENTS: usize = 320;
+    let s = Server::start("pep3333:app", &["--blocking-threads", "1"]);
+    let mut conns: Vec<_> = (0..CLIENTS).map(|_| s.connect()).collect();
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.send(&get(&format!("/slow?secs=0.004&i={i}")));
+    }
+    for (i, c) in conns.iter_mut().enumerate() {
+        c.set_io_timeout(Duration::from_secs(30));
+        let r = c.read_response();
+        assert_eq!(r.status, 200, "client {i}");
+        assert_eq!(r.body_text(), "slow done", "client {i}");
+    }
+    // Every connection is still usable afterwards.
+    conns[0].send(&get("/list"));
+    let r = conns[0].read_response();
+    assert_eq!(r.body_text(), "abcdefg");
+}
