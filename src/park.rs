@@ -3,7 +3,8 @@
 //!
 //! Each side that can sleep owns a [`WakeFlag`], shared by `Arc` with whoever pushes work to
 //! it. The handler thread sleeps in [`wait_until`] (`std::thread::park`); the loop thread
-//! sleeps in `mio::Poll::poll` and is woken through a `mio::Waker`. The protocol is the same:
+//! sleeps in `mio::Poll::poll` and is woken through a `mio::Waker`. The protocol is the same
+//! (shown for "wait for an item"; "wait for room" is the same with `head` for `tail`):
 //!
 //! ```text
 //!   sleeper                                  waker
@@ -16,32 +17,35 @@
 //! # Why one `SeqCst` fence on each side
 //!
 //! Each side stores to one location and then loads the other's: that is the
-//! store-buffering pattern. With only Release/Acquire (or even `SeqCst` on the accesses but
-//! not between them on both sides), both loads may read the old values: the sleeper sees
+//! store-buffering pattern. With only Release/Acquire, both loads may read the old values
+//! (each store may still sit in its core's store buffer when the load runs): the sleeper sees
 //! the ring empty, the waker sees `parked == false`, nobody wakes anybody, and the request
 //! sits in the ring while the handler sleeps (or the response while the loop blocks in
 //! `epoll_wait`). Release/Acquire only say what a load sees *once it has read a given
-//! store*; nothing forces either load to read the other side's new store.
+//! store*; nothing forces either load to read the other side's new store. (`SeqCst` on all
+//! four accesses would also do, but it would make the ring's own stores `SeqCst`, and loom
+//! models `SeqCst` fences, not `SeqCst` accesses.)
 //!
 //! The fences fix that. All `SeqCst` fences fall into one total order `S`. If the sleeper's
 //! fence comes first in `S`, the waker's load of `parked` (after its fence) must see the
 //! sleeper's `true` or a later value; if the waker's fence comes first, the sleeper's load
-//! of `tail` (after its fence) must see the new tail or a later one (C++20 [atomics.order]
-//! p4, the fence-fence case). So at least one side sees the other: either the waker sees
-//! `parked` and wakes, or the sleeper sees the item and does not sleep. That is *sufficient*
-//! because nothing else is needed: the data itself still moves with the ring's
-//! Release/Acquire pairs, and the fence costs nothing but one `mfence`/`dmb` per push and
-//! per announce. It is *necessary* on both sides: without the waker's fence its load of
-//! `parked` may be satisfied before its tail store leaves the store buffer, and without the
-//! sleeper's fence its load of `tail` may be satisfied before `parked = true` is visible;
-//! either reordering alone reproduces the lost wake-up (the loom models in this file fail
-//! when either fence is removed).
+//! of `tail` (after its fence) must see the new tail or a later one (the fence-to-fence rule
+//! of C++'s `[atomics.order]`, which Rust's atomics follow). So at least one side sees the
+//! other: either the waker sees `parked` and wakes, or the sleeper sees the item and does
+//! not sleep. That is *sufficient*: the data itself still moves with the ring's
+//! Release/Acquire pairs, and the fence costs one `mfence`/`dmb` per push and per announce.
+//! It is *necessary* on both sides: without the waker's fence its load of `parked` may be
+//! satisfied before its tail store leaves the store buffer, and without the sleeper's fence
+//! its load of `tail` may be satisfied before `parked = true` is visible; either reordering
+//! alone reproduces the lost wake-up (the loom models in this file deadlock when either
+//! fence is removed).
 //!
-//! If `parked` is seen set, the waker swaps it to `false`; the one caller whose swap reads
-//! `true` delivers the wake, so several wakers (every handler thread wakes the one loop)
-//! make one syscall, not several. A waker whose swap reads `false` lost to either another
-//! waker (who delivers the wake) or the sleeper's own [`WakeFlag::cancel`] (it is already
-//! awake and re-checks after cancelling).
+//! If `parked` is seen set, the waker swaps it to `false` (a compare-exchange `true ->
+//! false`, so that a loser writes nothing; see [`WakeFlag::should_wake`]); the one caller
+//! whose swap reads `true` delivers the wake, so several wakers (every handler thread wakes
+//! the one loop) make one syscall, not several. A waker whose swap reads `false` lost to
+//! either another waker (who delivers the wake) or the sleeper's own [`WakeFlag::cancel`]
+//! (it is already awake and re-checks after cancelling).
 //!
 //! # Why "announce, fence, re-check, sleep" is safe with an early wake
 //!
@@ -57,7 +61,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{fence, thread, AtomicBool, Ordering};
 
-/// One per sleeping side. Shared by Arc between the sleeper and the waker.
+/// One per sleeping side. Shared by `Arc` between the sleeper and the waker(s).
 #[derive(Debug, Default)]
 pub struct WakeFlag {
     /// `true` from the sleeper's announce until the sleeper cancels or a waker wins the
@@ -66,18 +70,21 @@ pub struct WakeFlag {
 }
 
 impl WakeFlag {
+    /// A flag for a side that is awake.
+    #[must_use]
     pub fn new() -> Self {
         Self {
             parked: CachePadded::new(AtomicBool::new(false)),
         }
     }
 
-    /// Sleeper: announce that it is about to sleep. Stores parked=true then fence(SeqCst).
-    /// The caller MUST re-check its queues afterwards and call `cancel()` if it found work,
-    /// else sleep.
+    /// Sleeper: announce that it is about to sleep. Stores `parked = true`, then
+    /// `fence(SeqCst)`. The caller MUST re-check its queues afterwards and call
+    /// [`cancel`](Self::cancel) if it found work, else sleep.
     pub fn announce(&self) {
-        // Release: pairs with the Acquire swap in `should_wake`, so a waker that wins this
-        // announce's `true` delivers its wake after the announce, never to an earlier sleep.
+        // Release: pairs with the Acquire compare-exchange in `should_wake`, so a waker that
+        // wins this announce's `true` delivers its wake after the announce, never to an
+        // earlier sleep.
         self.parked.store(true, Ordering::Release);
         // SeqCst fence: pairs with the fence in `should_wake` (store-buffering; module doc).
         fence(Ordering::SeqCst);
@@ -90,9 +97,10 @@ impl WakeFlag {
         self.parked.store(false, Ordering::Relaxed);
     }
 
-    /// Waker: call after publishing work (the ring push's Release store). fence(SeqCst),
-    /// then if parked is set, swap it to false; returns true only to the one caller that won
-    /// the swap, who must deliver the wake (unpark / mio::Waker::wake).
+    /// Waker: call after publishing work (the ring push's Release store). `fence(SeqCst)`,
+    /// then if `parked` is set, swap it to `false`; returns `true` only to the one caller
+    /// that won the swap, who must deliver the wake (`Thread::unpark` / `mio::Waker::wake`).
+    #[must_use = "a `true` obliges the caller to deliver the wake, or it is lost"]
     pub fn should_wake(&self) -> bool {
         // SeqCst fence: pairs with the fence in `announce` (store-buffering; module doc).
         fence(Ordering::SeqCst);
@@ -122,12 +130,12 @@ impl WakeFlag {
     }
 }
 
-/// Handler-side wait: spin with crossbeam_utils::Backoff (checking `ready()` each step) until
-/// backoff.is_completed(); then loop { announce; if ready() { cancel; return } ; park();
-/// cancel(); if ready() {return} }.
+/// Handler-side wait: spin with `crossbeam_utils::Backoff` (checking `ready()` each step)
+/// until `backoff.is_completed()`; then
+/// `loop { announce; if ready() { cancel; return }; park(); cancel(); if ready() { return } }`.
 ///
-/// `park` is std::thread::park outside loom, loom::thread::park under loom (the shim's thread
-/// module). Spurious wakes are handled by the loop. `ready` must be the re-check of every
+/// `park` is `std::thread::park` outside loom, `loom::thread::park` under loom (the shim's
+/// `thread` module). Spurious wakes are handled by the loop. `ready` must be the re-check of every
 /// queue whose wakers use `flag` (typically `|| !consumer.is_empty()`), and the waker must
 /// `unpark` this thread when [`WakeFlag::should_wake`] says so.
 pub fn wait_until(flag: &WakeFlag, mut ready: impl FnMut() -> bool) {
@@ -253,12 +261,19 @@ mod tests {
     /// finished after `limit`: a lost wake-up shows up as a thread that parks forever.
     fn within<R: Send + 'static>(limit: Duration, body: impl FnOnce() -> R + Send + 'static) -> R {
         let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
+        let runner = std::thread::spawn(move || {
             let _ = tx.send(body());
         });
         match rx.recv_timeout(limit) {
             Ok(r) => r,
-            Err(_) => panic!("no progress after {limit:?}: lost wake-up?"),
+            // The body panicked (a failed assertion): report that panic, not a hang.
+            Err(mpsc::RecvTimeoutError::Disconnected) => match runner.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => unreachable!("the body ended without sending its result"),
+            },
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("no progress after {limit:?}: lost wake-up?")
+            }
         }
     }
 
@@ -408,7 +423,13 @@ mod loom_tests {
     /// each waker wakes only when its `should_wake` wins.
     #[test]
     fn loop_sleep_never_misses_a_response() {
-        loom::model(|| {
+        // Unbounded, this model takes ~4 million interleavings (~15 minutes). A lost
+        // wake-up here needs a single preemption (with either fence removed, loom finds the
+        // deadlock at bound 1), so 4 (a few seconds) leaves a wide margin.
+        // `LOOM_MAX_PREEMPTIONS` overrides it.
+        let mut model = loom::model::Builder::new();
+        model.preemption_bound.get_or_insert(4);
+        model.check(|| {
             let flag = Arc::new(WakeFlag::new());
             let sleeper = thread::current();
             let mut rings = Vec::new();

@@ -88,6 +88,7 @@ impl<T> Drop for Shared<T> {
 ///
 /// If `capacity` is 0 or its next power of two overflows `usize`: both are programming
 /// errors, never something a client can cause.
+#[must_use]
 pub fn ring<T: Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
     assert!(capacity >= 1, "ring capacity must be at least 1");
     let capacity = capacity
@@ -126,7 +127,11 @@ pub struct Producer<T> {
 }
 
 impl<T> Producer<T> {
-    /// Moves `value` into the ring, or hands it back as `Err(value)` when the ring is full.
+    /// Moves `value` into the ring.
+    ///
+    /// # Errors
+    ///
+    /// Hands `value` back as `Err(value)` when the ring is full.
     pub fn push(&mut self, value: T) -> Result<(), T> {
         let tail = self.tail;
         if self.full_at(tail) {
@@ -316,7 +321,7 @@ mod tests {
         let (mut p, mut c) = ring(4);
         let (mut next_in, mut next_out) = (0u32, 0u32);
         for round in 0..1000 {
-            for _ in 0..(round % 4 + 1) {
+            for _ in 0..=(round % 4) {
                 p.push(next_in).unwrap();
                 next_in += 1;
             }

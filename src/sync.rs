@@ -33,7 +33,7 @@ pub(crate) fn spin_hint() {
 // `park` spins through `crossbeam_utils::Backoff` outside loom; this is for other spinners.
 #[cfg(not(loom))]
 #[cfg_attr(not(test), allow(dead_code))]
-#[inline(always)]
+#[inline]
 pub(crate) fn spin_hint() {
     std::hint::spin_loop();
 }
@@ -46,19 +46,19 @@ pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
 impl<T> UnsafeCell<T> {
-    #[inline(always)]
+    #[inline]
     pub(crate) const fn new(value: T) -> Self {
         Self(std::cell::UnsafeCell::new(value))
     }
 
     /// Shared access: the pointer may only be read through.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
         f(self.0.get())
     }
 
     /// Exclusive access: the caller guarantees no other access to the value overlaps.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())
     }
