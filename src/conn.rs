@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::AsRawFd;
 
 use crate::http::body::{BodyError, ChunkedDecoder};
 use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
@@ -17,6 +18,11 @@ pub const MAX_PIPELINED_IN_FLIGHT: u16 = 16;
 
 /// Most bytes reserved ahead of a declared Content-Length; the rest grows as it arrives.
 const BODY_RESERVE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Buffers queued for the socket past which a connection takes no new request: a client
+/// that pipelines requests but does not read their responses must not grow the queue
+/// without bound.
+const WRITE_QUEUE_MAX_BUFFERS: usize = 32;
 
 /// Most iovecs handed to one `writev`.
 const WRITEV_MAX_SLICES: usize = 16;
@@ -126,6 +132,8 @@ pub struct Conn {
     pub read_drained: bool,
     /// The last readiness event said the peer shut down its side: read to the end.
     pub peer_closed_hint: bool,
+    /// Close with a reset (SO_LINGER 0) instead of a lingering close.
+    pub reset_on_close: bool,
     /// A parsed request waiting for room in a handler's ring.
     pub ready: Option<Request>,
     /// An error to answer once the responses in flight have been written.
@@ -154,6 +162,7 @@ impl Conn {
             read_stalled: false,
             read_drained: false,
             peer_closed_hint: false,
+            reset_on_close: false,
             ready: None,
             pending_error: None,
             continue_pending: false,
@@ -277,6 +286,7 @@ impl Conn {
 
     /// The head is whole: copy it out of the read buffer (the one copy a request's bytes
     /// get) and set up its body. `Ok(None)` when the body is still to be read.
+    #[allow(clippy::result_large_err)] // a Step is moved once per request, never boxed
     fn start_request(&mut self, head: Head, max_body_bytes: u64) -> Result<Option<Request>, Step> {
         let head_len = head.head_len;
         let body_hint = match head.framing {
@@ -375,6 +385,42 @@ impl Conn {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// The response these queued chunks belong to is complete: they no longer count
+    /// against their handler's credit (the handler may go on to another response), and
+    /// the connection itself takes no new request until they are written.
+    pub fn release_credit(&mut self, returned: &mut impl FnMut(u16)) {
+        for out in self.wq.iter_mut() {
+            if let Some(h) = out.credit.take() {
+                returned(h);
+            }
+        }
+    }
+
+    /// More than this many buffers are waiting for the socket: parse no new request.
+    pub fn write_backed_up(&self) -> bool {
+        self.wq.len() > WRITE_QUEUE_MAX_BUFFERS
+    }
+
+    /// Sets SO_LINGER to zero so that the close sends a reset.
+    pub fn set_reset_on_close(&self) {
+        let fd = match &self.sock {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        };
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // A failure leaves an ordinary close, which is all we can do then.
+        let _ = crate::sys::syscall!(setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        ));
     }
 
     /// Drops whatever remains queued, returning streamed chunks' credit.

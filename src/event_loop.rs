@@ -161,6 +161,8 @@ pub struct EventLoop {
     date: DateCache,
     deadline: Option<Instant>,
     total_queued: usize,
+    /// The last accept failed for lack of resources: retry after a close.
+    accept_blocked: bool,
 }
 
 impl EventLoop {
@@ -194,6 +196,7 @@ impl EventLoop {
             date: DateCache::new(),
             deadline: None,
             total_queued: 0,
+            accept_blocked: false,
         })
     }
 
@@ -201,6 +204,9 @@ impl EventLoop {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
         loop {
+            if !self.lingering.is_empty() {
+                self.expire_lingering();
+            }
             self.service_rings();
             if self.finished() {
                 break;
@@ -238,7 +244,6 @@ impl EventLoop {
                 }
             }
             self.handle_events(&events);
-            self.expire_lingering();
         }
         self.stop_handlers();
     }
@@ -247,7 +252,8 @@ impl EventLoop {
         let Some(deadline) = self.deadline else {
             return false;
         };
-        if self.conns == 0 {
+        // Requests whose clients left still run to the end (within the deadline).
+        if self.conns == 0 && self.total_queued == 0 {
             return true;
         }
         if Instant::now() >= deadline {
@@ -357,9 +363,10 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    // EMFILE and friends: the connection stays in the backlog; log and
-                    // wait for the next readiness edge rather than spin.
+                    // EMFILE and friends: the connection stays in the backlog; retry when
+                    // a connection closes (or on the next edge) rather than spin.
                     log::warn!("accept failed: {e}");
+                    self.accept_blocked = true;
                     return;
                 }
             }
@@ -426,13 +433,19 @@ impl EventLoop {
                     return true;
                 }
             }
-            if conn.last_request || conn.in_flight >= MAX_PIPELINED_IN_FLIGHT {
+            if conn.last_request
+                || conn.in_flight >= MAX_PIPELINED_IN_FLIGHT
+                || conn.write_backed_up()
+            {
                 if conn.last_request && conn.in_flight == 0 {
                     self.finish_last(conn);
                 }
                 conn.read_stalled = !conn.last_request;
                 return true;
             }
+            // Past the caps: from here the connection is read until it would block (or is
+            // known drained), so nothing needs to resume it but a new readiness edge.
+            conn.read_stalled = false;
             match conn.parse_step(&self.limits, MAX_BODY_BYTES) {
                 Step::Request(req) => {
                     if !req.head.keep_alive || self.deadline.is_some() {
@@ -466,15 +479,12 @@ impl EventLoop {
                     }
                     match conn.read_some(READ_BUFFER_MAX_BYTES) {
                         Ok(0) => conn.eof = true,
-                        Ok(usize::MAX) => {
-                            conn.read_stalled = true;
-                            return true;
-                        }
+                        // The buffer is full and holds no complete head. Heads are limited
+                        // below the buffer's size (the parser answers 431 first), so this
+                        // cannot happen; if it ever did, waiting would never end.
+                        Ok(usize::MAX) => return false,
                         Ok(_) => {}
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            conn.read_stalled = false;
-                            return true;
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => return false,
                     }
@@ -511,6 +521,9 @@ impl EventLoop {
     }
 
     /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
+    // The request goes back by value when the ring is full: boxing it to shrink the `Err`
+    // would cost an allocation per request on the common path.
+    #[allow(clippy::result_large_err)]
     fn dispatch(&mut self, conn: &mut Conn, req: Request) -> Result<(), Request> {
         // Requests of one connection stay on one handler so responses come back in order.
         let h = if conn.in_flight > 0 {
@@ -551,10 +564,7 @@ impl EventLoop {
                 self.handlers[h].wake_check = true;
             }
         }
-        self.flush_dirty();
-        while let Some(slot) = self.resume.pop() {
-            self.advance(slot);
-        }
+        self.settle();
         let stalled = self.stalled.len();
         for _ in 0..stalled {
             let Some(r) = self.stalled.pop_front() else {
@@ -564,10 +574,24 @@ impl EventLoop {
                 self.advance(r.slot);
             }
         }
-        self.flush_dirty();
+        self.settle();
         for h in &mut self.handlers {
             if std::mem::take(&mut h.wake_check) {
                 h.notify();
+            }
+        }
+    }
+
+    /// Writes what is queued and lets resumed connections go on, until neither produces
+    /// more work: the loop must not sleep with a connection waiting to be resumed.
+    fn settle(&mut self) {
+        loop {
+            self.flush_dirty();
+            if self.resume.is_empty() {
+                return;
+            }
+            while let Some(slot) = self.resume.pop() {
+                self.advance(slot);
             }
         }
     }
@@ -578,29 +602,39 @@ impl EventLoop {
             self.handlers[h].queued -= 1;
             self.total_queued -= 1;
         }
-        let credit = (!end).then_some(h as u16);
         let slot = resp.conn.slot;
-        let Some(conn) = self.conn_by_ref(resp.conn) else {
-            if credit.is_some() {
-                self.return_credit(h);
+        let live = match self.conn_by_ref(resp.conn) {
+            Some(conn) if !conn.closing => true,
+            Some(conn) => {
+                // A response that must not follow the one that closed the connection.
+                if end {
+                    conn.in_flight -= 1;
+                }
+                false
             }
-            return;
+            None => false,
         };
-        if conn.closing {
-            // A response that must not follow the one that closed the connection.
-            if end {
-                conn.in_flight -= 1;
-            }
-            if credit.is_some() {
+        if !live {
+            if !end {
                 self.return_credit(h);
+                // The handler is still producing for a connection that is gone: say so
+                // again, in case the word that told it was overwritten by another
+                // connection's close (the flag holds one connection).
+                self.cancel(h, resp.conn);
             }
             return;
         }
-        conn.queue(resp.data, credit);
+        let mut returned = Vec::new();
+        let mut resume = false;
+        let Some(conn) = self.conn_by_ref(resp.conn) else {
+            return;
+        };
+        conn.queue(resp.data, (!end).then_some(h as u16));
         match resp.part {
             Part::Partial => {}
             Part::Last { keep_alive } => {
                 conn.in_flight -= 1;
+                conn.release_credit(&mut |c| returned.push(c));
                 if !keep_alive {
                     conn.last_request = true;
                     conn.closing = true;
@@ -610,15 +644,41 @@ impl EventLoop {
                         || conn.last_request
                         || conn.continue_pending)
                 {
-                    self.resume.push(slot);
+                    resume = true;
                 }
             }
-            Part::Abort => {
+            Part::Abort { reset } => {
                 conn.in_flight -= 1;
+                conn.release_credit(&mut |c| returned.push(c));
                 conn.closing = true;
+                conn.reset_on_close |= reset;
             }
         }
+        // Requests pipelined behind a response that closes the connection will never be
+        // answered: tell the handler, so it does not run the app for them.
+        let orphaned = (conn.closing && conn.in_flight > 0).then_some(conn.me);
         self.dirty.push(slot);
+        if resume {
+            self.resume.push(slot);
+        }
+        for c in returned {
+            self.return_credit(c as usize);
+        }
+        if let Some(me) = orphaned {
+            self.cancel(h, me);
+        }
+    }
+
+    /// Tells handler `h` that connection `r` is gone, and wakes it if it waits for credit
+    /// (it stops waiting for a gone connection).
+    fn cancel(&mut self, h: usize, r: ConnRef) {
+        // Release: pairs with the handler's Acquire load between body chunks and before
+        // it calls the app.
+        self.handlers[h]
+            .shared
+            .cancelled
+            .store(r.packed(), Ordering::Release);
+        self.handlers[h].wake_check = true;
     }
 
     fn return_credit(&mut self, h: usize) {
@@ -670,13 +730,24 @@ impl EventLoop {
 
     /// After the queue emptied: a closing connection starts its lingering close.
     fn after_output(&mut self, slot: u32) {
+        let draining = self.deadline.is_some();
         let Some(conn) = self.conn_mut(slot) else {
             return;
         };
-        if !conn.closing || !conn.wq.is_empty() || matches!(conn.state, ReadState::Lingering) {
+        if !conn.wq.is_empty() || matches!(conn.state, ReadState::Lingering) {
             return;
         }
-        if conn.eof {
+        if !conn.closing {
+            if draining && conn.is_idle() {
+                // A graceful stop closes keep-alive connections once they are idle.
+                self.close(slot);
+            } else if conn.read_stalled && conn.in_flight < MAX_PIPELINED_IN_FLIGHT {
+                // Parsing waited for the write queue to drain.
+                self.resume.push(slot);
+            }
+            return;
+        }
+        if conn.eof || conn.reset_on_close {
             self.close(slot);
             return;
         }
@@ -723,13 +794,18 @@ impl EventLoop {
             self.return_credit(h as usize);
         }
         if conn.in_flight > 0 {
-            // Release: pairs with the handler's Acquire load between body chunks.
-            self.handlers[conn.handler]
-                .shared
-                .cancelled
-                .store(conn.me.packed(), Ordering::Release);
+            self.cancel(conn.handler, conn.me);
+        }
+        if conn.reset_on_close {
+            conn.set_reset_on_close();
         }
         // Dropping the socket closes it, which also removes it from the epoll set.
+        drop(conn);
+        if self.accept_blocked {
+            // A descriptor was freed: take the connections waiting in the backlog.
+            self.accept_blocked = false;
+            self.accept();
+        }
     }
 
     fn begin_shutdown(&mut self, sig: i32) {

@@ -5,7 +5,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileTypeExt;
 
 use crate::config::Listen;
-use crate::syscall;
+use crate::sys::syscall;
 
 /// Kernel accept queue length. The std default (128) overflows under a connection burst
 /// from a load generator; 1024 matches gunicorn's and Granian's defaults.

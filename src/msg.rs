@@ -61,8 +61,10 @@ pub enum Part {
     Last { keep_alive: bool },
     /// The response failed after it started: write out what is already queued, then close
     /// the connection without ending the body (no final chunk, a short Content-Length), so
-    /// the client cannot take a truncated body for a whole one.
-    Abort,
+    /// the client cannot take a truncated body for a whole one. `reset`: the body was
+    /// delimited by the close itself (HTTP/1.0 streaming), so only a reset tells the client
+    /// it is incomplete.
+    Abort { reset: bool },
 }
 
 #[derive(Debug)]

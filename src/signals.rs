@@ -9,7 +9,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::syscall;
+use crate::sys::syscall;
 
 static PIPE_WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 

@@ -1,7 +1,6 @@
 //! One helper turning libc calls into `io::Result` (after mio's `syscall!`).
 
 /// Calls a libc function and maps a `-1` return to `io::Error::last_os_error()`.
-#[macro_export]
 macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
         #[allow(unused_unsafe)]
@@ -15,3 +14,4 @@ macro_rules! syscall {
         }
     }};
 }
+pub(crate) use syscall;

@@ -74,6 +74,12 @@ impl Bridge {
             keep_alive: req.head.keep_alive,
         };
         self.ex.begin(info);
+        if self.ex.cancelled() {
+            // Its connection closed before the app ran (a response ahead of it in the
+            // pipeline closed it, or the client left): do not run the app for nobody.
+            self.ex.fail(py);
+            return;
+        }
         let what = errors::describe_request(&req);
         let environ = match self.env.build(py, &req) {
             Ok(e) => e,
@@ -128,11 +134,11 @@ impl Bridge {
     fn drive(&self, py: Python<'_>, iterable: &Bound<'_, PyAny>) -> PyResult<Outcome> {
         // A list or tuple has a known length: head and body go out in one buffer with a
         // Content-Length, in one message.
-        if let Ok(list) = iterable.cast::<PyList>() {
+        if let Ok(list) = iterable.cast_exact::<PyList>() {
             let items: Vec<Bound<'_, PyAny>> = list.iter().collect();
             return self.send_known(py, &items);
         }
-        if let Ok(tuple) = iterable.cast::<PyTuple>() {
+        if let Ok(tuple) = iterable.cast_exact::<PyTuple>() {
             let items: Vec<Bound<'_, PyAny>> = tuple.iter().collect();
             return self.send_known(py, &items);
         }
@@ -141,6 +147,9 @@ impl Bridge {
             self.ex.send(py, bytes_of(&item)?)?;
             if self.ex.cancelled() {
                 return Ok(Outcome::Cancelled);
+            }
+            if self.ex.body_complete() {
+                break;
             }
         }
         Ok(Outcome::Done)

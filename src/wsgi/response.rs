@@ -3,7 +3,7 @@
 //! the first non-empty bytestring is yielded"), framing, and pushing wire bytes into the
 //! response ring with flow control.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -86,14 +86,18 @@ pub struct Exchange {
     tx: RefCell<Producer<Response>>,
     pub st: RefCell<State>,
     date: RefCell<DateCache>,
+    /// `ConnRef::packed` of the last connection this handler answered with a close.
+    closed_conn: Cell<u64>,
 }
 
 pub struct State {
     pub req: ReqInfo,
     pub status: Option<Py<PyAny>>,
     pub headers: Option<Py<PyAny>>,
-    /// The head has been encoded into `out` (and maybe pushed).
+    /// The head has been encoded into `out`.
     pub sent: bool,
+    /// The head has left for the loop: from here on the response cannot be replaced.
+    pushed: bool,
     framing: Framing,
     keep_alive: bool,
     /// For `Framing::Length`: body bytes the declared length still allows.
@@ -125,6 +129,7 @@ impl Exchange {
                 status: None,
                 headers: None,
                 sent: false,
+                pushed: false,
                 framing: Framing::NoBody,
                 keep_alive: false,
                 remaining: 0,
@@ -132,6 +137,7 @@ impl Exchange {
                 out: Vec::new(),
             }),
             date: RefCell::new(DateCache::new()),
+            closed_conn: Cell::new(u64::MAX),
         }
     }
 
@@ -141,6 +147,7 @@ impl Exchange {
         st.status = None;
         st.headers = None;
         st.sent = false;
+        st.pushed = false;
         st.mismatch = false;
         st.out = Vec::new();
     }
@@ -163,13 +170,17 @@ impl Exchange {
         }
         match exc_info.filter(|e| !e.is_none()) {
             Some(exc) => {
-                if st.sent {
+                if st.pushed {
                     // "if exc_info is provided, and the HTTP headers have already been
                     // sent, start_response must raise an error, and should re-raise using
                     // the exc_info tuple."
                     let value = exc.cast::<PyTuple>()?.get_item(1)?;
                     return Err(PyErr::from_value(value));
                 }
+                // Encoded but still held here: nothing went out, so it can be replaced.
+                st.sent = false;
+                st.mismatch = false;
+                st.out.clear();
             }
             None => {
                 if st.status.is_some() {
@@ -292,6 +303,7 @@ impl Exchange {
         }
         let hold = append_body(&mut st, data);
         if !hold && !st.out.is_empty() {
+            st.pushed = true;
             let out = std::mem::take(&mut st.out);
             let conn = st.req.conn;
             drop(st);
@@ -360,19 +372,24 @@ impl Exchange {
     pub fn fail(&self, py: Python<'_>) {
         let mut st = self.st.borrow_mut();
         let conn = st.req.conn;
-        if st.sent {
+        if st.pushed {
             let out = std::mem::take(&mut st.out);
+            // A close-delimited body (HTTP/1.0 streaming) only looks truncated to the
+            // client if the connection is reset.
+            let reset = st.framing == Framing::Close;
             drop(st);
             self.push(
                 py,
                 Response {
                     conn,
                     data: out,
-                    part: Part::Abort,
+                    part: Part::Abort { reset },
                 },
             );
             return;
         }
+        // Whatever was encoded but held is dropped: the 500 replaces it.
+        st.out.clear();
         // Relaxed: see `encode_head`.
         let draining = self.loop_shared.draining.load(Ordering::Relaxed);
         let keep_alive = st.req.keep_alive && !draining;
@@ -406,11 +423,23 @@ impl Exchange {
         );
     }
 
+    /// The head is out and the response has no body (HEAD, 204, 304): iterating further
+    /// would only produce bytes to discard, and a client that left would never be noticed.
+    pub fn body_complete(&self) -> bool {
+        let st = self.st.borrow();
+        st.sent && st.framing == Framing::NoBody
+    }
+
     /// The loop closed this request's connection: stop producing its body.
     pub fn cancelled(&self) -> bool {
-        let conn = self.st.borrow().req.conn;
+        let conn = self.st.borrow().req.conn.packed();
+        // This handler itself ended the connection's last response with a close: requests
+        // pipelined behind it will never be answered (known here before the loop knows).
+        if self.closed_conn.get() == conn {
+            return true;
+        }
         // Acquire: pairs with the loop's Release store when it closed the connection.
-        self.shared.cancelled.load(Ordering::Acquire) == conn.packed()
+        self.shared.cancelled.load(Ordering::Acquire) == conn
     }
 
     /// Pushes one message, waiting with the GIL released when the ring is full or too
@@ -430,6 +459,12 @@ impl Exchange {
             }
             // Relaxed: the count is published to the loop by the ring push below.
             shared.chunks_in_flight.fetch_add(1, Ordering::Relaxed);
+        }
+        if matches!(
+            resp.part,
+            Part::Abort { .. } | Part::Last { keep_alive: false }
+        ) {
+            self.closed_conn.set(resp.conn.packed());
         }
         let mut tx = self.tx.borrow_mut();
         let mut resp = resp;
