@@ -17,33 +17,24 @@ mod tests;
 
 /// RFC 9110 §5.6.2 `tchar`, as a table: the hot loops (trailer names, chunk-extension
 /// names, response header names) look a byte up instead of running a chain of compares.
-static TCHAR: [bool; 256] = {
+static TCHAR: [bool; 256] = byte_class(b"!#$%&'*+-.^_`|~");
+
+/// A byte-class table: ASCII letters and digits plus `extra`. Built at compile time, so a
+/// hot loop looks a byte up instead of running a chain of compares.
+pub(crate) const fn byte_class(extra: &[u8]) -> [bool; 256] {
     let mut t = [false; 256];
     let mut b = 0usize;
     while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                b'!' | b'#'
-                    | b'$'
-                    | b'%'
-                    | b'&'
-                    | b'\''
-                    | b'*'
-                    | b'+'
-                    | b'-'
-                    | b'.'
-                    | b'^'
-                    | b'_'
-                    | b'`'
-                    | b'|'
-                    | b'~'
-            );
+        t[b] = (b as u8).is_ascii_alphanumeric();
         b += 1;
     }
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = true;
+        i += 1;
+    }
     t
-};
+}
 
 /// RFC 9110 §5.6.2: `tchar`.
 #[inline]

@@ -668,34 +668,7 @@ fn is_valid_authority(a: &[u8], require_port: bool, allow_userinfo: bool) -> boo
 /// without checking the two hex digits after it. A table because Host is checked on every
 /// request: a chain of compares per byte cost ~240 more instructions per request for
 /// `localhost:8000` (callgrind).
-static REG_NAME: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut b = 0usize;
-    while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric()
-            || matches!(
-                c,
-                b'-' | b'.'
-                    | b'_'
-                    | b'~'
-                    | b'%'
-                    | b'!'
-                    | b'$'
-                    | b'&'
-                    | b'\''
-                    | b'('
-                    | b')'
-                    | b'*'
-                    | b'+'
-                    | b','
-                    | b';'
-                    | b'='
-            );
-        b += 1;
-    }
-    t
-};
+static REG_NAME: [bool; 256] = super::byte_class(b"-._~%!$&'()*+,;=");
 
 #[inline]
 fn is_reg_name_byte(b: u8) -> bool {

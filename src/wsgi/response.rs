@@ -307,14 +307,7 @@ impl Exchange {
             let out = std::mem::take(&mut st.out);
             let conn = st.req.conn;
             drop(st);
-            self.push(
-                py,
-                Response {
-                    conn,
-                    data: out,
-                    part: Part::Partial,
-                },
-            );
+            self.push(py, conn, out, Part::Partial);
         }
         Ok(())
     }
@@ -356,14 +349,7 @@ impl Exchange {
         let out = std::mem::take(&mut st.out);
         let conn = st.req.conn;
         drop(st);
-        self.push(
-            py,
-            Response {
-                conn,
-                data: out,
-                part: Part::Last { keep_alive },
-            },
-        );
+        self.push(py, conn, out, Part::Last { keep_alive });
         Ok(())
     }
 
@@ -378,14 +364,7 @@ impl Exchange {
             // client if the connection is reset.
             let reset = st.framing == Framing::Close;
             drop(st);
-            self.push(
-                py,
-                Response {
-                    conn,
-                    data: out,
-                    part: Part::Abort { reset },
-                },
-            );
+            self.push(py, conn, out, Part::Abort { reset });
             return;
         }
         // Whatever was encoded but held is dropped: the 500 replaces it.
@@ -413,14 +392,7 @@ impl Exchange {
         }
         st.sent = true;
         drop(st);
-        self.push(
-            py,
-            Response {
-                conn,
-                data: out,
-                part: Part::Last { keep_alive },
-            },
-        );
+        self.push(py, conn, out, Part::Last { keep_alive });
     }
 
     /// The head is out and the response has no body (HEAD, 204, 304): iterating further
@@ -444,7 +416,8 @@ impl Exchange {
 
     /// Pushes one message, waiting with the GIL released when the ring is full or too
     /// many streamed chunks are unwritten; wakes the loop only if it sleeps.
-    fn push(&self, py: Python<'_>, resp: Response) {
+    fn push(&self, py: Python<'_>, conn: ConnRef, data: Vec<u8>, part: Part) {
+        let resp = Response { conn, data, part };
         let shared = &*self.shared;
         if resp.part == Part::Partial {
             // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
