@@ -1,0 +1,152 @@
+"""Routes for tests/regressions.rs: the scenarios of review findings, one route each.
+
+Query parameters: `mark=PATH` names a file the route appends observations to (one
+line each), so a test can see what happened inside the app after the fact.
+"""
+
+import time
+
+
+def _query(environ):
+    out = {}
+    for part in environ.get("QUERY_STRING", "").split("&"):
+        if "=" in part:
+            k, v = part.split("=", 1)
+            out[k] = v
+    return out
+
+
+def _mark(q, text):
+    path = q.get("mark")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+def app(environ, start_response):
+    q = _query(environ)
+    route = ROUTES.get(environ["PATH_INFO"])
+    if route is None:
+        body = b"no route"
+        start_response("404 Not Found", [("Content-Length", str(len(body)))])
+        return [body]
+    return route(environ, start_response, q)
+
+
+def r_hello(environ, start_response, q):
+    body = b"hello"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "5")])
+    return [body]
+
+
+def r_sse(environ, start_response, q):
+    """An endless event stream: a tick, then `every` seconds of sleep, forever. Only
+    close() ends it, and close() is recorded ("closed")."""
+    every = float(q.get("every", "0.2"))
+
+    def gen():
+        try:
+            while True:
+                yield b"data: tick\n\n"
+                time.sleep(every)
+        finally:
+            _mark(q, "closed")
+
+    start_response("200 OK", [("Content-Type", "text/event-stream")])
+    return gen()
+
+
+def r_big_first(environ, start_response, q):
+    """A streamed response whose first chunk is `size` bytes, then `tiny` 1-byte chunks;
+    "produced" is recorded once the generator is exhausted."""
+    size = int(q.get("size", str(32 << 20)))
+    tiny = int(q.get("tiny", "15"))
+
+    def gen():
+        yield b"y" * size
+        for _ in range(tiny):
+            yield b"z"
+        _mark(q, "produced")
+
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return gen()
+
+
+def r_ticks(environ, start_response, q):
+    """`n` small chunks, streamed: "s0\\n", "s1\\n", ..."""
+    n = int(q.get("n", "20"))
+
+    def gen():
+        for i in range(n):
+            yield b"s%d\n" % i
+
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return gen()
+
+
+def r_chunks(environ, start_response, q):
+    """`n` streamed chunks of `size` bytes each."""
+    n = int(q.get("n", "4"))
+    size = int(q.get("size", "262144"))
+
+    def gen():
+        for i in range(n):
+            yield bytes([97 + i % 26]) * size
+
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return gen()
+
+
+def r_big_list(environ, start_response, q):
+    """A list body of `size` bytes of b"x": sent as one buffer with a Content-Length."""
+    size = int(q.get("size", str(64 << 20)))
+    start_response("200 OK", [("Content-Type", "application/octet-stream")])
+    return [b"x" * size]
+
+
+def r_short(environ, start_response, q):
+    """Declares 10 bytes and sends 5: the server must close after it."""
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "10")])
+    return [b"12345"]
+
+
+def r_side(environ, start_response, q):
+    """Records that the app ran."""
+    _mark(q, "side ran")
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "4")])
+    return [b"side"]
+
+
+def r_abort(environ, start_response, q):
+    """Streams a part of the body, then fails."""
+
+    def gen():
+        yield b"partial"
+        raise RuntimeError("m0test-regress-abort")
+
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return gen()
+
+
+def r_slow(environ, start_response, q):
+    """Records "started", sleeps `secs`, records "done", then answers."""
+    _mark(q, "started")
+    time.sleep(float(q.get("secs", "1.5")))
+    _mark(q, "done")
+    body = b"slow done"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "9")])
+    return [body]
+
+
+ROUTES = {
+    "/hello": r_hello,
+    "/sse": r_sse,
+    "/big-first": r_big_first,
+    "/ticks": r_ticks,
+    "/chunks": r_chunks,
+    "/big-list": r_big_list,
+    "/short": r_short,
+    "/side": r_side,
+    "/abort": r_abort,
+    "/slow": r_slow,
+}

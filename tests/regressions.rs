@@ -1,0 +1,348 @@
+//! Regressions: one test per bug a review found in the loop and the bridge (each fails
+//! against the server as it was before the fix). The app is tests/apps/regress.py.
+
+mod common;
+
+use common::*;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// How long a server that works may take to do what a test waits for.
+const PROMPT: Duration = Duration::from_secs(4);
+
+/// Closes the connection with a reset (SO_LINGER 0), as a client that gives up does.
+fn reset(c: Conn) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt(2) on a descriptor `c` owns, with a pointer to a live `linger`
+    // and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            c.stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", io::Error::last_os_error());
+    drop(c);
+}
+
+/// Reads raw bytes from `c` until `needle` has been seen `n` times in all of them.
+fn read_until_count(c: &mut Conn, needle: &[u8], n: usize, timeout: Duration) -> Vec<u8> {
+    let deadline = Instant::now() + timeout;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while count(&got, needle) < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "saw {needle:?} {} times of {n} within {timeout:?}: {:?}",
+            count(&got, needle),
+            show(&got)
+        );
+        c.stream.set_read_timeout(Some(left)).unwrap();
+        match c.stream.read(&mut buf) {
+            Ok(0) => panic!("the server closed the connection after {:?}", show(&got)),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("reading after {:?}: {e}", show(&got)),
+        }
+    }
+    got
+}
+
+fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// `GET target` on a fresh connection, answered within `within` (or an Err saying how not).
+fn try_get(s: &Server, target: &str, within: Duration) -> Result<Response, String> {
+    let mut c = s.connect();
+    c.set_io_timeout(within);
+    c.send(
+        format!("GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    c.try_read_response()
+        .map_err(|e| format!("GET {target}: {e:?}"))
+}
+
+/// Asserts a plain request on a new connection is answered within `within`.
+fn assert_served(s: &Server, within: Duration, what: &str) {
+    let t = Instant::now();
+    match try_get(s, "/hello", within) {
+        Ok(r) => assert_eq!(r.body_text(), "hello", "{what}: {}", r.status_line()),
+        Err(e) => panic!(
+            "{what}: a new request was not answered within {within:?} ({:?} waited): {e}",
+            t.elapsed()
+        ),
+    }
+}
+
+fn exit_code(s: &mut Server, within: Duration, what: &str) -> i32 {
+    let st = s
+        .wait_exit(within)
+        .unwrap_or_else(|| panic!("{what}: the server did not exit within {within:?}"));
+    st.code().unwrap_or_else(|| {
+        panic!(
+            "{what}: the server ended with {}\n{}",
+            describe_status(&st),
+            s.log_text()
+        )
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation
+// ---------------------------------------------------------------------------
+
+#[test]
+fn endless_stream_is_closed_even_when_another_connection_resets_right_after_its_client_left() {
+    // One handler: A's endless stream occupies it, B's request waits in its ring. A goes,
+    // then B goes: the handler is told "B is gone" after "A is gone", before it looked.
+    let tmp = TempDir::new("lost-cancel");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let mut a = s.connect();
+    a.send(&get(&format!("/sse?every=0.5&mark={mark}")));
+    read_until_count(&mut a, b"tick", 1, PROMPT);
+    let mut b = s.connect();
+    b.send(&get("/hello"));
+    // The next tick: by now B's request is queued, and the handler has just yielded, so
+    // its next look at the cancellation is half a second away.
+    read_until_count(&mut a, b"tick", 1, PROMPT);
+    reset(a);
+    std::thread::sleep(Duration::from_millis(100));
+    reset(b);
+
+    if let Err(m) = wait_for_file_containing(&mark, "closed", PROMPT) {
+        panic!(
+            "the endless generator was not closed within {PROMPT:?} of its client leaving \
+             (the cancellation was lost); marks: {m:?}"
+        );
+    }
+    assert_served(&s, PROMPT, "after the stream was cancelled");
+}
+
+#[test]
+fn head_request_to_an_endless_stream_stops_it_once_the_head_is_out() {
+    let tmp = TempDir::new("head-endless");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let mut c = s.connect();
+    c.send(format!("HEAD /sse?mark={mark} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+    let r = c.read_head_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    drop(c);
+    if let Err(m) = wait_for_file_containing(&mark, "closed", PROMPT) {
+        panic!(
+            "the generator of a HEAD response kept running after the head went out and \
+             the client left; marks: {m:?}"
+        );
+    }
+    assert_served(&s, PROMPT, "after a HEAD to an endless stream");
+}
+
+// ---------------------------------------------------------------------------
+// Chunk credit and write backpressure
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_finished_response_its_client_does_not_read_holds_no_chunk_credit() {
+    // A's response is 16 streamed chunks, the first too big to be written to a client
+    // that reads nothing, so all 16 sit in A's write queue. The handler is done with A;
+    // the next responses on it must not wait for A's client.
+    let tmp = TempDir::new("credit");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let mut a = s.connect();
+    a.send(&get(&format!(
+        "/big-first?size={}&tiny=15&mark={mark}",
+        32 << 20
+    )));
+    // Whether the handler gets to the end of A's body is not the question here; give it
+    // the time to, then look at the others.
+    let _ = wait_for_file_containing(&mark, "produced", Duration::from_secs(3));
+
+    let t = Instant::now();
+    let b = try_get(&s, "/ticks?n=20", PROMPT).unwrap_or_else(|e| {
+        panic!(
+            "a streamed response on the handler that finished A's was not served \
+             ({:?}): {e}",
+            t.elapsed()
+        )
+    });
+    let want: String = (0..20).map(|i| format!("s{i}\n")).collect();
+    assert_eq!(b.body_text(), want);
+    assert_served(&s, PROMPT, "while A's finished response sits unread");
+    drop(a);
+}
+
+#[test]
+fn pipelined_streamed_responses_a_client_never_reads_keep_memory_bounded() {
+    const REQUESTS: usize = 600;
+    const RESPONSE_MIB: usize = 1; // 4 chunks of 256 KiB each
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    assert_served(&s, PROMPT, "warm-up");
+    let rss_before = rss_kib(s.pid());
+    let mut c = s.connect();
+    let one = get("/chunks?n=4&size=262144");
+    c.send(&one.repeat(REQUESTS));
+
+    // Give an unbounded server the time to answer everything into memory.
+    let mut peak = 0;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(3) {
+        peak = peak.max(rss_kib(s.pid()));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let growth_mib = peak.saturating_sub(rss_before) / 1024;
+    assert!(
+        growth_mib <= 150,
+        "server memory grew by {growth_mib} MiB for {REQUESTS} pipelined responses of \
+         {RESPONSE_MIB} MiB that the client never reads"
+    );
+    assert_served(&s, PROMPT, "while a client pipelines and reads nothing");
+}
+
+// ---------------------------------------------------------------------------
+// Graceful stop
+// ---------------------------------------------------------------------------
+
+#[test]
+fn graceful_stop_closes_a_connection_once_its_last_response_is_written() {
+    const SIZE: usize = 64 << 20;
+    let mut s = Server::start("regress:app", &[]);
+    let mut c = s.connect();
+    c.send(&get(&format!("/big-list?size={SIZE}")));
+    // The response has started: it is whole in the loop's write queue, far from written.
+    assert!(c.wait_readable(PROMPT), "no response started");
+    s.signal(libc::SIGTERM);
+    // Let the loop take the signal while the write is still pending.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert_eq!(r.body.len(), SIZE);
+    let t = Instant::now();
+    let (rest, closed) = c.read_until_close(Duration::from_secs(3));
+    assert!(
+        rest.is_empty(),
+        "more bytes after the response: {:?}",
+        show(&rest)
+    );
+    assert!(
+        closed,
+        "during a graceful stop, the connection stayed open {:?} after its last response \
+         was read (it should close as soon as it is idle)",
+        t.elapsed()
+    );
+    let code = exit_code(&mut s, PROMPT, "graceful stop after a large response");
+    assert_eq!(code, 0, "exit code\n{}", s.log_text());
+}
+
+#[test]
+fn graceful_stop_lets_a_request_whose_client_left_run_to_its_end() {
+    let tmp = TempDir::new("grace-gone");
+    let mark = tmp.file("mark");
+    let mut s = Server::start("regress:app", &[]);
+    let mut c = s.connect();
+    c.send(&get(&format!("/slow?secs=1.5&mark={mark}")));
+    wait_for_file_containing(&mark, "started", PROMPT)
+        .unwrap_or_else(|m| panic!("/slow did not start: {m:?}"));
+    reset(c);
+    // The loop has closed the connection: none is open, one request is still running.
+    std::thread::sleep(Duration::from_millis(200));
+    s.signal(libc::SIGTERM);
+    let code = exit_code(&mut s, Duration::from_secs(10), "graceful stop");
+    let marks = read_or_empty(&mark);
+    assert!(
+        marks.contains("done"),
+        "the server exited before the running request finished; marks: {marks:?}\n{}",
+        s.log_text()
+    );
+    assert_eq!(code, 0, "exit code\n{}", s.log_text());
+}
+
+// ---------------------------------------------------------------------------
+// Closing a connection
+// ---------------------------------------------------------------------------
+
+#[test]
+fn request_pipelined_behind_a_response_that_closes_the_connection_is_never_run() {
+    let tmp = TempDir::new("pipe-close");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let mut c = s.connect();
+    // /short declares 10 bytes and sends 5, so its response ends the connection.
+    let mut burst = get("/short");
+    burst.extend_from_slice(&get(&format!("/side?mark={mark}")));
+    c.send(&burst);
+    let (got, closed) = c.read_until_close(PROMPT);
+    assert!(closed, "the connection stayed open: {:?}", show(&got));
+    assert!(
+        got.starts_with(b"HTTP/1.1 200 "),
+        "first response: {:?}",
+        show(&got)
+    );
+    assert!(
+        !contains(&got, b"side"),
+        "a response followed the one that closed: {:?}",
+        show(&got)
+    );
+    // One handler takes requests in order: once a later request is answered, /side has
+    // been run or skipped.
+    assert_served(&s, PROMPT, "after the closed pipeline");
+    let marks = read_or_empty(&mark);
+    assert!(
+        marks.is_empty(),
+        "the app ran for a request whose connection was already closed: {marks:?}"
+    );
+}
+
+#[test]
+fn http10_streamed_response_that_fails_mid_body_ends_with_a_reset() {
+    // An HTTP/1.0 streamed body is delimited by the close: a clean EOF would tell the
+    // client the truncated body is whole.
+    let s = Server::start("regress:app", &[]);
+    let mut c = s.connect();
+    c.send(b"GET /abort HTTP/1.0\r\n\r\n");
+    let deadline = Instant::now() + PROMPT;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "the connection did not end within {PROMPT:?}: {:?}",
+            show(&got)
+        );
+        c.stream.set_read_timeout(Some(left)).unwrap();
+        match c.stream.read(&mut buf) {
+            Ok(0) => panic!(
+                "the truncated close-delimited body ended with a clean EOF (FIN), not a \
+                 reset: {:?}",
+                show(&got)
+            ),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("reading after {:?}: {e}", show(&got)),
+        }
+    }
+    assert!(
+        got.is_empty() || (got.starts_with(b"HTTP/1.") && contains(&got, b" 200 ")),
+        "{:?}",
+        show(&got)
+    );
+    assert!(
+        s.wait_for_log("m0test-regress-abort", PROMPT),
+        "the app's error was not logged:\n{}",
+        s.log_text()
+    );
+    assert_served(&s, PROMPT, "after an aborted HTTP/1.0 response");
+}
