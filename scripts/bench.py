@@ -9,6 +9,7 @@ the raw results as JSON.
     scripts/bench.py --servers m0serve,granian --connections 64 --duration 10 --rounds 3
 
 Granian is looked up in .venv/bin (install with `.venv/bin/pip install granian`).
+`--servers m0serve,m0serve@/tmp/other-build/m0serve` compares two builds of m0serve.
 """
 
 import argparse
@@ -41,8 +42,10 @@ def free_port():
 
 def server_cmd(name, port, app, threads):
     venv = os.path.join(ROOT, ".venv", "bin")
-    if name == "m0serve":
-        return [os.path.join(ROOT, "target", "release", "m0serve"), f"{app}:app",
+    if name.startswith("m0serve"):
+        # "m0serve@PATH" measures another build of m0serve side by side (A/B of a change).
+        binary = name.split("@", 1)[1] if "@" in name else os.path.join(ROOT, "target", "release", "m0serve")
+        return [binary, f"{app}:app",
                 "--app-dir", APPS, "--port", str(port), "--workers", "1",
                 "--blocking-threads", str(threads), "--log-level", "warning"]
     if name == "granian":

@@ -42,9 +42,6 @@ const READ_BUFFER_MAX_BYTES: usize = 80 * 1024;
 /// Largest request body accepted until `--max-body-size` lands (hardening issue).
 pub const MAX_BODY_BYTES: u64 = 1024 * 1024 * 1024;
 
-/// Doublings of the loop's spin while it waits for a response it knows is coming.
-const LOOP_SPIN_STEPS: u32 = 7;
-
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -225,11 +222,9 @@ impl EventLoop {
                 self.handle_events(&events);
                 continue;
             }
-            // A response is due soon when requests are queued: spin for it briefly rather
-            // than pay a sleep and a wake.
-            if self.total_queued > 0 && self.spin_for_responses() {
-                continue;
-            }
+            // No spin here before sleeping: measured side by side on 2 cores (wrk on the
+            // same cores), a 127-pause spin for the next response cost 2 µs of CPU per
+            // request and gained nothing (BENCHMARKS.md, "loop spin").
             // Announce, re-check, then sleep: a handler that pushes after the re-check sees
             // the flag and wakes us (the fences pair in `WakeFlag`).
             self.shared.wake.announce();
@@ -294,21 +289,6 @@ impl EventLoop {
 
     fn any_response_ready(&self) -> bool {
         self.handlers.iter().any(|h| !h.rx.is_empty())
-    }
-
-    /// Spins with exponential backoff (1, 2, 4 … 64 pause instructions, a few µs in
-    /// all) for a response. No `sched_yield`: `Backoff::snooze` yields after its spin
-    /// limit, a syscall per idle moment that strace showed at ~1 per 8 requests.
-    fn spin_for_responses(&self) -> bool {
-        for step in 0..LOOP_SPIN_STEPS {
-            if self.any_response_ready() {
-                return true;
-            }
-            for _ in 0..(1u32 << step) {
-                std::hint::spin_loop();
-            }
-        }
-        self.any_response_ready()
     }
 
     fn handle_events(&mut self, events: &Events) {

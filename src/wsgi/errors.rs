@@ -15,6 +15,21 @@ pub fn describe_request(req: &Request) -> String {
     format!("{method} {target}")
 }
 
+/// `METHOD /path?query` from an environ, for log lines.
+pub fn describe_environ(environ: &Bound<'_, pyo3::types::PyDict>) -> String {
+    let get = |k: &str| -> String {
+        environ
+            .get_item(k)
+            .ok()
+            .flatten()
+            .and_then(|v| v.extract::<String>().ok())
+            .unwrap_or_default()
+    };
+    let query = get("QUERY_STRING");
+    let sep = if query.is_empty() { "" } else { "?" };
+    format!("{} {}{sep}{query}", get("REQUEST_METHOD"), get("PATH_INFO"))
+}
+
 /// Logs `err` with its Python traceback.
 pub fn log_exception(py: Python<'_>, err: &PyErr, context: &str) {
     let tb = py

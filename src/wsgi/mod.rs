@@ -80,15 +80,18 @@ impl Bridge {
             self.ex.fail(py);
             return;
         }
-        let what = errors::describe_request(&req);
         let environ = match self.env.build(py, &req) {
             Ok(e) => e,
             Err(e) => {
+                let what = errors::describe_request(&req);
                 errors::log_exception(py, &e, &format!("building the environ for {what}"));
                 self.ex.fail(py);
                 return;
             }
         };
+        // For log lines on the error paths only: a reference, not a formatted string.
+        let env_ref = environ.clone();
+        let what = || errors::describe_environ(&env_ref);
         let head_len = req.head.head_len;
         let input = Input::new(req.data, head_len);
         let called = Bound::new(py, input)
@@ -106,7 +109,7 @@ impl Bridge {
         let iterable = match called {
             Ok(it) => it,
             Err(e) => {
-                errors::log_exception(py, &e, &format!("the application failed on {what}"));
+                errors::log_exception(py, &e, &format!("the application failed on {}", what()));
                 self.ex.fail(py);
                 return;
             }
@@ -126,7 +129,7 @@ impl Bridge {
             (Ok(Outcome::Done), Ok(())) => self.ex.finish(py),
         };
         if let Err(e) = result {
-            errors::log_exception(py, &e, &format!("the application failed on {what}"));
+            errors::log_exception(py, &e, &format!("the application failed on {}", what()));
             self.ex.fail(py);
         }
     }
@@ -166,6 +169,11 @@ impl Bridge {
 }
 
 fn close_iterable(iterable: &Bound<'_, PyAny>) -> PyResult<()> {
+    // An exact list or tuple has no close(); asking would build an AttributeError (its
+    // message formatted) on every request.
+    if iterable.is_exact_instance_of::<PyList>() || iterable.is_exact_instance_of::<PyTuple>() {
+        return Ok(());
+    }
     if iterable.hasattr("close")? {
         iterable.call_method0("close")?;
     }
