@@ -44,6 +44,10 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
     pub app_dir: PathBuf,
 
+    /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
+    #[arg(long, env = "M0SERVE_STATS")]
+    pub stats: bool,
+
     /// Error log level.
     #[arg(long, env = "M0SERVE_LOG_LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,

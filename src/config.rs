@@ -73,6 +73,7 @@ pub struct Config {
     pub blocking_threads: usize,
     pub app_dir: PathBuf,
     pub log_level: Level,
+    pub stats: bool,
 }
 
 impl Config {
@@ -114,6 +115,7 @@ impl Config {
             blocking_threads: cli.blocking_threads,
             app_dir,
             log_level: cli.log_level,
+            stats: cli.stats,
         })
     }
 }

@@ -9,6 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -26,6 +27,7 @@ use crate::msg::{ConnRef, Part, Peer, Request, Response};
 use crate::park::WakeFlag;
 use crate::ring::{Consumer, Producer};
 use crate::signals::SignalPipe;
+use crate::stats::{self, HandlerCounters, LoopCounters};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -59,12 +61,15 @@ pub struct LoopShared {
 }
 
 impl LoopShared {
-    /// Handler side, after pushing a response: wake the loop only if it sleeps.
-    pub fn notify(&self) {
+    /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`
+    /// when it did (a syscall).
+    pub fn notify(&self) -> bool {
         if self.wake.should_wake() {
             // A failed eventfd write leaves the loop to its next event; nothing to do here.
             let _ = self.waker.wake();
+            return true;
         }
+        false
     }
 }
 
@@ -79,6 +84,8 @@ pub struct HandlerShared {
     pub cancelled: AtomicU64,
     /// The loop is stopping: exit once the request ring is empty.
     pub stop: AtomicBool,
+    /// The handler's pipeline counters (it writes them, a report reads them).
+    pub counters: CachePadded<HandlerCounters>,
 }
 
 impl HandlerShared {
@@ -88,6 +95,7 @@ impl HandlerShared {
             chunks_in_flight: CachePadded::new(AtomicUsize::new(0)),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
+            counters: CachePadded::new(HandlerCounters::default()),
         }
     }
 }
@@ -128,10 +136,13 @@ impl HandlerLink {
     }
 
     /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
-    fn notify(&self) {
+    /// `true` when it did (a syscall).
+    fn notify(&self) -> bool {
         if self.shared.wake.should_wake() {
             self.join.thread().unpark();
+            return true;
         }
+        false
     }
 }
 
@@ -163,6 +174,9 @@ pub struct EventLoop {
     total_queued: usize,
     /// The last accept failed for lack of resources: retry after a close.
     accept_blocked: bool,
+    counters: LoopCounters,
+    /// `--stats`: also time the waits, and report at exit.
+    stats: bool,
 }
 
 impl EventLoop {
@@ -172,6 +186,7 @@ impl EventLoop {
         mut signals: SignalPipe,
         shared: Arc<LoopShared>,
         handlers: Vec<HandlerLink>,
+        stats: bool,
     ) -> io::Result<EventLoop> {
         let registry = poll.registry();
         match &mut listener {
@@ -197,6 +212,8 @@ impl EventLoop {
             deadline: None,
             total_queued: 0,
             accept_blocked: false,
+            counters: LoopCounters::new(),
+            stats,
         })
     }
 
@@ -204,6 +221,7 @@ impl EventLoop {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
         loop {
+            self.counters.passes += 1;
             if !self.lingering.is_empty() {
                 self.expire_lingering();
             }
@@ -212,6 +230,7 @@ impl EventLoop {
                 break;
             }
             // Take what is ready without sleeping first.
+            self.counters.epoll_waits += 1;
             if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     log::error!("epoll_wait failed: {e}");
@@ -219,6 +238,7 @@ impl EventLoop {
                 }
             }
             if !events.is_empty() {
+                self.counters.events += events.iter().count() as u64;
                 self.handle_events(&events);
                 continue;
             }
@@ -233,8 +253,15 @@ impl EventLoop {
                 continue;
             }
             let timeout = self.next_timeout();
+            self.counters.epoll_waits += 1;
+            self.counters.sleeps += 1;
+            let slept = self.stats.then(Instant::now);
             let res = self.poll.poll(&mut events, timeout);
             self.shared.wake.cancel();
+            if let Some(t) = slept {
+                self.counters.wait += t.elapsed();
+            }
+            self.counters.events += events.iter().count() as u64;
             if let Err(e) = res {
                 if e.kind() != io::ErrorKind::Interrupted {
                     log::error!("epoll_wait failed: {e}");
@@ -243,7 +270,23 @@ impl EventLoop {
             }
             self.handle_events(&events);
         }
+        if self.stats {
+            self.report();
+        }
         self.stop_handlers();
+    }
+
+    /// Writes the pipeline counters to the log (`--stats` at exit, and SIGUSR2).
+    fn report(&self) {
+        let handlers: Vec<_> = self
+            .handlers
+            .iter()
+            .map(|h| {
+                let name = h.join.thread().name().unwrap_or("m0s-handler").to_string();
+                (name, &*h.shared.counters, h.join.as_pthread_t())
+            })
+            .collect();
+        stats::report(&self.counters, self.stats, &handlers);
     }
 
     fn finished(&mut self) -> bool {
@@ -297,7 +340,11 @@ impl EventLoop {
                 LISTENER => self.accept(),
                 WAKER => {}
                 SIGNALS => {
-                    if let Some(sig) = self.signals.drain() {
+                    let got = self.signals.drain();
+                    if got.stats {
+                        self.report();
+                    }
+                    if let Some(sig) = got.stop {
                         self.begin_shutdown(sig);
                     }
                 }
@@ -519,12 +566,18 @@ impl EventLoop {
             self.least_loaded()
         };
         let link = &mut self.handlers[h];
-        link.tx.push(req)?;
+        if let Err(req) = link.tx.push(req) {
+            self.counters.ring_full += 1;
+            return Err(req);
+        }
         link.queued += 1;
         self.total_queued += 1;
         conn.in_flight += 1;
         conn.handler = h;
-        link.notify();
+        self.counters.requests += 1;
+        if link.notify() {
+            self.counters.handler_wakes += 1;
+        }
         Ok(())
     }
 
@@ -563,8 +616,8 @@ impl EventLoop {
         }
         self.settle();
         for h in &mut self.handlers {
-            if std::mem::take(&mut h.wake_check) {
-                h.notify();
+            if std::mem::take(&mut h.wake_check) && h.notify() {
+                self.counters.handler_wakes += 1;
             }
         }
     }

@@ -12,6 +12,7 @@ use crate::event_loop::{HandlerShared, LoopShared};
 use crate::msg::{Request, Response};
 use crate::park;
 use crate::ring::{Consumer, Producer};
+use crate::stats;
 use crate::wsgi::{Bridge, ServerInfo};
 
 pub struct HandlerSetup {
@@ -51,6 +52,7 @@ fn run(setup: HandlerSetup) {
         };
         loop {
             if let Some(req) = rx.pop() {
+                stats::bump(&shared.counters.requests, 1);
                 bridge.serve(py, req);
                 continue;
             }
@@ -66,11 +68,12 @@ fn run(setup: HandlerSetup) {
             // briefly, then parked until the loop pushes a request and sees our flag.
             let waiting = &mut rx;
             let flag = &shared;
-            py.detach(move || {
+            let parks = py.detach(move || {
                 park::wait_until(&flag.wake, || {
                     !waiting.is_empty() || flag.stop.load(Ordering::Acquire)
                 })
             });
+            stats::bump(&shared.counters.parks, u64::from(parks));
         }
         crate::python::flush_stdio(py);
     });

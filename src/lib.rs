@@ -31,6 +31,8 @@ pub mod python;
 pub mod ring;
 #[cfg(not(loom))]
 pub mod signals;
+#[cfg(not(loom))]
+pub mod stats;
 pub mod sync;
 #[cfg(not(loom))]
 pub mod sys;

@@ -138,20 +138,25 @@ impl WakeFlag {
 /// `thread` module). Spurious wakes are handled by the loop. `ready` must be the re-check of every
 /// queue whose wakers use `flag` (typically `|| !consumer.is_empty()`), and the waker must
 /// `unpark` this thread when [`WakeFlag::should_wake`] says so.
-pub fn wait_until(flag: &WakeFlag, mut ready: impl FnMut() -> bool) {
+///
+/// Returns how many times it parked (0 when the spin or the re-check found the condition),
+/// for the pipeline counters.
+pub fn wait_until(flag: &WakeFlag, mut ready: impl FnMut() -> bool) -> u32 {
     if spin_until(&mut ready) {
-        return;
+        return 0;
     }
+    let mut parks = 0;
     loop {
         flag.announce();
         if ready() {
             flag.cancel();
-            return;
+            return parks;
         }
         thread::park();
+        parks += 1;
         flag.cancel();
         if ready() {
-            return;
+            return parks;
         }
     }
 }

@@ -1,4 +1,5 @@
-//! SIGINT/SIGTERM delivered to the event loop through a self-pipe.
+//! SIGINT/SIGTERM (stop) and SIGUSR2 (print the pipeline counters) delivered to the event
+//! loop through a self-pipe.
 //!
 //! The server owns the signals, not Python: the interpreter is initialised without its own
 //! handlers, and these async-signal-safe handlers only write the signal number into a pipe
@@ -31,7 +32,7 @@ pub struct SignalPipe {
 }
 
 impl SignalPipe {
-    /// Creates the pipe and installs handlers for SIGINT and SIGTERM; ignores SIGPIPE (a
+    /// Creates the pipe and installs handlers for SIGINT, SIGTERM and SIGUSR2; ignores SIGPIPE (a
     /// peer that goes away must surface as EPIPE on its own socket, not kill the process).
     pub fn install() -> io::Result<SignalPipe> {
         let mut fds = [0 as libc::c_int; 2];
@@ -40,7 +41,7 @@ impl SignalPipe {
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // Relaxed: published to the handler by the sigaction calls below.
         PIPE_WRITE_FD.store(write.as_raw_fd(), Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM] {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR2] {
             // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
             let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
             sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
@@ -55,18 +56,34 @@ impl SignalPipe {
         })
     }
 
-    /// Drains the pipe; returns the last signal received, if any.
-    pub fn drain(&mut self) -> Option<i32> {
+    /// Drains the pipe: which signals arrived since the last drain.
+    pub fn drain(&mut self) -> Received {
         use std::io::Read;
         let mut buf = [0u8; 16];
-        let mut last = None;
+        let mut got = Received::default();
         loop {
             match self.read.read(&mut buf) {
-                Ok(0) => return last,
-                Ok(n) => last = Some(i32::from(buf[n - 1])),
+                Ok(0) => return got,
+                Ok(n) => {
+                    for &b in &buf[..n] {
+                        match i32::from(b) {
+                            libc::SIGUSR2 => got.stats = true,
+                            sig => got.stop = Some(sig),
+                        }
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(_) => return last,
+                Err(_) => return got,
             }
         }
     }
+}
+
+/// What a drain of the self-pipe found.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Received {
+    /// SIGINT or SIGTERM: stop gracefully.
+    pub stop: Option<i32>,
+    /// SIGUSR2: print the pipeline counters.
+    pub stats: bool,
 }

@@ -93,7 +93,7 @@ fn serve(
         links.push(HandlerLink::new(req_tx, resp_rx, shared, join));
     }
     let addr = listener.describe();
-    let event_loop = EventLoop::new(poll, listener, signals, loop_shared, links)
+    let event_loop = EventLoop::new(poll, listener, signals, loop_shared, links, config.stats)
         .map_err(|e| format!("cannot start the event loop: {e}"))?;
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())

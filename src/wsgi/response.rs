@@ -19,6 +19,7 @@ use crate::http::parse::Version;
 use crate::msg::{ConnRef, Part, Response};
 use crate::park;
 use crate::ring::Producer;
+use crate::stats;
 
 /// Streamed chunks a handler may have in the response ring or a connection's write queue
 /// before it waits for the loop to write them: a client that does not read stalls only the
@@ -423,12 +424,13 @@ impl Exchange {
             // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
             if shared.chunks_in_flight.load(Ordering::Acquire) >= MAX_CHUNKS_IN_FLIGHT {
                 let conn = resp.conn.packed();
-                py.detach(|| {
+                let parks = py.detach(|| {
                     park::wait_until(&shared.wake, || {
                         shared.chunks_in_flight.load(Ordering::Acquire) < MAX_CHUNKS_IN_FLIGHT
                             || shared.cancelled.load(Ordering::Acquire) == conn
                     })
                 });
+                stats::bump(&shared.counters.parks, u64::from(parks));
             }
             // Relaxed: the count is published to the loop by the ring push below.
             shared.chunks_in_flight.fetch_add(1, Ordering::Relaxed);
@@ -446,14 +448,21 @@ impl Exchange {
                 Ok(()) => break,
                 Err(back) => {
                     resp = back;
-                    self.loop_shared.notify();
+                    self.notify_loop();
                     let tx = &mut *tx;
-                    py.detach(move || park::wait_until(&shared.wake, || !tx.is_full()));
+                    let parks = py.detach(move || park::wait_until(&shared.wake, || !tx.is_full()));
+                    stats::bump(&shared.counters.parks, u64::from(parks));
                 }
             }
         }
         drop(tx);
-        self.loop_shared.notify();
+        self.notify_loop();
+    }
+
+    fn notify_loop(&self) {
+        if self.loop_shared.notify() {
+            stats::bump(&self.shared.counters.loop_wakes, 1);
+        }
     }
 }
 

@@ -1,0 +1,140 @@
+//! Pipeline counters (`--stats`): what each thread of a worker did, printed on exit with
+//! `--stats` and on SIGUSR2.
+//!
+//! Each counter has one writer: the loop's are plain fields of the loop; a handler's live
+//! on its own cache line and are bumped with a relaxed load and store (no locked
+//! instruction), so the loop can read them for a report without a lock. Counting is always
+//! on (a few plain stores per request); the clock reads that split the loop's time into
+//! "inside passes" and "waiting" happen only with `--stats`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::log;
+
+/// Adds `n` to a counter that only the calling thread writes.
+#[inline]
+pub fn bump(counter: &AtomicU64, n: u64) {
+    // Relaxed: single writer; readers (a report) only need some recent value.
+    counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+}
+
+/// A handler thread's counters (in `HandlerShared`, on its own cache line there).
+#[derive(Default, Debug)]
+pub struct HandlerCounters {
+    pub requests: AtomicU64,
+    /// Times the handler parked (waiting for a request, ring space or chunk credit).
+    pub parks: AtomicU64,
+    /// Times it woke the sleeping loop (an eventfd write).
+    pub loop_wakes: AtomicU64,
+}
+
+/// The loop thread's counters.
+#[derive(Debug)]
+pub struct LoopCounters {
+    pub started: Instant,
+    /// Requests handed to a handler.
+    pub requests: u64,
+    /// Iterations of the loop.
+    pub passes: u64,
+    pub epoll_waits: u64,
+    pub events: u64,
+    /// `epoll_wait` calls that could block (after announcing).
+    pub sleeps: u64,
+    /// Handler unparks the loop paid for.
+    pub handler_wakes: u64,
+    /// Requests that found their handler's ring full.
+    pub ring_full: u64,
+    /// Time spent in blocking `epoll_wait` (measured only with `--stats`).
+    pub wait: Duration,
+}
+
+impl LoopCounters {
+    pub fn new() -> LoopCounters {
+        LoopCounters {
+            started: Instant::now(),
+            requests: 0,
+            passes: 0,
+            epoll_waits: 0,
+            events: 0,
+            sleeps: 0,
+            handler_wakes: 0,
+            ring_full: 0,
+            wait: Duration::ZERO,
+        }
+    }
+}
+
+impl Default for LoopCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// CPU time of a thread of this process.
+pub fn thread_cpu(thread: libc::pthread_t) -> Option<Duration> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: `thread` is a live thread of this process (its JoinHandle or pthread_self is
+    // held by the caller); `clock` is a valid out-pointer.
+    if unsafe { libc::pthread_getcpuclockid(thread, &mut clock) } != 0 {
+        return None;
+    }
+    // SAFETY: a zeroed timespec is a valid out-value for clock_gettime.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: `clock` came from pthread_getcpuclockid; `ts` is a valid out-pointer.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+fn per(n: u64, requests: u64) -> f64 {
+    n as f64 / requests.max(1) as f64
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or_else(|| "?".into(), |d| format!("{:.3} s", d.as_secs_f64()))
+}
+
+/// Writes one line for the loop and one per handler to the error log.
+pub fn report(
+    c: &LoopCounters,
+    measured_wait: bool,
+    handlers: &[(String, &HandlerCounters, libc::pthread_t)],
+) {
+    let wall = c.started.elapsed();
+    // SAFETY: pthread_self has no preconditions.
+    let loop_cpu = thread_cpu(unsafe { libc::pthread_self() });
+    let waiting = if measured_wait {
+        format!(
+            "{:.0}% of wall time waiting in epoll_wait",
+            100.0 * c.wait.as_secs_f64() / wall.as_secs_f64().max(1e-9)
+        )
+    } else {
+        "time waiting not measured (run with --stats)".into()
+    };
+    log::info!(
+        "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
+         ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
+         ring-full {}",
+        secs(loop_cpu),
+        wall.as_secs_f64(),
+        c.requests,
+        c.passes,
+        c.epoll_waits,
+        c.events as f64 / c.epoll_waits.max(1) as f64,
+        per(c.sleeps, c.requests),
+        per(c.handler_wakes, c.requests),
+        c.ring_full,
+    );
+    for (name, h, thread) in handlers {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let requests = load(&h.requests);
+        log::info!(
+            "stats {name}: cpu {}, requests {requests}, parks {:.3}/req, loop wakes {:.3}/req",
+            secs(thread_cpu(*thread)),
+            per(load(&h.parks), requests),
+            per(load(&h.loop_wakes), requests),
+        );
+    }
+}
