@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 
 use crate::http::body::{BodyError, ChunkedDecoder};
 use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
-use crate::msg::{ConnRef, Peer, Request};
+use crate::msg::{ConnRef, FileBody, Peer, Request};
 
 /// First size of a connection's read buffer: a browser's request head fits.
 pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
@@ -23,6 +23,10 @@ const BODY_RESERVE_MAX_BYTES: u64 = 1024 * 1024;
 /// that pipelines requests but does not read their responses must not grow the queue
 /// without bound.
 const WRITE_QUEUE_MAX_BUFFERS: usize = 32;
+
+/// Most bytes one `sendfile(2)` is asked for, so that one big file does not hold the loop
+/// while other connections wait.
+const SENDFILE_MAX_BYTES: u64 = 1024 * 1024;
 
 /// Most iovecs handed to one `writev`.
 const WRITEV_MAX_SLICES: usize = 16;
@@ -61,6 +65,29 @@ impl Sock {
         }
     }
 
+    /// One `sendfile(2)` of the rest of `file` (at most `SENDFILE_MAX_BYTES`), advancing it.
+    fn send_file(&mut self, file: Option<&mut FileBody>) -> io::Result<usize> {
+        let Some(file) = file else { return Ok(0) };
+        let mut offset = file.offset as libc::off_t;
+        let count = file.len.min(SENDFILE_MAX_BYTES) as usize;
+        let n = crate::sys::syscall!(sendfile(
+            self.raw_fd(),
+            file.fd.as_raw_fd(),
+            &mut offset,
+            count
+        ))? as usize;
+        file.offset += n as u64;
+        file.len -= n as u64;
+        Ok(n)
+    }
+
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
     pub fn shutdown_write(&self) {
         // A peer that is already gone makes this fail; the close that follows is all that
         // matters then.
@@ -75,8 +102,16 @@ impl Sock {
 pub struct Out {
     pub data: Vec<u8>,
     pub pos: usize,
+    /// Sent after `data`, with `sendfile(2)`.
+    pub file: Option<FileBody>,
     /// A streamed chunk counts against this handler's chunks-in-flight credit until written.
     pub credit: Option<u16>,
+}
+
+impl Out {
+    fn done(&self) -> bool {
+        self.pos == self.data.len() && self.file.as_ref().is_none_or(|f| f.len == 0)
+    }
 }
 
 /// Where the connection is in reading its current request.
@@ -136,6 +171,8 @@ pub struct Conn {
     pub reset_on_close: bool,
     /// A parsed request waiting for room in a handler's ring.
     pub ready: Option<Request>,
+    /// Bytes sent with `sendfile(2)` since the loop last collected them (for the counters).
+    pub sendfile_bytes: u64,
     /// An error to answer once the responses in flight have been written.
     pub pending_error: Option<Step>,
     /// `Expect: 100-continue` arrived while earlier responses were in flight: send the
@@ -164,6 +201,7 @@ impl Conn {
             peer_closed_hint: false,
             reset_on_close: false,
             ready: None,
+            sendfile_bytes: 0,
             pending_error: None,
             continue_pending: false,
         }
@@ -329,10 +367,15 @@ impl Conn {
 
     /// Queues bytes for the socket.
     pub fn queue(&mut self, data: Vec<u8>, credit: Option<u16>) {
-        if !data.is_empty() || credit.is_some() {
+        self.queue_with_file(data, None, credit);
+    }
+
+    pub fn queue_with_file(&mut self, data: Vec<u8>, file: Option<FileBody>, credit: Option<u16>) {
+        if !data.is_empty() || credit.is_some() || file.is_some() {
             self.wq.push_back(Out {
                 data,
                 pos: 0,
+                file,
                 credit,
             });
         }
@@ -344,7 +387,7 @@ impl Conn {
     pub fn flush(&mut self, returned: &mut impl FnMut(u16)) -> io::Result<bool> {
         loop {
             while let Some(front) = self.wq.front() {
-                if front.pos < front.data.len() {
+                if !front.done() {
                     break;
                 }
                 if let Some(h) = front.credit {
@@ -352,11 +395,24 @@ impl Conn {
                 }
                 self.wq.pop_front();
             }
-            if self.wq.is_empty() {
+            let queued = self.wq.len();
+            let Some(front) = self.wq.front_mut() else {
                 return Ok(true);
+            };
+            if front.pos == front.data.len() {
+                // Only the file part is left.
+                match self.sock.send_file(front.file.as_mut()) {
+                    Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => {
+                        self.sendfile_bytes += n as u64;
+                        continue;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                    Err(e) => return Err(e),
+                }
             }
-            let res = if self.wq.len() == 1 {
-                let front = &self.wq[0];
+            let res = if queued == 1 || front.file.is_some() {
                 self.sock.write(&front.data[front.pos..])
             } else {
                 let mut slices = [IoSlice::new(&[]); WRITEV_MAX_SLICES];
@@ -364,6 +420,10 @@ impl Conn {
                 for out in self.wq.iter().take(WRITEV_MAX_SLICES) {
                     slices[n] = IoSlice::new(&out.data[out.pos..]);
                     n += 1;
+                    // A file part must follow its own bytes: gather no further.
+                    if out.file.is_some() {
+                        break;
+                    }
                 }
                 self.sock.write_vectored(&slices[..n])
             };
@@ -405,10 +465,7 @@ impl Conn {
 
     /// Sets SO_LINGER to zero so that the close sends a reset.
     pub fn set_reset_on_close(&self) {
-        let fd = match &self.sock {
-            Sock::Tcp(s) => s.as_raw_fd(),
-            Sock::Unix(s) => s.as_raw_fd(),
-        };
+        let fd = self.sock.raw_fd();
         let linger = libc::linger {
             l_onoff: 1,
             l_linger: 0,

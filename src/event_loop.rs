@@ -669,7 +669,7 @@ impl EventLoop {
         let Some(conn) = self.conn_by_ref(resp.conn) else {
             return;
         };
-        conn.queue(resp.data, (!end).then_some(h as u16));
+        conn.queue_with_file(resp.data, resp.file, (!end).then_some(h as u16));
         match resp.part {
             Part::Partial => {}
             Part::Last { keep_alive } => {
@@ -757,6 +757,7 @@ impl EventLoop {
                 overflow.push(h);
             }
         });
+        self.counters.sendfile_bytes += std::mem::take(&mut conn.sendfile_bytes);
         self.slots[slot as usize].conn = Some(conn);
         for &h in returned[..n_returned].iter().chain(overflow.iter()) {
             self.return_credit(h as usize);

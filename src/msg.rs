@@ -72,5 +72,17 @@ pub struct Response {
     pub conn: ConnRef,
     /// Wire bytes: status line and headers on the first part, framed body data after.
     pub data: Vec<u8>,
+    /// A body the loop sends straight from a file after `data` (`wsgi.file_wrapper` over a
+    /// regular file): `sendfile(2)`, nothing copied through user space.
+    pub file: Option<FileBody>,
     pub part: Part,
+}
+
+/// `len` bytes of a file from `offset`, through a descriptor of its own (a dup, so the app
+/// may close its file object at once).
+#[derive(Debug)]
+pub struct FileBody {
+    pub fd: std::os::fd::OwnedFd,
+    pub offset: u64,
+    pub len: u64,
 }

@@ -47,6 +47,8 @@ pub struct LoopCounters {
     pub ring_full: u64,
     /// Time spent in blocking `epoll_wait` (measured only with `--stats`).
     pub wait: Duration,
+    /// Body bytes sent with `sendfile(2)`.
+    pub sendfile_bytes: u64,
 }
 
 impl LoopCounters {
@@ -61,6 +63,7 @@ impl LoopCounters {
             handler_wakes: 0,
             ring_full: 0,
             wait: Duration::ZERO,
+            sendfile_bytes: 0,
         }
     }
 }
@@ -116,7 +119,7 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}",
+         ring-full {}, sendfile {} bytes",
         secs(loop_cpu),
         wall.as_secs_f64(),
         c.requests,
@@ -126,6 +129,7 @@ pub fn report(
         per(c.sleeps, c.requests),
         per(c.handler_wakes, c.requests),
         c.ring_full,
+        c.sendfile_bytes,
     );
     for (name, h, thread) in handlers {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

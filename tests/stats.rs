@@ -66,3 +66,42 @@ fn without_stats_nothing_is_reported_at_exit() {
         s.stderr_text()
     );
 }
+
+#[test]
+fn a_file_wrapper_over_a_regular_file_is_sent_with_sendfile() {
+    // 100 MiB, so that a copy through user space could not hide in the noise.
+    const SIZE: usize = 100 * 1024 * 1024;
+    let tmp = common::TempDir::new("sendfile");
+    let path = tmp.file("big.bin");
+    let pattern: Vec<u8> = (0..SIZE).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&path, &pattern).unwrap();
+    let mark = tmp.file("mark");
+
+    let mut s = Server::start("pep3333:app", &["--stats"]);
+    let mut c = s.connect();
+    c.set_io_timeout(Duration::from_secs(60));
+    c.send(&common::get(&format!(
+        "/file-wrapper?path={path}&mark={mark}"
+    )));
+    let r = c.read_response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("Content-Length"), Some(SIZE.to_string().as_str()));
+    assert_eq!(r.body.len(), SIZE);
+    assert!(r.body == pattern, "the body differs from the file");
+    // The app's file object was closed with the response (PEP 3333).
+    assert!(common::wait_until(Duration::from_secs(5), || {
+        std::fs::read_to_string(&mark)
+            .unwrap_or_default()
+            .contains("file closed")
+    }));
+    // The keep-alive connection goes on.
+    c.send(&common::get("/list"));
+    assert_eq!(c.read_response().body_text(), "abcdefg");
+    assert!(s.stop().success());
+    assert_eq!(
+        count_in(&s.stderr_text(), "stats m0s-loop:", "sendfile"),
+        Some(SIZE as u64),
+        "the body did not go out through sendfile(2):\n{}",
+        s.stderr_text()
+    );
+}

@@ -1,9 +1,14 @@
 //! `wsgi.file_wrapper` (PEP 3333 "Optional Platform-Specific File Handling"): wraps a
-//! file-like object as an iterable of blocks and closes it with the response. Serving it
-//! with `sendfile(2)` from the loop comes with the performance issue; this is the portable
-//! form every server must provide.
+//! file-like object as an iterable of blocks and closes it with the response. When the app
+//! returns the wrapper itself over a regular binary file, the handler hands the loop a dup
+//! of its descriptor and the loop sends it with `sendfile(2)`: the body never passes
+//! through user space. Anything else is iterated block by block.
+
+use std::os::fd::{FromRawFd, OwnedFd};
 
 use pyo3::prelude::*;
+
+use crate::sys::syscall;
 
 /// Default block size when the app gives none (the PEP leaves it to the server).
 const FILE_WRAPPER_BLOCK_BYTES: usize = 64 * 1024;
@@ -12,6 +17,41 @@ const FILE_WRAPPER_BLOCK_BYTES: usize = 64 * 1024;
 pub struct FileWrapper {
     filelike: Py<PyAny>,
     blksize: usize,
+}
+
+impl FileWrapper {
+    /// The wrapped object as a regular file the loop can `sendfile(2)` from: a descriptor
+    /// of our own (a dup, close-on-exec), the object's current position, and the bytes
+    /// from there to the end. `None` (and the body is iterated instead) for anything else:
+    /// no `fileno()`, a text-mode file, a pipe or socket, an error on the way.
+    pub fn regular_file(&self, py: Python<'_>) -> Option<(OwnedFd, u64, u64)> {
+        let f = self.filelike.bind(py);
+        let probe = || -> PyResult<Option<(i32, u64)>> {
+            if f.hasattr("encoding")? {
+                return Ok(None); // text mode: iterating it yields str, an app error
+            }
+            let fd: i32 = f.call_method0("fileno")?.extract()?;
+            // The object's own position, not the descriptor's: a buffered reader may have
+            // read ahead.
+            let pos: u64 = f.call_method0("tell")?.extract()?;
+            Ok(Some((fd, pos)))
+        };
+        let (fd, pos) = match probe() {
+            Ok(Some(p)) => p,
+            Ok(None) | Err(_) => return None,
+        };
+        // SAFETY: a zeroed stat is a valid out-value for fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        syscall!(fstat(fd, &mut st)).ok()?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        let size = st.st_size as u64;
+        let dup = syscall!(fcntl(fd, libc::F_DUPFD_CLOEXEC, 0)).ok()?;
+        // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
+        let dup = unsafe { OwnedFd::from_raw_fd(dup) };
+        Some((dup, pos.min(size), size.saturating_sub(pos)))
+    }
 }
 
 #[pymethods]

@@ -18,6 +18,7 @@ use crate::event_loop::{HandlerShared, LoopShared};
 use crate::msg::{Request, Response};
 use crate::ring::Producer;
 use environ::EnvBuilder;
+use file_wrapper::FileWrapper;
 use input::Input;
 use response::{bytes_of, Exchange, ReqInfo};
 use start_response::StartResponse;
@@ -140,6 +141,15 @@ impl Bridge {
         if let Ok(list) = iterable.cast_exact::<PyList>() {
             let items: Vec<Bound<'_, PyAny>> = list.iter().collect();
             return self.send_known(py, &items);
+        }
+        // PEP 3333: a server may serve its own file wrapper "in a platform-specific way" as
+        // long as the result is as if it had been iterated.
+        if let Ok(wrapper) = iterable.cast_exact::<FileWrapper>() {
+            if let Some((fd, offset, len)) = wrapper.borrow().regular_file(py) {
+                if self.ex.take_file(py, fd, offset, len)? {
+                    return Ok(Outcome::Done);
+                }
+            }
         }
         if let Ok(tuple) = iterable.cast_exact::<PyTuple>() {
             let items: Vec<Bound<'_, PyAny>> = tuple.iter().collect();

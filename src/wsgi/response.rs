@@ -4,6 +4,7 @@
 //! response ring with flow control.
 
 use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -16,7 +17,7 @@ use crate::event_loop::{HandlerShared, LoopShared};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
 use crate::http::parse::Version;
-use crate::msg::{ConnRef, Part, Response};
+use crate::msg::{ConnRef, FileBody, Part, Response};
 use crate::park;
 use crate::ring::Producer;
 use crate::stats;
@@ -107,6 +108,8 @@ pub struct State {
     pub mismatch: bool,
     /// Wire bytes not yet pushed.
     out: Vec<u8>,
+    /// A file body to send after `out` with the last part.
+    file: Option<FileBody>,
 }
 
 impl Exchange {
@@ -136,6 +139,7 @@ impl Exchange {
                 remaining: 0,
                 mismatch: false,
                 out: Vec::new(),
+                file: None,
             }),
             date: RefCell::new(DateCache::new()),
             closed_conn: Cell::new(u64::MAX),
@@ -151,6 +155,7 @@ impl Exchange {
         st.pushed = false;
         st.mismatch = false;
         st.out = Vec::new();
+        st.file = None;
     }
 
     /// `start_response(status, headers, exc_info)`, PEP 3333 "The start_response()
@@ -348,10 +353,45 @@ impl Exchange {
         }
         let keep_alive = st.keep_alive && !st.mismatch;
         let out = std::mem::take(&mut st.out);
+        let file = st.file.take();
         let conn = st.req.conn;
         drop(st);
-        self.push(py, conn, out, Part::Last { keep_alive });
+        self.push_with_file(
+            py,
+            Response {
+                conn,
+                data: out,
+                file,
+                part: Part::Last { keep_alive },
+            },
+        );
         Ok(())
+    }
+
+    /// The body is `len` bytes of a regular file from `offset`: the head goes out with a
+    /// Content-Length and the loop sends the file with `sendfile(2)` (in `finish`).
+    /// `false` when the response already started otherwise (after `write()`): the caller
+    /// then iterates the file as any body.
+    pub fn take_file(&self, py: Python<'_>, fd: OwnedFd, offset: u64, len: u64) -> PyResult<bool> {
+        let mut st = self.st.borrow_mut();
+        if st.sent {
+            return Ok(false);
+        }
+        self.encode_head(py, &mut st, Some(len))?;
+        let len = match st.framing {
+            Framing::Length(n) => {
+                // The app's own Content-Length wins; a file shorter than it is a mismatch.
+                let send = n.min(len);
+                st.remaining -= send;
+                send
+            }
+            // HEAD, 204, 304: no body at all.
+            _ => return Ok(true),
+        };
+        if len > 0 {
+            st.file = Some(FileBody { fd, offset, len });
+        }
+        Ok(true)
     }
 
     /// The response failed. Before the head went out: a 500 (the connection stays usable).
@@ -418,7 +458,18 @@ impl Exchange {
     /// Pushes one message, waiting with the GIL released when the ring is full or too
     /// many streamed chunks are unwritten; wakes the loop only if it sleeps.
     fn push(&self, py: Python<'_>, conn: ConnRef, data: Vec<u8>, part: Part) {
-        let resp = Response { conn, data, part };
+        self.push_with_file(
+            py,
+            Response {
+                conn,
+                data,
+                file: None,
+                part,
+            },
+        );
+    }
+
+    fn push_with_file(&self, py: Python<'_>, resp: Response) {
         let shared = &*self.shared;
         if resp.part == Part::Partial {
             // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
