@@ -1,29 +1,51 @@
 #!/usr/bin/env python3
-"""Side-by-side HTTP benchmark: m0serve against other WSGI servers, per thread.
+"""Side-by-side HTTP benchmark: m0serve against Granian and bjoern, per thread.
 
-Starts each server on the same app, drives it with wrk (one wrk thread, browser-like
-headers) in alternating rounds, and samples every thread's CPU time of the server's whole
-process tree from /proc/PID/task/TID/stat over each run. Prints a markdown table and writes
-the raw results as JSON.
+Starts each server on the same app (benches/apps/), checks one response, warms it up, then
+drives it with wrk (one wrk thread, browser-like headers) in alternating rounds, and
+samples every thread's CPU time of the server's whole process tree from
+/proc/PID/task/TID/stat over each run. Writes the raw results as JSON and the markdown
+tables for BENCHMARKS.md (also printed), and with --svg a chart of req/s against
+connections per scenario (docs/bench-<scenario>.svg).
 
-    scripts/bench.py --servers m0serve,granian --connections 64 --duration 10 --rounds 3
+    scripts/bench.py --servers m0serve,granian,bjoern --scenario hello,64k,post1m,flask \\
+        --connections 16,64,256 --duration 8 --rounds 3 --svg
 
-Granian is looked up in .venv/bin (install with `.venv/bin/pip install granian`).
-`--servers m0serve,m0serve@/tmp/other-build/m0serve` compares two builds of m0serve.
+Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB POST
+echoed back; throughput reported in MiB/s each way), flask (a small Flask app, jsonify).
+
+Servers: `m0serve` (target/release/m0serve), `m0serve@PATH` (another build, for an A/B of
+a change), `granian`, `bjoern` (through benches/run_bjoern.py). Any server may carry
+option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`,
+so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
+installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
+with VIRTUAL_ENV=.venv so every server imports the same packages. If bjoern cannot be
+installed, it is skipped with a message.
+
+`--report FILE.json` rebuilds the tables (and the chart, with --svg) from saved results.
 """
 
 import argparse
+import datetime
 import json
+import math
 import os
+import platform
 import re
+import shlex
 import signal
 import socket
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import http.client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPS = os.path.join(ROOT, "benches", "apps")
+VENV = os.path.join(ROOT, ".venv")
+VENV_BIN = os.path.join(VENV, "bin")
 TICK = os.sysconf("SC_CLK_TCK")
 HEADERS = [
     "Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
@@ -32,27 +54,165 @@ HEADERS = [
     "User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
     "Connection: keep-alive",
 ]
+MIB = 1 << 20
+
+# name -> app module in benches/apps, what is sent, what must come back.
+SCENARIOS = {
+    "hello": {"app": "hello", "title": "hello world (13-byte body)",
+              "body_len": 13},
+    "64k": {"app": "body64k", "title": "64 KiB response body",
+            "body_len": 65536},
+    "post1m": {"app": "echo", "title": "1 MiB POST echoed back",
+               "post_bytes": MIB, "body_len": MIB},
+    "flask": {"app": "flask_app", "title": "small Flask app (jsonify)",
+              "body_contains": b"Hello, World!", "needs": ["flask"]},
+}
+DISPLAY = {"m0serve": "m0serve", "granian": "Granian", "bjoern": "bjoern"}
+# Which pip package gives each importable module or console script in .venv.
+PIP = {"granian": "granian", "bjoern": "bjoern-binary", "flask": "flask"}
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# ---------------------------------------------------------------------------------------
+# Servers
 
 
-def server_cmd(name, port, app, threads):
-    venv = os.path.join(ROOT, ".venv", "bin")
-    if name.startswith("m0serve"):
-        # "m0serve@PATH" measures another build of m0serve side by side (A/B of a change).
-        binary = name.split("@", 1)[1] if "@" in name else os.path.join(ROOT, "target", "release", "m0serve")
+def parse_server(spec):
+    """'m0serve@PATH:workers=2' -> {'spec', 'kind', 'binary', 'opts'}."""
+    base, _, opts = spec.partition(":")
+    kind, _, binary = base.partition("@")
+    if kind not in DISPLAY:
+        raise SystemExit(f"unknown server {kind!r} in {spec!r} (m0serve, m0serve@PATH, "
+                         "granian, bjoern)")
+    if binary and kind != "m0serve":
+        raise SystemExit(f"{spec}: only m0serve takes @PATH")
+    overrides = {}
+    for kv in filter(None, opts.split(",")):
+        k, sep, v = kv.partition("=")
+        k = k.lstrip("-").replace("_", "-")
+        if not sep or k not in ("workers", "blocking-threads"):
+            raise SystemExit(f"{spec}: overrides are workers=N and blocking-threads=N")
+        overrides[k] = int(v)
+    return {"spec": spec, "kind": kind, "binary": binary or None, "opts": overrides}
+
+
+def split_servers(text):
+    """Commas separate servers, except inside a server's ':opt=v,opt=v' list."""
+    out = []
+    for part in text.split(","):
+        if out and "=" in part and ":" not in part and "@" not in part and part.split("=")[0] \
+                .lstrip("-").replace("_", "-") in ("workers", "blocking-threads"):
+            out[-1] += "," + part
+        else:
+            out.append(part)
+    return [p for p in out if p]
+
+
+def server_cmd(srv, port, app, workers, threads):
+    workers = srv["opts"].get("workers", workers)
+    threads = srv["opts"].get("blocking-threads", threads)
+    if srv["kind"] == "m0serve":
+        binary = srv["binary"] or os.path.join(ROOT, "target", "release", "m0serve")
         return [binary, f"{app}:app",
-                "--app-dir", APPS, "--port", str(port), "--workers", "1",
+                "--app-dir", APPS, "--port", str(port), "--workers", str(workers),
                 "--blocking-threads", str(threads), "--log-level", "warning"]
-    if name == "granian":
-        return [os.path.join(venv, "granian"), "--interface", "wsgi", "--host", "127.0.0.1",
-                "--port", str(port), "--workers", "1", "--blocking-threads", str(threads),
-                "--no-ws", "--log-level", "warning", f"{app}:app"]
-    raise SystemExit(f"unknown server {name}")
+    if srv["kind"] == "granian":
+        return [os.path.join(VENV_BIN, "granian"), "--interface", "wsgi",
+                "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+                "--blocking-threads", str(threads), "--no-ws", "--log-level", "warning",
+                f"{app}:app"]
+    if srv["kind"] == "bjoern":
+        return [os.path.join(VENV_BIN, "python"), os.path.join(ROOT, "benches", "run_bjoern.py"),
+                app, "127.0.0.1", str(port)]
+    raise AssertionError(srv)
+
+
+def server_env():
+    env = dict(os.environ)
+    if os.path.exists(os.path.join(VENV_BIN, "python")):
+        # m0serve embeds CPython: with VIRTUAL_ENV it uses the venv's site-packages (Flask).
+        env["VIRTUAL_ENV"] = VENV
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def venv_has(module):
+    if module == "granian":
+        return os.access(os.path.join(VENV_BIN, "granian"), os.X_OK)
+    py = os.path.join(VENV_BIN, "python")
+    return os.path.exists(py) and subprocess.run(
+        [py, "-c", f"import {module}"], capture_output=True).returncode == 0
+
+
+def ensure_venv(modules):
+    """Installs what is missing of `modules` into .venv; returns the modules still missing."""
+    missing = [m for m in modules if not venv_has(m)]
+    if not missing:
+        return []
+    if not os.path.exists(os.path.join(VENV_BIN, "python")):
+        print(f"creating {VENV} ({sys.executable} -m venv)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", VENV], check=True)
+    for m in missing:  # one at a time, so that one failure does not block the others
+        print(f"installing {PIP[m]} into {VENV}", flush=True)
+        r = subprocess.run([os.path.join(VENV_BIN, "pip"), "install", "--quiet", PIP[m]])
+        if r.returncode != 0:
+            print(f"  pip install {PIP[m]} failed (exit {r.returncode})", flush=True)
+    return [m for m in missing if not venv_has(m)]
+
+
+def versions(servers):
+    def out(cmd, any_rc=False):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            if r.returncode != 0 and not any_rc:
+                return None
+            return (r.stdout + r.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.SubprocessError):
+            return None
+
+    py = os.path.join(VENV_BIN, "python")
+    w = out(["wrk", "-v"], any_rc=True)  # "wrk 4.1.0 [epoll] Copyright ...", exit 1
+    v = {"wrk": w.split(" Copyright")[0] if w else None, "python": platform.python_version()}
+    if os.path.exists(py):
+        v["venv_python"] = out([py, "--version"])  # the CPython every server runs
+        for pkg in ("granian", "bjoern-binary", "flask"):
+            v[pkg] = out([py, "-c", "import importlib.metadata as m, sys; "
+                          f"print(m.version('{pkg}'))"])
+    for srv in servers:
+        if srv["kind"] == "m0serve":
+            binary = srv["binary"] or os.path.join(ROOT, "target", "release", "m0serve")
+            v["m0serve" + (f"@{srv['binary']}" if srv["binary"] else "")] = \
+                out([binary, "--version"])
+    try:
+        v["m0serve_commit"] = subprocess.run(
+            ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+            text=True).stdout.strip() or None
+    except OSError:
+        pass
+    return v
+
+
+def machine():
+    cpu = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem = round(int(f.readline().split()[1]) / MIB, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count(), "mem_gib": mem, "kernel": platform.release(),
+            "hostname": socket.gethostname()}
+
+
+# ---------------------------------------------------------------------------------------
+# Per-thread CPU
 
 
 def tree(pid):
@@ -90,116 +250,551 @@ def sample(pid):
     return res
 
 
+# ---------------------------------------------------------------------------------------
+# Load
+
+
 def wait_ready(port, proc, timeout=30):
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}")
+            raise RuntimeError(f"server exited with {proc.returncode}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=1):
                 return
         except OSError:
             time.sleep(0.1)
-    raise SystemExit("server did not start")
+    raise RuntimeError("server did not start")
 
 
-def wrk(port, conns, duration, path="/"):
+def check_response(port, scen, timeout=30):
+    """One request by hand: the server answers this scenario's request correctly."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if scen.get("post_bytes"):
+            conn.request("POST", "/", body=b"x" * scen["post_bytes"],
+                         headers={"Content-Type": "application/octet-stream"})
+        else:
+            conn.request("GET", "/")
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"check request: status {resp.status}: {body[:200]!r}")
+    if "body_len" in scen and len(body) != scen["body_len"]:
+        raise RuntimeError(f"check request: body of {len(body)} bytes, "
+                           f"expected {scen['body_len']}")
+    if "body_contains" in scen and scen["body_contains"] not in body:
+        raise RuntimeError(f"check request: unexpected body {body[:200]!r}")
+
+
+def lua_script(scen):
+    """A wrk Lua script for scenarios with a request body, else None."""
+    if not scen.get("post_bytes"):
+        return None
+    f = tempfile.NamedTemporaryFile("w", prefix="m0bench-", suffix=".lua", delete=False)
+    f.write('wrk.method = "POST"\n'
+            f'wrk.body = string.rep("x", {scen["post_bytes"]})\n'
+            'wrk.headers["Content-Type"] = "application/octet-stream"\n')
+    f.close()
+    return f.name
+
+
+def to_ms(value, unit):
+    return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}[unit]
+
+
+def wrk(port, conns, duration, script=None, path="/"):
     cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
     for h in HEADERS:
         cmd += ["-H", h]
+    if script:
+        cmd += ["-s", script]
     cmd.append(f"http://127.0.0.1:{port}{path}")
-    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    out = p.stdout
+    if p.returncode != 0 or "Requests/sec" not in out:
+        raise RuntimeError(f"wrk failed (exit {p.returncode}): {(out + p.stderr)[-500:]}")
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     reqs = int(re.search(r"(\d+) requests in", out).group(1))
     lat = re.search(r"Latency\s+([\d.]+)(\w+)", out)
-    scale = {"us": 1e-3, "ms": 1.0, "s": 1e3}[lat.group(2)]
     p99 = re.search(r"99%\s+([\d.]+)(\w+)", out)
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     return {
         "rps": rps,
         "requests": reqs,
-        "latency_avg_ms": float(lat.group(1)) * scale,
-        "latency_p99_ms": float(p99.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[p99.group(2)],
+        "latency_avg_ms": to_ms(*lat.groups()),
+        "latency_p99_ms": to_ms(*p99.groups()),
         "non_2xx": int(errors.group(1)) if errors else 0,
+        "socket_errors": dict(zip(("connect", "read", "write", "timeout"),
+                                  map(int, sock.groups()))) if sock else {},
     }
 
 
-def run_one(name, app, conns, duration, threads, warmup):
-    port = free_port()
-    proc = subprocess.Popen(server_cmd(name, port, app, threads), cwd=APPS,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        wait_ready(port, proc)
-        wrk(port, conns, warmup)
-        before = sample(proc.pid)
-        t0 = time.time()
-        res = wrk(port, conns, duration)
-        wall = time.time() - t0
-        after = sample(proc.pid)
-    finally:
+def stop(proc):
+    if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            print(f"  pid {proc.pid} ignored SIGINT for 10 s: killed", flush=True)
+            for p in reversed(tree(proc.pid)):
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
             proc.wait()
+
+
+def run_one(srv, scen_name, app, conns, args, script):
+    scen = SCENARIOS[scen_name]
+    port = free_port()
+    cmd = server_cmd(srv, port, app, args.workers, args.blocking_threads)
+    with tempfile.TemporaryFile() as errlog:
+        try:
+            proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(), stdout=subprocess.DEVNULL,
+                                    stderr=errlog)
+        except OSError as e:
+            raise RuntimeError(f"cannot start {cmd[0]}: {e}") from None
+        err = None
+        try:
+            wait_ready(port, proc)
+            check_response(port, scen)
+            if args.warmup > 0:
+                wrk(port, conns, args.warmup, script)
+            before = sample(proc.pid)
+            t0 = time.time()
+            res = wrk(port, conns, args.duration, script)
+            wall = time.time() - t0
+            after = sample(proc.pid)
+        except Exception as e:  # reported with the server's stderr, and the bench goes on
+            err = e
+        finally:
+            stop(proc)  # also on KeyboardInterrupt
+        if err is not None:
+            errlog.seek(0)
+            tail = errlog.read()[-1500:].decode(errors="replace").strip()
+            raise RuntimeError(f"{err}" + (f"\n  server stderr: {tail}" if tail else ""))
     threads_cpu = []
     for key, (tname, cpu) in after.items():
         used = cpu - before.get(key, (tname, 0.0))[1]
         if used > 0:
-            threads_cpu.append({"thread": tname, "cpu_s": used, "busy": used / wall})
+            threads_cpu.append({"thread": tname, "pid": key[0], "tid": key[1], "cpu_s": used,
+                                "busy": used / wall,
+                                "cpu_us_per_req": used / max(res["requests"], 1) * 1e6})
     threads_cpu.sort(key=lambda t: -t["cpu_s"])
     total = sum(t["cpu_s"] for t in threads_cpu)
     res.update({
-        "server": name, "connections": conns, "wall_s": wall, "cpu_s": total,
+        "server": srv["spec"], "kind": srv["kind"], "scenario": scen_name, "app": app,
+        "connections": conns, "wall_s": wall, "cpu_s": total,
         "cores": total / wall, "cpu_us_per_req": total / max(res["requests"], 1) * 1e6,
-        "threads": threads_cpu,
+        "command": shlex.join(cmd), "threads": threads_cpu,
     })
+    if scen.get("post_bytes"):
+        # Each request carries the body in and the same body out.
+        res["mib_s_each_way"] = res["rps"] * scen["post_bytes"] / MIB
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", default="m0serve,granian")
-    ap.add_argument("--app", default="hello")
-    ap.add_argument("--connections", default="64")
-    ap.add_argument("--duration", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--blocking-threads", type=int, default=1)
-    ap.add_argument("--json", default=os.path.join(ROOT, "bench-results", "bench.json"))
-    args = ap.parse_args()
-    servers = args.servers.split(",")
-    results = []
-    for conns in [int(c) for c in args.connections.split(",")]:
-        for rnd in range(args.rounds):
-            order = servers if rnd % 2 == 0 else list(reversed(servers))
-            for name in order:
-                r = run_one(name, args.app, conns, args.duration, args.blocking_threads,
-                            args.warmup)
-                r["round"] = rnd
-                results.append(r)
-                busy = ", ".join(f"{t['thread']} {t['busy']*100:.0f}%" for t in r["threads"][:4])
-                print(f"[{conns:>3} conns, round {rnd}] {name:>8}: {r['rps']:>9.0f} req/s, "
-                      f"{r['cpu_us_per_req']:5.1f} µs CPU/req, p99 {r['latency_p99_ms']:.2f} ms; "
-                      f"{busy}", flush=True)
-    os.makedirs(os.path.dirname(args.json), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump(results, f, indent=1)
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Report
+
+
+def fmt_int(x):
+    return f"{x:,.0f}".replace(",", " ")
+
+
+def display(spec):
+    kind = spec.partition(":")[0].partition("@")[0]
+    return DISPLAY.get(kind, kind) + spec[len(kind):]
+
+
+def median_run(runs):
+    """The run with the median req/s (the lower middle for an even count): its CPU and
+    thread figures belong to the same run as its req/s."""
+    rs = sorted(runs, key=lambda r: r["rps"])
+    return rs[(len(rs) - 1) // 2]
+
+
+def summarise(results):
+    """{(scenario, server, conns): {'median': run, 'runs': [...]}} over the good runs."""
+    out = {}
+    for r in results:
+        if "error" in r:
+            continue
+        out.setdefault((r["scenario"], r["server"], r["connections"]), []).append(r)
+    return {k: {"median": median_run(v), "runs": sorted(v, key=lambda r: r.get("round", 0)),
+                "rps_median": statistics.median(x["rps"] for x in v)}
+            for k, v in out.items()}
+
+
+def thread_cell(run, min_busy):
+    parts = [f"{t['thread']} {t['busy'] * 100:.0f} % ({t['cpu_us_per_req']:.1f})"
+             for t in run["threads"] if t["busy"] >= min_busy]
+    rest = [t for t in run["threads"] if t["busy"] < min_busy]
+    if rest:
+        parts.append(f"{len(rest)} more {sum(t['busy'] for t in rest) * 100:.0f} %")
+    return ", ".join(parts)
+
+
+def markdown(doc):
+    meta, results = doc["meta"], doc["results"]
+    servers = meta["servers"]
+    summary = summarise(results)
+    lines = []
+    m = meta.get("machine", {})
+    v = meta.get("versions", {})
+    lines.append(f"- **Date**: {meta.get('date', '?')}")
+    lines.append(f"- **Machine**: {m.get('cpu')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
+                 f"Linux {m.get('kernel')}; {v.get('wrk')}")
+    vs = [val if str(val).startswith(k.split("@")[0]) else f"{k} {val}"
+          for k, val in v.items() if val and k != "wrk"]
+    lines.append("- **Versions**: " + "; ".join(vs))
+    lines.append(f"- **Command**: `{meta.get('command')}`")
+    lines.append(f"- **Shape**: `--workers {meta['workers']} --blocking-threads "
+                 f"{meta['blocking_threads']}` (per-server overrides in the server names); "
+                 f"wrk -t1, {meta['duration']} s per run after {meta['warmup']} s of warm-up, "
+                 f"{meta['rounds']} alternating rounds, medians shown.")
+    lines.append("")
+    by_kind = {}
+    for s in servers:
+        by_kind.setdefault(parse_server(s)["kind"], s)
+    gran, bj = by_kind.get("granian"), by_kind.get("bjoern")
+    for scen in meta["scenarios"]:
+        post = SCENARIOS.get(scen, {}).get("post_bytes")
+        lines.append(f"#### {scen}: {SCENARIOS.get(scen, {}).get('title', scen)}")
+        lines.append("")
+        head = ["conns", "server", "req/s"]
+        if post:
+            head.append("MiB/s each way")
+        if gran:
+            head.append("vs Granian")
+        if bj:
+            head.append("vs bjoern")
+        head += ["lat avg ms", "p99 ms", "cores", "CPU µs/req"]
+        if gran:
+            head.append("CPU vs Granian")
+        head.append("threads: busy share (CPU µs/req)")
+        lines.append("| " + " | ".join(head) + " |")
+        lines.append("|" + "---|" * len(head))
+        conns_all = sorted({k[2] for k in summary if k[0] == scen})
+        for conns in conns_all:
+            ref_g = summary.get((scen, gran, conns))
+            ref_b = summary.get((scen, bj, conns))
+            for s in servers:
+                e = summary.get((scen, s, conns))
+                if not e:
+                    continue
+                r = e["median"]
+                row = [str(conns), display(s), fmt_int(e["rps_median"])]
+                if post:
+                    row.append(f"{e['rps_median'] * post / MIB:.0f}")
+                for ref, name in ((ref_g, gran), (ref_b, bj)):
+                    if name:
+                        row.append("" if s == name or not ref
+                                   else f"{e['rps_median'] / ref['rps_median']:.2f}×")
+                row += [f"{r['latency_avg_ms']:.2f}", f"{r['latency_p99_ms']:.2f}",
+                        f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
+                if gran:
+                    row.append("" if s == gran or not ref_g else
+                               f"{r['cpu_us_per_req'] / ref_g['median']['cpu_us_per_req']:.2f}×")
+                row.append(thread_cell(r, 0.02))
+                lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
+        # Per round, so the spread behind each median is visible.
+        per = []
+        for conns in conns_all:
+            cells = []
+            for s in servers:
+                e = summary.get((scen, s, conns))
+                if e:
+                    cells.append(f"{display(s)} " + " / ".join(fmt_int(x["rps"]) for x in e["runs"]))
+            per.append(f"{conns} conns: " + "; ".join(cells))
+        if per:
+            lines.append("Per round (req/s): " + ". ".join(per) + ".")
+            lines.append("")
+        errs = [r for r in results if r["scenario"] == scen and
+                ("error" in r or r.get("non_2xx") or any(r.get("socket_errors", {}).values()))]
+        for r in errs:
+            what = r.get("error") or (f"non-2xx {r.get('non_2xx')}, socket errors "
+                                      f"{r.get('socket_errors')}")
+            lines.append(f"- {display(r['server'])}, {r['connections']} conns, round "
+                         f"{r.get('round')}: {what.splitlines()[0]}")
+        if errs:
+            lines.append("")
+    return "\n".join(lines)
+
+
+COLORS = {"m0serve": "#d62728", "granian": "#1f77b4", "bjoern": "#2ca02c"}
+EXTRA = ["#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
+
+
+def nice_step(span, ticks=5):
+    raw = span / ticks
+    mag = 10 ** math.floor(math.log10(raw))
+    for f in (1, 2, 2.5, 5, 10):
+        if raw <= f * mag:
+            return f * mag
+    return 10 * mag
+
+
+def esc(s):
+    return (str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            .replace('"', "&quot;"))
+
+
+def svg_chart(doc, scen):
+    """Requests/s (median, with the min–max of the rounds) against connections, one line
+    per server; hand-written SVG."""
+    meta = doc["meta"]
+    summary = summarise(doc["results"])
+    servers = [s for s in meta["servers"] if any(k[0] == scen and k[1] == s for k in summary)]
+    conns = sorted({k[2] for k in summary if k[0] == scen})
+    if not servers or not conns:
+        return None
+    labels = [display(s) for s in servers]
+    W, H = 560 + max(120, int(60 + 7.5 * max(map(len, labels)))), 440
+    L, T, B = 80, 72, 60
+    pw, R = 480, W - 80 - 480
+    pad = 24  # keeps the first and last points off the axes
+    ph = H - T - B
+    ymax = max(max(x["rps"] for x in e["runs"]) for k, e in summary.items() if k[0] == scen)
+    step = nice_step(ymax * 1.08)
+    top = step * math.ceil(ymax * 1.08 / step)
+    lo, hi = math.log2(conns[0]), math.log2(conns[-1])
+
+    def x(c):
+        return L + (pw / 2 if hi == lo else pad + (math.log2(c) - lo) / (hi - lo) * (pw - 2 * pad))
+
+    def y(v):
+        return T + ph - v / top * ph
+
+    title = SCENARIOS.get(scen, {}).get("title", scen)
+    mach = meta.get("machine", {})
+    sub = (f"median of {meta['rounds']} alternating rounds of {meta['duration']} s "
+           f"(bars: min–max), --workers {meta['workers']} --blocking-threads "
+           f"{meta['blocking_threads']}",
+           f"{mach.get('cpus')} CPUs ({mach.get('cpu')}), wrk on the same host; "
+           f"{meta.get('date', '')[:10]}")
+    ylabel = "requests/s" + (" = MiB/s each way" if SCENARIOS.get(scen, {}).get(
+        "post_bytes") == MIB else "")
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+         f'viewBox="0 0 {W} {H}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" '
+         'font-size="12">',
+         f'<rect width="{W}" height="{H}" fill="#ffffff"/>',
+         f'<text x="{L}" y="22" font-size="15" font-weight="bold">{esc(scen)}: '
+         f'{esc(title)} — requests/s by connections</text>',
+         f'<text x="{L}" y="40" fill="#555" font-size="11">{esc(sub[0])}</text>',
+         f'<text x="{L}" y="55" fill="#555" font-size="11">{esc(sub[1])}</text>']
+    v = 0.0
+    while v <= top + step / 2:
+        yy = y(v)
+        o.append(f'<line x1="{L}" y1="{yy:.1f}" x2="{L + pw}" y2="{yy:.1f}" stroke="#e5e5e5"/>')
+        o.append(f'<text x="{L - 8}" y="{yy + 4:.1f}" text-anchor="end">{fmt_int(v)}</text>')
+        v += step
+    for c in conns:
+        xx = x(c)
+        o.append(f'<line x1="{xx:.1f}" y1="{T + ph}" x2="{xx:.1f}" y2="{T + ph + 5}" '
+                 'stroke="#333"/>')
+        o.append(f'<text x="{xx:.1f}" y="{T + ph + 20}" text-anchor="middle">{c}</text>')
+    o.append(f'<line x1="{L}" y1="{T + ph}" x2="{L + pw}" y2="{T + ph}" stroke="#333"/>')
+    o.append(f'<line x1="{L}" y1="{T}" x2="{L}" y2="{T + ph}" stroke="#333"/>')
+    o.append(f'<text x="{L + pw / 2:.1f}" y="{H - 15}" text-anchor="middle">connections '
+             '(wrk -t1, log scale)</text>')
+    o.append(f'<text transform="translate(18 {T + ph / 2:.1f}) rotate(-90)" '
+             f'text-anchor="middle">{esc(ylabel)}</text>')
+    extra = iter(EXTRA)
+    for i, s in enumerate(servers):
+        kind = parse_server(s)["kind"]
+        color = COLORS[kind] if s == next(t for t in servers if parse_server(t)["kind"] == kind) \
+            else next(extra, "#000000")
+        pts = [(c, summary[(scen, s, c)]) for c in conns if (scen, s, c) in summary]
+        if len(pts) > 1:
+            path = " ".join(f"{'M' if j == 0 else 'L'}{x(c):.1f},{y(e['rps_median']):.1f}"
+                            for j, (c, e) in enumerate(pts))
+            o.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="2.5"/>')
+        for c, e in pts:
+            rs = [r["rps"] for r in e["runs"]]
+            xx = x(c)
+            if len(rs) > 1:
+                o.append(f'<line x1="{xx:.1f}" y1="{y(min(rs)):.1f}" x2="{xx:.1f}" '
+                         f'y2="{y(max(rs)):.1f}" stroke="{color}" stroke-width="1.2"/>')
+                for b in (min(rs), max(rs)):
+                    o.append(f'<line x1="{xx - 4:.1f}" y1="{y(b):.1f}" x2="{xx + 4:.1f}" '
+                             f'y2="{y(b):.1f}" stroke="{color}" stroke-width="1.2"/>')
+            o.append(f'<circle cx="{xx:.1f}" cy="{y(e["rps_median"]):.1f}" r="4" '
+                     f'fill="{color}"><title>{esc(display(s))}, {c} connections: '
+                     f'{fmt_int(e["rps_median"])} req/s</title></circle>')
+        ly = T + 10 + i * 22
+        o.append(f'<line x1="{L + pw + 20}" y1="{ly}" x2="{L + pw + 44}" y2="{ly}" '
+                 f'stroke="{color}" stroke-width="2.5"/>')
+        o.append(f'<circle cx="{L + pw + 32}" cy="{ly}" r="4" fill="{color}"/>')
+        o.append(f'<text x="{L + pw + 50}" y="{ly + 4}">{esc(labels[i])}</text>')
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+def write_outputs(doc, args):
+    md = markdown(doc)
     print()
-    print("| server | conns | req/s (median) | CPU µs/req | cores | p99 ms | busiest threads |")
-    print("|---|---|---|---|---|---|---|")
-    for conns in sorted({r["connections"] for r in results}):
-        for name in servers:
-            rs = sorted((r for r in results if r["server"] == name and r["connections"] == conns),
-                        key=lambda r: r["rps"])
-            if not rs:
-                continue
-            m = rs[len(rs) // 2]
-            busy = ", ".join(f"{t['thread']} {t['busy']*100:.0f}%" for t in m["threads"][:3])
-            print(f"| {name} | {conns} | {m['rps']:.0f} | {m['cpu_us_per_req']:.1f} | "
-                  f"{m['cores']:.2f} | {m['latency_p99_ms']:.2f} | {busy} |")
+    print(md)
+    if args.md:
+        os.makedirs(os.path.dirname(os.path.abspath(args.md)), exist_ok=True)
+        with open(args.md, "w") as f:
+            f.write(md + "\n")
+        print(f"tables: {args.md}")
+    if args.svg:
+        os.makedirs(args.svg_dir, exist_ok=True)
+        for scen in doc["meta"]["scenarios"]:
+            svg = svg_chart(doc, scen)
+            if svg:
+                path = os.path.join(args.svg_dir, f"bench-{scen}.svg")
+                with open(path, "w") as f:
+                    f.write(svg)
+                print(f"chart: {path}")
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="See the module docstring (head scripts/bench.py).")
+    ap.add_argument("--servers", default="m0serve,granian",
+                    help="comma-separated: m0serve, m0serve@PATH, granian, bjoern, each "
+                         "optionally with :workers=N / :blocking-threads=N (default %(default)s)")
+    ap.add_argument("--scenario", "--scenarios", dest="scenario", default="hello",
+                    help=f"comma-separated, of {', '.join(SCENARIOS)} (default %(default)s)")
+    ap.add_argument("--app", default=None,
+                    help="app module in benches/apps instead of the scenario's (GET scenarios)")
+    ap.add_argument("--connections", default="64", help="comma-separated (default %(default)s)")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per run")
+    ap.add_argument("--warmup", type=int, default=2, help="seconds of load before each run")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=1, help="for m0serve and granian")
+    ap.add_argument("--blocking-threads", type=int, default=1, help="for m0serve and granian")
+    ap.add_argument("--json", default=os.path.join(ROOT, "bench-results", "bench.json"))
+    ap.add_argument("--md", default=None,
+                    help="markdown tables file (default: the --json path with .md)")
+    ap.add_argument("--svg", action="store_true",
+                    help="write a chart per scenario to SVG_DIR/bench-<scenario>.svg")
+    ap.add_argument("--svg-dir", default=os.path.join(ROOT, "docs"))
+    ap.add_argument("--report", metavar="JSON",
+                    help="no run: rebuild the tables (and charts) from saved results")
+    ap.add_argument("--no-install", action="store_true",
+                    help="do not create or install into .venv; skip what is missing")
+    args = ap.parse_args()
+    if args.md is None:
+        base = args.report or args.json
+        args.md = os.path.splitext(base)[0] + ".md"
+
+    if args.report:
+        with open(args.report) as f:
+            doc = json.load(f)
+        write_outputs(doc, args)
+        return 0
+
+    scenarios = [s for s in args.scenario.split(",") if s]
+    for s in scenarios:
+        if s not in SCENARIOS:
+            raise SystemExit(f"unknown scenario {s!r} (of {', '.join(SCENARIOS)})")
+    servers = [parse_server(s) for s in split_servers(args.servers)]
+    if len({s["spec"] for s in servers}) != len(servers):
+        raise SystemExit("a server is named twice")
+
+    # Install what is needed and missing; skip bjoern (only) if it cannot be had.
+    needs = {k for k in (s["kind"] for s in servers) if k in ("granian", "bjoern")}
+    for s in scenarios:
+        needs.update(SCENARIOS[s].get("needs", []))
+    order = [m for m in ("granian", "bjoern", "flask") if m in needs]
+    missing = [m for m in order if not venv_has(m)] if args.no_install else ensure_venv(order)
+    if "bjoern" in missing:
+        print("bjoern is not available in .venv (pip install bjoern-binary failed or "
+              "--no-install): skipping bjoern", flush=True)
+        servers = [s for s in servers if s["kind"] != "bjoern"]
+        missing.remove("bjoern")
+    if missing:
+        raise SystemExit(f"missing in .venv: {', '.join(PIP[m] for m in missing)}")
+    for s in servers:
+        if s["kind"] == "m0serve":
+            b = s["binary"] or os.path.join(ROOT, "target", "release", "m0serve")
+            if not os.access(b, os.X_OK):
+                raise SystemExit(f"{b} not found (cargo build --release)")
+    if not servers:
+        raise SystemExit("no server left to measure")
+
+    conns_list = [int(c) for c in args.connections.split(",") if c]
+    doc = {"meta": {
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
+        "servers": [s["spec"] for s in servers], "scenarios": scenarios,
+        "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
+        "rounds": args.rounds, "workers": args.workers,
+        "blocking_threads": args.blocking_threads,
+        "machine": machine(), "versions": versions(servers),
+    }, "results": []}
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+
+    def save():
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+
+    for scen in scenarios:
+        app = SCENARIOS[scen]["app"]
+        if args.app and not SCENARIOS[scen].get("post_bytes"):
+            # Another app: the check request then only asks for a 200.
+            app = args.app
+            SCENARIOS[scen] = {k: v for k, v in SCENARIOS[scen].items()
+                               if k not in ("body_len", "body_contains")}
+        script = lua_script(SCENARIOS[scen])
+        try:
+            for conns in conns_list:
+                for rnd in range(args.rounds):
+                    order = servers if rnd % 2 == 0 else list(reversed(servers))
+                    for srv in order:
+                        tag = f"[{scen} {conns:>3} conns, round {rnd}] {display(srv['spec']):>8}"
+                        try:
+                            r = run_one(srv, scen, app, conns, args, script)
+                        except RuntimeError as e:
+                            print(f"{tag}: ERROR {e}", flush=True)
+                            doc["results"].append({"server": srv["spec"], "kind": srv["kind"],
+                                                   "scenario": scen, "connections": conns,
+                                                   "round": rnd, "error": str(e)})
+                            save()
+                            continue
+                        r["round"] = rnd
+                        doc["results"].append(r)
+                        save()
+                        busy = ", ".join(f"{t['thread']} {t['busy'] * 100:.0f}%"
+                                         for t in r["threads"][:4])
+                        extra = f" ({r['mib_s_each_way']:.0f} MiB/s)" if "mib_s_each_way" in r \
+                            else ""
+                        errs = ""
+                        if r["non_2xx"] or any(r["socket_errors"].values()):
+                            errs = f" [non-2xx {r['non_2xx']}, socket errors {r['socket_errors']}]"
+                        print(f"{tag}: {r['rps']:>9.0f} req/s{extra}, "
+                              f"{r['cpu_us_per_req']:5.1f} µs CPU/req, "
+                              f"{r['cores']:.2f} cores, p99 {r['latency_p99_ms']:.2f} ms; "
+                              f"{busy}{errs}", flush=True)
+        finally:
+            if script:
+                os.unlink(script)
+    save()
+    print(f"\nresults: {args.json}")
+    write_outputs(doc, args)
+    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
