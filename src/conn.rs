@@ -24,6 +24,13 @@ const BODY_RESERVE_MAX_BYTES: u64 = 1024 * 1024;
 /// without bound.
 const WRITE_QUEUE_MAX_BUFFERS: usize = 32;
 
+/// A Content-Length body with at least this much still to come is read straight into the
+/// request's buffer (see `read_some`).
+const DIRECT_BODY_READ_MIN_BYTES: u64 = 16 * 1024;
+
+/// Most bytes one direct body read asks for.
+const DIRECT_BODY_READ_MAX_BYTES: u64 = 1024 * 1024;
+
 /// Most bytes one `sendfile(2)` is asked for, so that one big file does not hold the loop
 /// while other connections wait.
 const SENDFILE_MAX_BYTES: u64 = 1024 * 1024;
@@ -63,6 +70,16 @@ impl Sock {
             Sock::Tcp(s) => s.write(buf),
             Sock::Unix(s) => s.write(buf),
         }
+    }
+
+    /// `read(2)` into memory that is not initialised yet.
+    fn read_uninit(&mut self, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
+        let n = crate::sys::syscall!(read(
+            self.raw_fd(),
+            buf.as_mut_ptr().cast::<libc::c_void>(),
+            buf.len()
+        ))?;
+        Ok(n as usize)
     }
 
     /// One `sendfile(2)` of the rest of `file` (at most `SENDFILE_MAX_BYTES`), advancing it.
@@ -228,6 +245,23 @@ impl Conn {
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
+            // A large body still to come, and nothing buffered: read it straight into the
+            // request's own buffer, in large reads. This skips the copy out of the read
+            // buffer and the many small reads its size would impose.
+            if let ReadState::Body { req, need } = &mut self.state {
+                if *need >= DIRECT_BODY_READ_MIN_BYTES {
+                    let want = (*need).min(DIRECT_BODY_READ_MAX_BYTES) as usize;
+                    req.data.reserve(want);
+                    let spare = &mut req.data.spare_capacity_mut()[..want];
+                    let n = self.sock.read_uninit(spare)?;
+                    // SAFETY: read(2) initialised the first `n` bytes of the spare capacity,
+                    // which `reserve` made at least `want >= n` long.
+                    unsafe { req.data.set_len(req.data.len() + n) };
+                    *need -= n as u64;
+                    self.read_drained = n > 0 && n < want && !self.peer_closed_hint;
+                    return Ok(n);
+                }
+            }
         }
         if self.rend == self.rbuf.len() {
             if self.rpos > 0 {

@@ -401,6 +401,14 @@ def r_slow(environ, start_response, q):
     return [body]
 
 
+def r_echo_body(environ, start_response, q):
+    """The request body back, read whole with read()."""
+    body = environ["wsgi.input"].read()
+    start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def r_errors(environ, start_response, q):
     err = environ["wsgi.errors"]
     err.write("m0test-wsgi-errors-write\n")
@@ -448,6 +456,7 @@ ROUTES = {
     "/stream": r_stream,
     "/slow": r_slow,
     "/errors": r_errors,
+    "/echo-body": r_echo_body,
 }
 
 
