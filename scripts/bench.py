@@ -16,7 +16,8 @@ echoed back; throughput reported in MiB/s each way), flask (a small Flask app, j
 
 Servers: `m0serve` (target/release/m0serve), `m0serve@PATH` (another build, for an A/B of
 a change), `granian`, `bjoern` (through benches/run_bjoern.py). Any server may carry
-option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`,
+option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
+(and `m0serve:static-response`, the loop's ceiling: no Python per request),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
 installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
 with VIRTUAL_ENV=.venv so every server imports the same packages. If bjoern cannot be
@@ -89,8 +90,13 @@ def parse_server(spec):
     for kv in filter(None, opts.split(",")):
         k, sep, v = kv.partition("=")
         k = k.lstrip("-").replace("_", "-")
+        if k == "static-response" and not sep and kind == "m0serve":
+            # The loop's ceiling: the loop answers itself, no Python per request.
+            overrides[k] = True
+            continue
         if not sep or k not in ("workers", "blocking-threads"):
-            raise SystemExit(f"{spec}: overrides are workers=N and blocking-threads=N")
+            raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N "
+                             "and (m0serve) static-response")
         overrides[k] = int(v)
     return {"spec": spec, "kind": kind, "binary": binary or None, "opts": overrides}
 
@@ -112,9 +118,10 @@ def server_cmd(srv, port, app, workers, threads):
     threads = srv["opts"].get("blocking-threads", threads)
     if srv["kind"] == "m0serve":
         binary = srv["binary"] or os.path.join(ROOT, "target", "release", "m0serve")
+        extra = ["--static-response"] if srv["opts"].get("static-response") else []
         return [binary, f"{app}:app",
                 "--app-dir", APPS, "--port", str(port), "--workers", str(workers),
-                "--blocking-threads", str(threads), "--log-level", "warning"]
+                "--blocking-threads", str(threads), "--log-level", "warning"] + extra
     if srv["kind"] == "granian":
         return [os.path.join(VENV_BIN, "granian"), "--interface", "wsgi",
                 "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),

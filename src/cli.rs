@@ -48,6 +48,11 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_STATS")]
     pub stats: bool,
 
+    /// Benchmarking only: the loop answers every request with a fixed hello-world response
+    /// itself, without calling the app (the loop thread's ceiling).
+    #[arg(long, env = "M0SERVE_STATIC_RESPONSE")]
+    pub static_response: bool,
+
     /// Error log level.
     #[arg(long, env = "M0SERVE_LOG_LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,

@@ -74,6 +74,7 @@ pub struct Config {
     pub app_dir: PathBuf,
     pub log_level: Level,
     pub stats: bool,
+    pub static_response: bool,
 }
 
 impl Config {
@@ -116,6 +117,7 @@ impl Config {
             app_dir,
             log_level: cli.log_level,
             stats: cli.stats,
+            static_response: cli.static_response,
         })
     }
 }

@@ -146,6 +146,13 @@ impl HandlerLink {
     }
 }
 
+/// How the loop runs, from the configuration.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoopOptions {
+    pub stats: bool,
+    pub static_response: bool,
+}
+
 struct Slot {
     gen: u32,
     conn: Option<Box<Conn>>,
@@ -177,6 +184,8 @@ pub struct EventLoop {
     counters: LoopCounters,
     /// `--stats`: also time the waits, and report at exit.
     stats: bool,
+    /// `--static-response`: the loop answers every request itself (its ceiling).
+    static_response: bool,
 }
 
 impl EventLoop {
@@ -186,7 +195,7 @@ impl EventLoop {
         mut signals: SignalPipe,
         shared: Arc<LoopShared>,
         handlers: Vec<HandlerLink>,
-        stats: bool,
+        opts: LoopOptions,
     ) -> io::Result<EventLoop> {
         let registry = poll.registry();
         match &mut listener {
@@ -213,7 +222,8 @@ impl EventLoop {
             total_queued: 0,
             accept_blocked: false,
             counters: LoopCounters::new(),
-            stats,
+            stats: opts.stats,
+            static_response: opts.static_response,
         })
     }
 
@@ -486,7 +496,11 @@ impl EventLoop {
                         conn.last_request = true;
                     }
                     conn.continue_pending = false;
-                    conn.ready = Some(req);
+                    if self.static_response {
+                        self.answer_static(conn, &req);
+                    } else {
+                        conn.ready = Some(req);
+                    }
                 }
                 Step::NeedMore => {
                     if conn.continue_pending && conn.in_flight == 0 {
@@ -552,6 +566,29 @@ impl EventLoop {
         if conn.wq.is_empty() {
             self.dirty.push(conn.me.slot);
         }
+    }
+
+    /// `--static-response`: answer on the loop itself, without Python, what the hello-world
+    /// app answers; the loop's ceiling, with the same per-request buffer as a real
+    /// response.
+    fn answer_static(&mut self, conn: &mut Conn, req: &Request) {
+        const BODY: &[u8] = b"Hello, World!";
+        let mut out = Vec::with_capacity(160);
+        out.extend_from_slice(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n",
+        );
+        if !req.head.keep_alive {
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        out.extend_from_slice(b"Date: ");
+        out.extend_from_slice(self.date.get());
+        out.extend_from_slice(b"\r\nServer: m0serve\r\n\r\n");
+        if req.head.method.get(&req.data) != b"HEAD" {
+            out.extend_from_slice(BODY);
+        }
+        self.counters.requests += 1;
+        conn.queue(out, None);
+        self.dirty.push(conn.me.slot);
     }
 
     /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.

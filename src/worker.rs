@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use crate::config::Config;
-use crate::event_loop::{EventLoop, HandlerLink, HandlerShared, LoopShared};
+use crate::event_loop::{EventLoop, HandlerLink, HandlerShared, LoopOptions, LoopShared};
 use crate::handler::{self, HandlerSetup};
 use crate::listen::Listener;
 use crate::log;
@@ -93,7 +93,11 @@ fn serve(
         links.push(HandlerLink::new(req_tx, resp_rx, shared, join));
     }
     let addr = listener.describe();
-    let event_loop = EventLoop::new(poll, listener, signals, loop_shared, links, config.stats)
+    let opts = LoopOptions {
+        stats: config.stats,
+        static_response: config.static_response,
+    };
+    let event_loop = EventLoop::new(poll, listener, signals, loop_shared, links, opts)
         .map_err(|e| format!("cannot start the event loop: {e}"))?;
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())

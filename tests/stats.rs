@@ -105,3 +105,27 @@ fn a_file_wrapper_over_a_regular_file_is_sent_with_sendfile() {
         s.stderr_text()
     );
 }
+
+#[test]
+fn static_response_mode_answers_from_the_loop_without_calling_the_app() {
+    let tmp = common::TempDir::new("static");
+    let calls = tmp.file("calls");
+    let s = Server::builder("echo:app")
+        .arg("--static-response")
+        .env("M0TEST_CALL_LOG", &calls)
+        .start();
+    let mut c = s.connect();
+    for _ in 0..3 {
+        c.send(&common::get("/anything"));
+        let r = c.read_response();
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_text(), "Hello, World!");
+        assert!(r.header("Date").is_some());
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        std::fs::read_to_string(&calls).unwrap_or_default(),
+        "",
+        "the app was called"
+    );
+}
