@@ -1,0 +1,180 @@
+//! The parts of a request's path in isolation, in ns per request (performance issue: "the
+//! parts in isolation ... so the in-situ profile can be split into the parts and what lies
+//! between them").
+//!
+//! `cargo bench --bench parts`. A hand-written harness (no criterion): each part runs for a
+//! warm-up period, then `REPS` timed repetitions of a fixed wall time; the table shows the
+//! median (and the fastest and slowest repetition) in ns per call.
+//!
+//! - `parse_head`: a Firefox navigation request (582 bytes, 12 header lines), the whole
+//!   head in the buffer, as the loop parses it once a read completes it. Includes the
+//!   `Vec` of header spans the `Head` owns (allocated and freed per call).
+//! - Response head encode: `decide_framing`, `HeadWriter::new` ("200 OK"), two app headers
+//!   (Content-Type, Cache-Control), `finish` (Content-Length, Date, Server), into a reused
+//!   `Vec`, as the handler does for a hello-world response.
+//! - `DateCache::get`: one clock read and a compare (the text is re-rendered once a second).
+//!
+//! Not covered here: the request hand-off record (`msg::Request`) and the environ build,
+//! which needs an embedded interpreter.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use m0serve::http::date::DateCache;
+use m0serve::http::encode::{decide_framing, HeadWriter};
+use m0serve::http::parse::{parse_head, Limits, Version};
+
+/// Timed repetitions per part; the median is reported.
+const REPS: usize = 5;
+/// Warm-up per part.
+const WARM_UP: Duration = Duration::from_millis(200);
+/// Wall time of one timed repetition.
+const REP_TARGET: Duration = Duration::from_millis(300);
+/// Calls between two clock reads.
+const BATCH: u64 = 256;
+
+/// What Firefox 128 on Linux sends for a page navigation (cookies shortened to typical
+/// session and CSRF tokens).
+const FIREFOX_GET: &[u8] = b"GET /articles/2024/11/rust-wsgi-servers?ref=home HTTP/1.1\r\n\
+Host: www.example.com\r\n\
+User-Agent: Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0\r\n\
+Accept: text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8\r\n\
+Accept-Language: en-US,en;q=0.5\r\n\
+Accept-Encoding: gzip, deflate, br, zstd\r\n\
+Referer: https://www.example.com/\r\n\
+Connection: keep-alive\r\n\
+Cookie: sessionid=8f3b2a1c9d7e6f5a4b3c2d1e0f9a8b7c; csrftoken=Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe\r\n\
+Upgrade-Insecure-Requests: 1\r\n\
+Sec-Fetch-Dest: document\r\n\
+Sec-Fetch-Mode: navigate\r\n\
+Sec-Fetch-Site: same-origin\r\n\
+\r\n";
+
+/// What `curl` sends: the smallest realistic head, for contrast.
+const CURL_GET: &[u8] = b"GET / HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: curl/8.5.0\r\n\
+Accept: */*\r\n\r\n";
+
+struct Row {
+    name: &'static str,
+    /// ns per call, one per repetition, sorted.
+    reps: Vec<f64>,
+    note: String,
+}
+
+/// Runs `f` for the warm-up, then `REPS` repetitions of `REP_TARGET` each; ns per call.
+fn bench(name: &'static str, note: String, mut f: impl FnMut()) -> Row {
+    let mut run_for = |d: Duration| {
+        let t = Instant::now();
+        let mut calls = 0u64;
+        while t.elapsed() < d {
+            for _ in 0..BATCH {
+                f();
+            }
+            calls += BATCH;
+        }
+        t.elapsed().as_nanos() as f64 / calls as f64
+    };
+    run_for(WARM_UP);
+    let mut reps: Vec<f64> = (0..REPS).map(|_| run_for(REP_TARGET)).collect();
+    reps.sort_by(f64::total_cmp);
+    Row { name, reps, note }
+}
+
+/// Parses `req` once outside the timing and checks it is one whole head.
+fn check_parse(req: &[u8]) -> usize {
+    let head = parse_head(req, &Limits::default())
+        .expect("a valid request")
+        .expect("a whole head");
+    assert_eq!(head.head_len, req.len());
+    assert!(head.keep_alive);
+    head.headers.len()
+}
+
+fn main() {
+    let started = Instant::now();
+    let limits = Limits::default();
+    let mut rows = Vec::new();
+
+    for (name, req) in [
+        ("`parse_head`, Firefox navigation", FIREFOX_GET),
+        ("`parse_head`, curl (for contrast)", CURL_GET),
+    ] {
+        let headers = check_parse(req);
+        rows.push(bench(
+            name,
+            format!("{} bytes, {headers} header lines", req.len()),
+            || {
+                let head = parse_head(black_box(req), black_box(&limits));
+                black_box(head.ok());
+            },
+        ));
+    }
+
+    // What the handler writes for a hello-world app: status, two app headers, and the
+    // framing, Date and Server headers the server adds.
+    let date: Vec<u8> = DateCache::new().get().to_vec();
+    let mut out = Vec::with_capacity(512);
+    let encode = |out: &mut Vec<u8>| {
+        out.clear();
+        let (mut w, status) = HeadWriter::new(out, black_box(b"200 OK")).expect("valid status");
+        w.header(b"Content-Type", black_box(b"text/plain; charset=utf-8"))
+            .expect("valid header");
+        w.header(b"Cache-Control", black_box(b"no-cache"))
+            .expect("valid header");
+        let (framing, keep_alive) =
+            decide_framing(Version::Http11, false, status, None, Some(13), true);
+        w.finish(
+            framing,
+            false,
+            keep_alive,
+            Version::Http11,
+            black_box(&date),
+            false,
+            false,
+        );
+    };
+    encode(&mut out);
+    let encoded = String::from_utf8_lossy(&out).into_owned();
+    assert!(encoded.starts_with("HTTP/1.1 200 OK\r\n") && encoded.ends_with("\r\n\r\n"));
+    let encoded_len = out.len();
+    rows.push(bench(
+        "response head encode (`HeadWriter`, 2 app headers + `finish`)",
+        format!("{encoded_len} bytes out, into a reused `Vec`"),
+        || {
+            encode(&mut out);
+            black_box(&out);
+        },
+    ));
+
+    let mut dates = DateCache::new();
+    rows.push(bench(
+        "`DateCache::get`",
+        "a clock read and a compare; re-rendered once a second".to_string(),
+        || {
+            black_box(dates.get());
+        },
+    ));
+
+    println!();
+    println!(
+        "ns per call; median of {REPS} repetitions ({} ms each) after {} ms warm-up.",
+        REP_TARGET.as_millis(),
+        WARM_UP.as_millis()
+    );
+    println!();
+    println!("| part | ns / call (median) | min .. max | notes |");
+    println!("|---|---:|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {:.1} | {:.1} .. {:.1} | {} |",
+            r.name,
+            r.reps[REPS / 2],
+            r.reps[0],
+            r.reps[REPS - 1],
+            r.note
+        );
+    }
+    println!();
+    println!("Encoded head:\n\n```\n{}```", encoded.replace("\r\n", "\n"));
+    println!("Total time: {:.1} s.", started.elapsed().as_secs_f64());
+}
