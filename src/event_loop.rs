@@ -248,7 +248,6 @@ impl EventLoop {
                 }
             }
             if !events.is_empty() {
-                self.counters.events += events.iter().count() as u64;
                 self.handle_events(&events);
                 continue;
             }
@@ -271,7 +270,6 @@ impl EventLoop {
             if let Some(t) = slept {
                 self.counters.wait += t.elapsed();
             }
-            self.counters.events += events.iter().count() as u64;
             if let Err(e) = res {
                 if e.kind() != io::ErrorKind::Interrupted {
                     log::error!("epoll_wait failed: {e}");
@@ -346,6 +344,7 @@ impl EventLoop {
 
     fn handle_events(&mut self, events: &Events) {
         for ev in events.iter() {
+            self.counters.events += 1;
             match ev.token() {
                 LISTENER => self.accept(),
                 WAKER => {}
@@ -360,17 +359,22 @@ impl EventLoop {
                 }
                 Token(t) => {
                     let slot = (t - FIRST_CONN) as u32;
-                    if let Some(conn) = self.conn_mut(slot) {
-                        // A new readable edge: bytes (or an EOF) arrived since the last
-                        // short read. A write-only edge says nothing about input.
-                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            conn.read_drained = false;
-                        }
-                        if ev.is_read_closed() {
-                            conn.peer_closed_hint = true;
-                        }
+                    let Some(conn) = self.conn_mut(slot) else {
+                        continue;
+                    };
+                    // A new readable edge: bytes (or an EOF) arrived since the last short
+                    // read. A write-only edge says nothing about input.
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        conn.read_drained = false;
                     }
-                    self.flush_one(slot);
+                    if ev.is_read_closed() {
+                        conn.peer_closed_hint = true;
+                    }
+                    // Most edges are for input; only a connection with bytes waiting for
+                    // its socket has anything to flush.
+                    if !conn.wq.is_empty() {
+                        self.flush_one(slot);
+                    }
                     self.advance(slot);
                 }
             }
