@@ -26,13 +26,7 @@ import os
 import sys
 
 
-def _query(environ):
-    out = {}
-    for part in environ.get("QUERY_STRING", "").split("&"):
-        if "=" in part:
-            k, v = part.split("=", 1)
-            out[k] = v
-    return out
+from pep3333 import _query  # same folder, on sys.path
 
 
 def _read(inp, mode):
