@@ -17,6 +17,10 @@
 //! Not covered here: the request hand-off record (`msg::Request`) and the environ build,
 //! which needs an embedded interpreter.
 
+use m0serve::msg::{ConnRef, Peer, Request};
+use m0serve::wsgi::environ::EnvBuilder;
+use m0serve::wsgi::ServerInfo;
+use pyo3::prelude::*;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -145,6 +149,54 @@ fn main() {
             black_box(&out);
         },
     ));
+
+    // The hand-off record: what the loop builds for the ring from a parsed head (one buffer
+    // holding the head bytes, the spans, the peer).
+    let peer = Peer::Tcp("127.0.0.1:50000".parse().expect("an address"));
+    let conn = ConnRef { slot: 7, gen: 1 };
+    let record = |req: &[u8]| -> Request {
+        let head = parse_head(req, &limits)
+            .expect("a valid request")
+            .expect("a whole head");
+        let mut data = Vec::with_capacity(head.head_len);
+        data.extend_from_slice(&req[..head.head_len]);
+        Request {
+            conn,
+            data,
+            chunked: false,
+            head,
+            peer,
+        }
+    };
+    rows.push(bench(
+        "hand-off record (`parse_head` + copy into a `msg::Request`), Firefox",
+        "the parse above plus the one copy and the two allocations".to_string(),
+        || {
+            black_box(record(black_box(FIREFOX_GET)));
+        },
+    ));
+
+    // The environ (handler thread): interned keys, the base dict copied, values from the
+    // request's bytes. The dict is dropped each time, as after a request.
+    m0serve::python::initialize().expect("Python starts");
+    let request = record(FIREFOX_GET);
+    let info = ServerInfo {
+        server_name: "127.0.0.1".into(),
+        server_port: "8000".into(),
+        multithread: false,
+        multiprocess: false,
+    };
+    Python::attach(|py| {
+        let mut env = EnvBuilder::new(py, &info).expect("the environ builder");
+        let keys = env.build(py, &request).expect("an environ").len();
+        rows.push(bench(
+            "environ build (`EnvBuilder::build`), Firefox",
+            format!("{keys} keys (without `wsgi.input`); dict created and freed"),
+            || {
+                black_box(env.build(py, black_box(&request)).ok());
+            },
+        ));
+    });
 
     let mut dates = DateCache::new();
     rows.push(bench(
