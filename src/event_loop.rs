@@ -787,22 +787,11 @@ impl EventLoop {
         else {
             return;
         };
-        let mut returned: [u16; 8] = [0; 8];
-        let mut n_returned = 0;
-        let mut overflow: Vec<u16> = Vec::new();
-        let res = conn.flush(&mut |h| {
-            if n_returned < returned.len() {
-                returned[n_returned] = h;
-                n_returned += 1;
-            } else {
-                overflow.push(h);
-            }
-        });
+        // The connection is out of its slot, so credit can go back to the handlers as the
+        // chunks are written.
+        let res = conn.flush(&mut |h| self.return_credit(h as usize));
         self.counters.sendfile_bytes += std::mem::take(&mut conn.sendfile_bytes);
         self.slots[slot as usize].conn = Some(conn);
-        for &h in returned[..n_returned].iter().chain(overflow.iter()) {
-            self.return_credit(h as usize);
-        }
         match res {
             Ok(true) => self.after_output(slot),
             Ok(false) => {}
@@ -870,11 +859,7 @@ impl EventLoop {
         s.gen = s.gen.wrapping_add(1);
         self.free.push(slot);
         self.conns -= 1;
-        let mut credits = Vec::new();
-        conn.drop_queue(&mut |h| credits.push(h));
-        for h in credits {
-            self.return_credit(h as usize);
-        }
+        conn.drop_queue(&mut |h| self.return_credit(h as usize));
         if conn.in_flight > 0 {
             self.cancel(conn.handler, conn.me);
         }
