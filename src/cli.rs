@@ -36,7 +36,8 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_WORKERS", default_value_t = 1)]
     pub workers: usize,
 
-    /// Handler threads per worker that run the app (each holds the GIL while it works).
+    /// Handler threads per worker that run the app (each holds the GIL while it works); 0 runs
+    /// the app inline on the loop thread.
     #[arg(long, env = "M0SERVE_BLOCKING_THREADS", default_value_t = 1)]
     pub blocking_threads: usize,
 

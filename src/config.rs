@@ -98,9 +98,10 @@ impl Config {
                 cli.workers
             ));
         }
-        if cli.blocking_threads == 0 || cli.blocking_threads > MAX_BLOCKING_THREADS {
+        if cli.blocking_threads > MAX_BLOCKING_THREADS {
             return Err(format!(
-                "--blocking-threads {}: must be between 1 and {MAX_BLOCKING_THREADS}",
+                "--blocking-threads {}: must be between 0 (the app runs inline on the loop \
+                 thread) and {MAX_BLOCKING_THREADS}",
                 cli.blocking_threads
             ));
         }

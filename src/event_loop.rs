@@ -1,6 +1,7 @@
 //! The loop thread (`m0s-loop`): one `mio::Poll` that accepts, reads, parses, hands
 //! requests to the handler threads' rings, and writes their responses. It never runs Python
-//! and never blocks except in `Poll::poll`.
+//! (except in inline mode, `inline.rs`, where it is also the only handler) and never blocks
+//! except in `Poll::poll`.
 //!
 //! Waiting follows the park-only-if-parked protocol (`park.rs`): the loop polls without a
 //! timeout only after it has announced that it will sleep and re-checked every response
@@ -17,10 +18,12 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 use mio::{Events, Interest, Poll, Token};
+use pyo3::Python;
 
 use crate::conn::{Conn, ReadState, Sock, Step, MAX_PIPELINED_IN_FLIGHT};
 use crate::http::date::DateCache;
 use crate::http::parse::Limits;
+use crate::inline::{Inline, InlineSetup};
 use crate::listen::Listener;
 use crate::log;
 use crate::msg::{ConnRef, Part, Peer, Request, Response};
@@ -106,12 +109,22 @@ impl Default for HandlerShared {
     }
 }
 
-/// The loop's end of one handler thread.
+/// Where the loop takes one handler's response messages from.
+pub enum Responses {
+    /// A handler thread's response ring.
+    Ring(Consumer<Response>),
+    /// Inline mode: the queue the app's responses land in on this very thread, kept by
+    /// the loop's `Inline` (which, unlike the links, never crosses threads).
+    Inline,
+}
+
+/// The loop's end of one handler (a thread, or inline mode's bridge on the loop thread).
 pub struct HandlerLink {
     pub tx: Producer<Request>,
-    pub rx: Consumer<Response>,
+    rx: Responses,
     pub shared: Arc<HandlerShared>,
-    pub join: JoinHandle<()>,
+    /// `None` inline: the handler is the loop thread itself.
+    join: Option<JoinHandle<()>>,
     /// Requests pushed whose final part has not come back.
     queued: usize,
     /// Something this handler may wait for happened (ring space, chunk credit).
@@ -121,9 +134,9 @@ pub struct HandlerLink {
 impl HandlerLink {
     pub fn new(
         tx: Producer<Request>,
-        rx: Consumer<Response>,
+        rx: Responses,
         shared: Arc<HandlerShared>,
-        join: JoinHandle<()>,
+        join: Option<JoinHandle<()>>,
     ) -> HandlerLink {
         HandlerLink {
             tx,
@@ -138,8 +151,11 @@ impl HandlerLink {
     /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
     /// `true` when it did (a syscall).
     fn notify(&self) -> bool {
+        let Some(join) = &self.join else {
+            return false;
+        };
         if self.shared.wake.should_wake() {
-            self.join.thread().unpark();
+            join.thread().unpark();
             return true;
         }
         false
@@ -186,6 +202,10 @@ pub struct EventLoop {
     stats: bool,
     /// `--static-response`: the loop answers every request itself (its ceiling).
     static_response: bool,
+    /// Inline mode, until `run` builds it on this thread.
+    inline_setup: Option<InlineSetup>,
+    /// Inline mode: the app's side, run between passes.
+    inline: Option<Inline>,
 }
 
 impl EventLoop {
@@ -195,6 +215,7 @@ impl EventLoop {
         mut signals: SignalPipe,
         shared: Arc<LoopShared>,
         handlers: Vec<HandlerLink>,
+        inline: Option<InlineSetup>,
         opts: LoopOptions,
     ) -> io::Result<EventLoop> {
         let registry = poll.registry();
@@ -224,18 +245,52 @@ impl EventLoop {
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
+            inline_setup: inline,
+            inline: None,
         })
     }
 
     /// Runs until a graceful stop completes (or its deadline passes); stops the handlers.
-    pub fn run(mut self) {
+    /// `ready` hears once that the loop is set up (or why it could not be), before it
+    /// serves anything.
+    pub fn run(mut self, ready: impl FnOnce(Result<(), String>)) {
+        let Some(setup) = self.inline_setup.take() else {
+            ready(Ok(()));
+            self.run_passes(None);
+            return;
+        };
+        // Inline mode: this thread holds the GIL from here to exit (released in sleeps).
+        Python::attach(|py| {
+            let shared = self.shared.clone();
+            match Inline::new(py, setup, shared) {
+                Ok((inline, tx)) => {
+                    let link_shared = inline.shared().clone();
+                    self.handlers
+                        .push(HandlerLink::new(tx, Responses::Inline, link_shared, None));
+                    self.inline = Some(inline);
+                }
+                Err(e) => {
+                    e.print(py);
+                    ready(Err(format!("cannot set up the WSGI bridge: {e}")));
+                    return;
+                }
+            }
+            ready(Ok(()));
+            self.run_passes(Some(py));
+            if let Some(inline) = self.inline.take() {
+                inline.finish(py);
+            }
+        });
+    }
+
+    fn run_passes(&mut self, py: Option<Python<'_>>) {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
         loop {
             self.counters.passes += 1;
             if !self.lingering.is_empty() {
                 self.expire_lingering();
             }
-            self.service_rings();
+            self.service_rings(py);
             if self.finished() {
                 break;
             }
@@ -265,7 +320,12 @@ impl EventLoop {
             self.counters.epoll_waits += 1;
             self.counters.sleeps += 1;
             let slept = self.stats.then(Instant::now);
-            let res = self.poll.poll(&mut events, timeout);
+            let poll = &mut self.poll;
+            let res = match py {
+                // Inline: other Python threads (the app's own) run while the loop sleeps.
+                Some(py) => py.detach(|| poll.poll(&mut events, timeout)),
+                None => poll.poll(&mut events, timeout),
+            };
             self.shared.wake.cancel();
             if let Some(t) = slept {
                 self.counters.wait += t.elapsed();
@@ -289,9 +349,16 @@ impl EventLoop {
         let handlers: Vec<_> = self
             .handlers
             .iter()
-            .map(|h| {
-                let name = h.join.thread().name().unwrap_or("m0s-handler").to_string();
-                (name, &*h.shared.counters, h.join.as_pthread_t())
+            .map(|h| match &h.join {
+                Some(join) => {
+                    let name = join.thread().name().unwrap_or("m0s-handler").to_string();
+                    (name, &*h.shared.counters, Some(join.as_pthread_t()))
+                }
+                None => (
+                    "m0s-loop (inline app)".to_string(),
+                    &*h.shared.counters,
+                    None,
+                ),
             })
             .collect();
         stats::report(&self.counters, self.stats, &handlers);
@@ -320,11 +387,15 @@ impl EventLoop {
         for h in &self.handlers {
             // Release: pairs with the handler's Acquire load of `stop` after it wakes.
             h.shared.stop.store(true, Ordering::Release);
-            h.join.thread().unpark();
+            if let Some(join) = &h.join {
+                join.thread().unpark();
+            }
         }
         if wait && self.total_queued == 0 {
             for h in self.handlers.drain(..) {
-                let _ = h.join.join();
+                if let Some(join) = h.join {
+                    let _ = join.join();
+                }
             }
         }
     }
@@ -339,7 +410,18 @@ impl EventLoop {
     }
 
     fn any_response_ready(&self) -> bool {
-        self.handlers.iter().any(|h| !h.rx.is_empty())
+        self.handlers.iter().any(|h| match &h.rx {
+            Responses::Ring(rx) => !rx.is_empty(),
+            Responses::Inline => false,
+        }) || self.inline.as_ref().is_some_and(Inline::has_work)
+    }
+
+    /// The next response message from handler `h`.
+    fn pop_response(&mut self, h: usize) -> Option<Response> {
+        match &mut self.handlers[h].rx {
+            Responses::Ring(rx) => rx.pop(),
+            Responses::Inline => self.inline.as_mut()?.pop_response(),
+        }
     }
 
     fn handle_events(&mut self, events: &Events) {
@@ -634,10 +716,13 @@ impl EventLoop {
 
     /// Drains every response ring, writes what came, then lets connections that were
     /// waiting on their responses (or on ring space) go on.
-    fn service_rings(&mut self) {
+    fn service_rings(&mut self, py: Option<Python<'_>>) {
+        if let (Some(py), Some(inline)) = (py, self.inline.as_mut()) {
+            inline.run(py);
+        }
         for h in 0..self.handlers.len() {
             let mut popped = false;
-            while let Some(resp) = self.handlers[h].rx.pop() {
+            while let Some(resp) = self.pop_response(h) {
                 popped = true;
                 self.on_response(h, resp);
             }

@@ -1,6 +1,7 @@
 //! Handler threads (`m0s-handler-N`): each attaches to Python once, then takes requests
 //! from its ring and runs the app on them, releasing the GIL only while it waits.
 
+use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crate::msg::{Request, Response};
 use crate::park;
 use crate::ring::{Consumer, Producer};
 use crate::stats;
-use crate::wsgi::{Bridge, ServerInfo};
+use crate::wsgi::{Bridge, ServerInfo, Sink};
 
 pub struct HandlerSetup {
     pub idx: usize,
@@ -42,7 +43,14 @@ fn run(setup: HandlerSetup) {
         info,
     } = setup;
     Python::attach(|py| {
-        let mut bridge = match Bridge::new(py, app, tx, shared.clone(), loop_shared, &info) {
+        let mut bridge = match Bridge::new(
+            py,
+            app,
+            Sink::Ring(RefCell::new(tx)),
+            shared.clone(),
+            loop_shared,
+            &info,
+        ) {
             Ok(b) => b,
             Err(e) => {
                 crate::log::error!("cannot set up the WSGI bridge: {e}");

@@ -20,6 +20,8 @@ pub mod handler;
 #[cfg(not(loom))]
 pub mod http;
 #[cfg(not(loom))]
+pub mod inline;
+#[cfg(not(loom))]
 pub mod listen;
 #[cfg(not(loom))]
 pub mod log;

@@ -103,7 +103,7 @@ fn secs(d: Option<Duration>) -> String {
 pub fn report(
     c: &LoopCounters,
     measured_wait: bool,
-    handlers: &[(String, &HandlerCounters, libc::pthread_t)],
+    handlers: &[(String, &HandlerCounters, Option<libc::pthread_t>)],
 ) {
     let wall = c.started.elapsed();
     // SAFETY: pthread_self has no preconditions.
@@ -136,7 +136,7 @@ pub fn report(
         let requests = load(&h.requests);
         log::info!(
             "stats {name}: cpu {}, requests {requests}, parks {:.3}/req, loop wakes {:.3}/req",
-            secs(thread_cpu(*thread)),
+            thread.map_or_else(|| "counted in m0s-loop".into(), |t| secs(thread_cpu(t))),
             per(load(&h.parks), requests),
             per(load(&h.loop_wakes), requests),
         );

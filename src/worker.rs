@@ -7,8 +7,11 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use crate::config::Config;
-use crate::event_loop::{EventLoop, HandlerLink, HandlerShared, LoopOptions, LoopShared};
+use crate::event_loop::{
+    EventLoop, HandlerLink, HandlerShared, LoopOptions, LoopShared, Responses,
+};
 use crate::handler::{self, HandlerSetup};
+use crate::inline::InlineSetup;
 use crate::listen::Listener;
 use crate::log;
 use crate::park::WakeFlag;
@@ -67,7 +70,8 @@ pub fn run(config: Config) -> Result<(), String> {
     Python::attach(|py| {
         let app = python::load_app(py, &config.app, &config.app_dir)?;
         let interp = python::describe(py);
-        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads)
+        // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread.
+        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
             .map(|_| app.clone_ref(py))
             .collect();
         let result = py.detach(move || serve(&config, listener, signals, info, apps, interp));
@@ -100,6 +104,18 @@ fn serve(
         draining: AtomicBool::new(false),
     });
     let mut links = Vec::with_capacity(apps.len());
+    let mut inline = None;
+    let mut apps = apps;
+    if config.blocking_threads == 0 {
+        let (tx, rx) = ring::ring(REQUEST_RING_SLOTS);
+        inline = Some(InlineSetup {
+            tx,
+            rx,
+            shared: Arc::new(HandlerShared::new()),
+            app: apps.pop().ok_or("no application object")?,
+            info: info.clone(),
+        });
+    }
     for (idx, app) in apps.into_iter().enumerate() {
         let (req_tx, req_rx) = ring::ring(REQUEST_RING_SLOTS);
         let (resp_tx, resp_rx) = ring::ring(RESPONSE_RING_SLOTS);
@@ -114,24 +130,48 @@ fn serve(
             info: info.clone(),
         })
         .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
-        links.push(HandlerLink::new(req_tx, resp_rx, shared, join));
+        links.push(HandlerLink::new(
+            req_tx,
+            Responses::Ring(resp_rx),
+            shared,
+            Some(join),
+        ));
     }
     let addr = listener.describe();
     let opts = LoopOptions {
         stats: config.stats,
         static_response: config.static_response,
     };
-    let event_loop = EventLoop::new(poll, listener, signals, loop_shared, links, opts)
-        .map_err(|e| format!("cannot start the event loop: {e}"))?;
+    // The loop is built on its own thread (inline mode's bridge must never leave it), and
+    // says when it is ready before anything is logged as listening.
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
-        .spawn(move || event_loop.run())
+        .spawn(move || {
+            let ready = move |r: Result<(), String>| {
+                let _ = ready_tx.send(r);
+            };
+            match EventLoop::new(poll, listener, signals, loop_shared, links, inline, opts) {
+                Ok(event_loop) => event_loop.run(ready),
+                Err(e) => ready(Err(format!("cannot start the event loop: {e}"))),
+            }
+        })
         .map_err(|e| format!("cannot start the loop thread: {e}"))?;
+    let started = ready_rx
+        .recv()
+        .unwrap_or_else(|_| Err("the loop thread ended before it started".into()));
+    if let Err(e) = started {
+        let _ = loop_thread.join();
+        return Err(e);
+    }
+    let shape = match config.blocking_threads {
+        0 => "the app inline on the loop thread".to_string(),
+        n => format!("{n} handler thread(s)"),
+    };
     log::info!(
-        "m0serve {} serving {} with {} handler thread(s), {interp}",
+        "m0serve {} serving {} with {shape}, {interp}",
         env!("CARGO_PKG_VERSION"),
         config.app,
-        config.blocking_threads
     );
     log::info!("listening on {addr}");
     loop_thread

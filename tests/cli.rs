@@ -125,6 +125,21 @@ fn invalid_blocking_threads_value_exits_nonzero_naming_the_flag() {
 }
 
 #[test]
+fn blocking_threads_past_the_limit_exits_nonzero_naming_the_flag() {
+    let out = run_to_exit(
+        &["hello:app", "--port", "0", "--blocking-threads", "5000"],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_clean_failure(&out, "--blocking-threads 5000");
+    assert!(
+        out.stderr.contains("--blocking-threads 5000") && out.stderr.contains("between 0"),
+        "stderr:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn missing_app_argument_exits_nonzero() {
     let out = run_to_exit(&["--port", "0"], &[], EXIT_TIMEOUT);
     assert_clean_failure(&out, "no APP");

@@ -5,83 +5,10 @@ mod common;
 
 use common::*;
 use std::io::{self, Read};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 /// How long a server that works may take to do what a test waits for.
 const PROMPT: Duration = Duration::from_secs(4);
-
-/// Closes the connection with a reset (SO_LINGER 0), as a client that gives up does.
-fn reset(c: Conn) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt(2) on a descriptor `c` owns, with a pointer to a live `linger`
-    // and its exact size.
-    let rc = unsafe {
-        libc::setsockopt(
-            c.stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_LINGER: {}", io::Error::last_os_error());
-    drop(c);
-}
-
-/// Reads raw bytes from `c` until `needle` has been seen `n` times in all of them.
-fn read_until_count(c: &mut Conn, needle: &[u8], n: usize, timeout: Duration) -> Vec<u8> {
-    let deadline = Instant::now() + timeout;
-    let mut got = Vec::new();
-    let mut buf = [0u8; 65536];
-    while count(&got, needle) < n {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(
-            !left.is_zero(),
-            "saw {needle:?} {} times of {n} within {timeout:?}: {:?}",
-            count(&got, needle),
-            show(&got)
-        );
-        c.stream.set_read_timeout(Some(left)).unwrap();
-        match c.stream.read(&mut buf) {
-            Ok(0) => panic!("the server closed the connection after {:?}", show(&got)),
-            Ok(k) => got.extend_from_slice(&buf[..k]),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => panic!("reading after {:?}: {e}", show(&got)),
-        }
-    }
-    got
-}
-
-fn count(hay: &[u8], needle: &[u8]) -> usize {
-    hay.windows(needle.len()).filter(|w| *w == needle).count()
-}
-
-/// `GET target` on a fresh connection, answered within `within` (or an Err saying how not).
-fn try_get(s: &Server, target: &str, within: Duration) -> Result<Response, String> {
-    let mut c = s.connect();
-    c.set_io_timeout(within);
-    c.send(
-        format!("GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
-    );
-    c.try_read_response()
-        .map_err(|e| format!("GET {target}: {e:?}"))
-}
-
-/// Asserts a plain request on a new connection is answered within `within`.
-fn assert_served(s: &Server, within: Duration, what: &str) {
-    let t = Instant::now();
-    match try_get(s, "/hello", within) {
-        Ok(r) => assert_eq!(r.body_text(), "hello", "{what}: {}", r.status_line()),
-        Err(e) => panic!(
-            "{what}: a new request was not answered within {within:?} ({:?} waited): {e}",
-            t.elapsed()
-        ),
-    }
-}
 
 fn exit_code(s: &mut Server, within: Duration, what: &str) -> i32 {
     let st = s

@@ -12,14 +12,14 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyDict, PyIterator, PyList, PyTuple};
 
 use crate::event_loop::{HandlerShared, LoopShared};
-use crate::msg::{Request, Response};
-use crate::ring::Producer;
+use crate::msg::Request;
 use environ::EnvBuilder;
 use file_wrapper::FileWrapper;
 use input::Input;
+pub use response::Sink;
 use response::{bytes_of, Exchange, ReqInfo};
 use start_response::StartResponse;
 
@@ -36,6 +36,17 @@ pub struct Bridge {
     ex: Rc<Exchange>,
     env: EnvBuilder,
     next_id: u64,
+    /// Inline mode: a streamed body waits between items instead of inside a push.
+    inline: bool,
+    /// Inline mode: the response whose body waits for chunk credit.
+    pending: Option<Pending>,
+}
+
+/// A streamed body suspended between two items (inline mode).
+struct Pending {
+    iterable: Py<PyAny>,
+    iter: Py<PyIterator>,
+    environ: Py<PyDict>,
 }
 
 /// How driving the body ended when it did not fail.
@@ -43,27 +54,52 @@ enum Outcome {
     Done,
     /// The client went away; the rest of the body was not produced.
     Cancelled,
+    /// Inline mode: the chunk credit is spent; iteration goes on in `Bridge::resume`.
+    Suspended(Py<PyIterator>),
+}
+
+/// What serving (or resuming) a request left behind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// The final part is queued.
+    Done,
+    /// Inline mode: the body waits for the loop to write what is queued.
+    Suspended,
 }
 
 impl Bridge {
     pub fn new(
         py: Python<'_>,
         app: Py<PyAny>,
-        tx: Producer<Response>,
+        sink: Sink,
         shared: Arc<HandlerShared>,
         loop_shared: Arc<LoopShared>,
         info: &ServerInfo,
     ) -> PyResult<Bridge> {
+        let inline = matches!(sink, Sink::Inline(_));
         Ok(Bridge {
             app,
-            ex: Rc::new(Exchange::new(tx, shared, loop_shared)),
+            ex: Rc::new(Exchange::new(sink, shared, loop_shared)),
             env: EnvBuilder::new(py, info)?,
             next_id: 0,
+            inline,
+            pending: None,
         })
     }
 
-    /// Serves one request; every outcome ends in exactly one final part on the ring.
-    pub fn serve(&mut self, py: Python<'_>, req: Request) {
+    /// A body is suspended (inline mode): no other request may start before it ends.
+    pub fn is_suspended(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// The suspended body may go on: credit came back, or its client left.
+    pub fn can_resume(&self) -> bool {
+        self.pending.is_some() && (!self.ex.out_of_credit() || self.ex.cancelled())
+    }
+
+    /// Serves one request; every outcome ends in exactly one final part on the sink, or,
+    /// inline, in `Served::Suspended` until `resume` ends it.
+    pub fn serve(&mut self, py: Python<'_>, req: Request) -> Served {
         self.next_id += 1;
         let id = self.next_id;
         let method = req.head.method.get(&req.data);
@@ -79,7 +115,7 @@ impl Bridge {
             // Its connection closed before the app ran (a response ahead of it in the
             // pipeline closed it, or the client left): do not run the app for nobody.
             self.ex.fail(py);
-            return;
+            return Served::Done;
         }
         let environ = match self.env.build(py, &req) {
             Ok(e) => e,
@@ -87,12 +123,11 @@ impl Bridge {
                 let what = errors::describe_request(&req);
                 errors::log_exception(py, &e, &format!("building the environ for {what}"));
                 self.ex.fail(py);
-                return;
+                return Served::Done;
             }
         };
         // For log lines on the error paths only: a reference, not a formatted string.
         let env_ref = environ.clone();
-        let what = || errors::describe_environ(&env_ref);
         let head_len = req.head.head_len;
         let input = Input::new(req.data, head_len);
         let called = Bound::new(py, input)
@@ -110,12 +145,63 @@ impl Bridge {
         let iterable = match called {
             Ok(it) => it,
             Err(e) => {
-                errors::log_exception(py, &e, &format!("the application failed on {}", what()));
+                let what = errors::describe_environ(&env_ref);
+                errors::log_exception(py, &e, &format!("the application failed on {what}"));
                 self.ex.fail(py);
-                return;
+                return Served::Done;
             }
         };
         let outcome = self.drive(py, &iterable);
+        self.conclude(py, iterable, env_ref, outcome)
+    }
+
+    /// Goes on with the suspended body (inline mode, when `can_resume`).
+    pub fn resume(&mut self, py: Python<'_>) -> Served {
+        let Some(p) = self.pending.take() else {
+            return Served::Done;
+        };
+        let iter = p.iter.into_bound(py);
+        let outcome = if self.ex.cancelled() {
+            Ok(Outcome::Cancelled)
+        } else {
+            self.pump(py, iter)
+        };
+        self.conclude(
+            py,
+            p.iterable.into_bound(py),
+            p.environ.into_bound(py),
+            outcome,
+        )
+    }
+
+    /// At exit (inline mode): a body still suspended is given up, its iterable closed.
+    pub fn abandon(&mut self, py: Python<'_>) {
+        if let Some(p) = self.pending.take() {
+            let iterable = p.iterable.into_bound(py);
+            if let Err(e) = close_iterable(&iterable) {
+                let what = errors::describe_environ(p.environ.bind(py));
+                errors::log_exception(py, &e, &format!("the application failed on {what}"));
+            }
+        }
+    }
+
+    /// Ends a response once its body was driven: `close()`, then the final part.
+    fn conclude(
+        &mut self,
+        py: Python<'_>,
+        iterable: Bound<'_, PyAny>,
+        environ: Bound<'_, PyDict>,
+        outcome: PyResult<Outcome>,
+    ) -> Served {
+        if let Ok(Outcome::Suspended(iter)) = outcome {
+            self.pending = Some(Pending {
+                iterable: iterable.unbind(),
+                iter,
+                environ: environ.unbind(),
+            });
+            return Served::Suspended;
+        }
+        let what = || errors::describe_environ(&environ);
         // PEP 3333: "If the iterable returned by the application has a close() method,
         // the server or gateway must call that method upon completion of the current
         // request, whether the request was completed normally, or terminated early due to
@@ -124,15 +210,16 @@ impl Bridge {
         let result = match (outcome, closed) {
             (Ok(Outcome::Cancelled), _) => {
                 self.ex.fail(py);
-                return;
+                return Served::Done;
             }
-            (Err(e), _) | (Ok(Outcome::Done), Err(e)) => Err(e),
-            (Ok(Outcome::Done), Ok(())) => self.ex.finish(py),
+            (Err(e), _) | (Ok(Outcome::Done | Outcome::Suspended(_)), Err(e)) => Err(e),
+            (Ok(Outcome::Done | Outcome::Suspended(_)), Ok(())) => self.ex.finish(py),
         };
         if let Err(e) = result {
             errors::log_exception(py, &e, &format!("the application failed on {}", what()));
             self.ex.fail(py);
         }
+        Served::Done
     }
 
     fn drive(&self, py: Python<'_>, iterable: &Bound<'_, PyAny>) -> PyResult<Outcome> {
@@ -155,17 +242,28 @@ impl Bridge {
             let items: Vec<Bound<'_, PyAny>> = tuple.iter().collect();
             return self.send_known(py, &items);
         }
-        for item in iterable.try_iter()? {
+        self.pump(py, iterable.try_iter()?)
+    }
+
+    /// Iterates a body to its end (or its client's departure); inline, only while chunk
+    /// credit lasts.
+    fn pump(&self, py: Python<'_>, mut iter: Bound<'_, PyIterator>) -> PyResult<Outcome> {
+        loop {
+            if self.inline && self.ex.out_of_credit() {
+                return Ok(Outcome::Suspended(iter.unbind()));
+            }
+            let Some(item) = iter.next() else {
+                return Ok(Outcome::Done);
+            };
             let item = item?;
             self.ex.send(py, bytes_of(&item)?)?;
             if self.ex.cancelled() {
                 return Ok(Outcome::Cancelled);
             }
             if self.ex.body_complete() {
-                break;
+                return Ok(Outcome::Done);
             }
         }
-        Ok(Outcome::Done)
     }
 
     fn send_known(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> PyResult<Outcome> {

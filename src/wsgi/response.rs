@@ -4,7 +4,9 @@
 //! response ring with flow control.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
+use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -81,11 +83,23 @@ pub struct ReqInfo {
     pub keep_alive: bool,
 }
 
+/// Where an exchange's response messages go.
+pub enum Sink {
+    /// A handler thread's response ring: a full ring or spent chunk credit waits with the
+    /// GIL released until the loop makes room.
+    Ring(RefCell<Producer<Response>>),
+    /// Inline mode (`--blocking-threads 0`): the app runs on the loop thread, which takes
+    /// these after the app returns. Pushing never waits (the loop cannot run while the app
+    /// does); a streamed body is suspended between items instead when its credit is spent
+    /// (`Bridge::resume`).
+    Inline(Rc<RefCell<VecDeque<Response>>>),
+}
+
 /// Per handler thread, reset for each request.
 pub struct Exchange {
     pub shared: Arc<HandlerShared>,
     pub loop_shared: Arc<LoopShared>,
-    tx: RefCell<Producer<Response>>,
+    sink: Sink,
     pub st: RefCell<State>,
     date: RefCell<DateCache>,
     /// `ConnRef::packed` of the last connection this handler answered with a close.
@@ -113,15 +127,11 @@ pub struct State {
 }
 
 impl Exchange {
-    pub fn new(
-        tx: Producer<Response>,
-        shared: Arc<HandlerShared>,
-        loop_shared: Arc<LoopShared>,
-    ) -> Exchange {
+    pub fn new(sink: Sink, shared: Arc<HandlerShared>, loop_shared: Arc<LoopShared>) -> Exchange {
         Exchange {
             shared,
             loop_shared,
-            tx: RefCell::new(tx),
+            sink,
             st: RefCell::new(State {
                 req: ReqInfo {
                     id: 0,
@@ -455,8 +465,15 @@ impl Exchange {
         self.shared.cancelled.load(Ordering::Acquire) == conn
     }
 
+    /// Streamed chunks are unwritten up to the credit: the next body item should wait.
+    pub fn out_of_credit(&self) -> bool {
+        // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
+        self.shared.chunks_in_flight.load(Ordering::Acquire) >= MAX_CHUNKS_IN_FLIGHT
+    }
+
     /// Pushes one message, waiting with the GIL released when the ring is full or too
-    /// many streamed chunks are unwritten; wakes the loop only if it sleeps.
+    /// many streamed chunks are unwritten; wakes the loop only if it sleeps. Inline, it
+    /// queues the message for the loop and never waits.
     fn push(&self, py: Python<'_>, conn: ConnRef, data: Vec<u8>, part: Part) {
         self.push_with_file(
             py,
@@ -471,9 +488,12 @@ impl Exchange {
 
     fn push_with_file(&self, py: Python<'_>, resp: Response) {
         let shared = &*self.shared;
+        let ring = match &self.sink {
+            Sink::Ring(tx) => Some(tx),
+            Sink::Inline(_) => None,
+        };
         if resp.part == Part::Partial {
-            // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
-            if shared.chunks_in_flight.load(Ordering::Acquire) >= MAX_CHUNKS_IN_FLIGHT {
+            if ring.is_some() && self.out_of_credit() {
                 let conn = resp.conn.packed();
                 let parks = py.detach(|| {
                     park::wait_until(&shared.wake, || {
@@ -483,7 +503,8 @@ impl Exchange {
                 });
                 stats::bump(&shared.counters.parks, u64::from(parks));
             }
-            // Relaxed: the count is published to the loop by the ring push below.
+            // Relaxed: the count is published to the loop by the ring push below (inline,
+            // the loop runs on this thread).
             shared.chunks_in_flight.fetch_add(1, Ordering::Relaxed);
         }
         if matches!(
@@ -492,7 +513,13 @@ impl Exchange {
         ) {
             self.closed_conn.set(resp.conn.packed());
         }
-        let mut tx = self.tx.borrow_mut();
+        let Some(tx) = ring else {
+            if let Sink::Inline(queue) = &self.sink {
+                queue.borrow_mut().push_back(resp);
+            }
+            return;
+        };
+        let mut tx = tx.borrow_mut();
         let mut resp = resp;
         loop {
             match tx.push(resp) {

@@ -4,6 +4,7 @@ Query parameters: `mark=PATH` names a file the route appends observations to (on
 line each), so a test can see what happened inside the app after the fact.
 """
 
+import threading
 import time
 
 # The query parsing and marker files are pep3333.py's (same folder, on sys.path).
@@ -125,6 +126,38 @@ def r_slow(environ, start_response, q):
     return [body]
 
 
+def r_bg_thread(environ, start_response, q):
+    """Starts a thread that records "thread ran" after `after` seconds, and answers at
+    once: the thread can only run if the server lets go of the GIL while it is idle."""
+    after = float(q.get("after", "0.2"))
+
+    def later():
+        time.sleep(after)
+        _mark(q, "thread ran")
+
+    threading.Thread(target=later, daemon=True).start()
+    body = b"started"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "7")])
+    return [body]
+
+
+def r_endless(environ, start_response, q):
+    """Streams "e<i>\n" chunks as fast as they are taken, forever; close() is recorded
+    ("closed")."""
+
+    def gen():
+        i = 0
+        try:
+            while True:
+                yield b"e%d\n" % i
+                i += 1
+        finally:
+            _mark(q, "closed")
+
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return gen()
+
+
 ROUTES = {
     "/hello": r_hello,
     "/sse": r_sse,
@@ -136,4 +169,6 @@ ROUTES = {
     "/side": r_side,
     "/abort": r_abort,
     "/slow": r_slow,
+    "/bg-thread": r_bg_thread,
+    "/endless": r_endless,
 }

@@ -15,6 +15,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -176,6 +177,22 @@ impl ServerBuilder {
             cmd.arg("--app-dir").arg(apps_dir());
         }
         cmd.args(&self.args);
+        // `M0S_TEST_BLOCKING_THREADS=N` runs every server whose test does not choose its
+        // own shape with `--blocking-threads N` (scripts/test.sh runs the HTTP suites a
+        // second time with 0: the app inline on the loop thread).
+        if let Ok(n) = std::env::var("M0S_TEST_BLOCKING_THREADS") {
+            let chosen = self
+                .args
+                .iter()
+                .any(|a| a.starts_with("--blocking-threads"))
+                || self
+                    .env
+                    .iter()
+                    .any(|(k, _)| k == "M0SERVE_BLOCKING_THREADS");
+            if !chosen {
+                cmd.args(["--blocking-threads", &n]);
+            }
+        }
         // The test's own environment must not configure the server under test.
         for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
             if k.starts_with("M0SERVE_") {
@@ -1411,6 +1428,82 @@ pub fn unix_now() -> i64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs() as i64
+}
+
+// ---------------------------------------------------------------------------
+// Client moves shared by the regression and inline-mode tests
+// ---------------------------------------------------------------------------
+
+/// Closes the connection with a reset (SO_LINGER 0), as a client that gives up does.
+pub fn reset(c: Conn) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt(2) on a descriptor `c` owns, with a pointer to a live `linger`
+    // and its exact size.
+    let rc = unsafe {
+        libc::setsockopt(
+            c.stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_LINGER: {}", io::Error::last_os_error());
+    drop(c);
+}
+
+/// Reads raw bytes from `c` until `needle` has been seen `n` times in all of them.
+pub fn read_until_count(c: &mut Conn, needle: &[u8], n: usize, timeout: Duration) -> Vec<u8> {
+    let deadline = Instant::now() + timeout;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while count(&got, needle) < n {
+        let left = deadline.saturating_duration_since(Instant::now());
+        assert!(
+            !left.is_zero(),
+            "saw {needle:?} {} times of {n} within {timeout:?}: {:?}",
+            count(&got, needle),
+            show(&got)
+        );
+        c.stream.set_read_timeout(Some(left)).unwrap();
+        match c.stream.read(&mut buf) {
+            Ok(0) => panic!("the server closed the connection after {:?}", show(&got)),
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => panic!("reading after {:?}: {e}", show(&got)),
+        }
+    }
+    got
+}
+
+pub fn count(hay: &[u8], needle: &[u8]) -> usize {
+    hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// `GET target` on a fresh connection, answered within `within` (or an Err saying how not).
+pub fn try_get(s: &Server, target: &str, within: Duration) -> Result<Response, String> {
+    let mut c = s.connect();
+    c.set_io_timeout(within);
+    c.send(
+        format!("GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes(),
+    );
+    c.try_read_response()
+        .map_err(|e| format!("GET {target}: {e:?}"))
+}
+
+/// Asserts a plain request on a new connection is answered within `within`.
+pub fn assert_served(s: &Server, within: Duration, what: &str) {
+    let t = Instant::now();
+    match try_get(s, "/hello", within) {
+        Ok(r) => assert_eq!(r.body_text(), "hello", "{what}: {}", r.status_line()),
+        Err(e) => panic!(
+            "{what}: a new request was not answered within {within:?} ({:?} waited): {e}",
+            t.elapsed()
+        ),
+    }
 }
 
 /// Polls `f` every 20 ms until it is true or `timeout` passes.

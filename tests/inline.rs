@@ -1,0 +1,118 @@
+//! Inline mode (`--blocking-threads 0`): the app runs on the loop thread. The rest of the
+//! HTTP suites also run in this mode (scripts/test.sh sets `M0S_TEST_BLOCKING_THREADS=0`);
+//! these are the cases only inline mode has: a streamed body suspended between items while
+//! the loop writes, its client leaving while it is suspended, and the GIL let go while the
+//! loop sleeps. The app is tests/apps/regress.py.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const PROMPT: Duration = Duration::from_secs(4);
+
+fn inline(args: &[&str]) -> Server {
+    let mut all = vec!["--blocking-threads", "0"];
+    all.extend_from_slice(args);
+    let s = Server::start("regress:app", &all);
+    assert!(
+        s.log_text().contains("inline on the loop thread"),
+        "the start line does not name inline mode:\n{}",
+        s.log_text()
+    );
+    s
+}
+
+#[test]
+fn a_stream_longer_than_the_chunk_credit_arrives_whole_and_in_order() {
+    // 5000 chunks: the body is suspended and resumed hundreds of times.
+    let s = inline(&[]);
+    let r = s.get("/ticks?n=5000");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    let want: String = (0..5000).map(|i| format!("s{i}\n")).collect();
+    assert!(
+        r.body_text() == want,
+        "the streamed body is not s0..s4999 in order"
+    );
+    assert_served(&s, PROMPT, "after the long stream");
+}
+
+#[test]
+fn a_stream_its_client_does_not_read_is_suspended_then_closed_when_the_client_leaves() {
+    let tmp = TempDir::new("inline-endless");
+    let mark = tmp.file("mark");
+    let s = inline(&[]);
+    let mut c = s.connect();
+    c.send(&get(&format!("/endless?mark={mark}")));
+    // Take a little, then stop reading: the socket buffers fill, the credit is spent and
+    // the generator must wait (suspended) rather than run on into memory.
+    read_until_count(&mut c, b"e100\n", 1, PROMPT);
+    std::thread::sleep(Duration::from_millis(300));
+    let rss_before = rss_kib(s.pid());
+    std::thread::sleep(Duration::from_millis(700));
+    let rss_after = rss_kib(s.pid());
+    assert!(
+        rss_after < rss_before + 8 * 1024,
+        "memory grew from {rss_before} KiB to {rss_after} KiB while the client did not read"
+    );
+    assert!(
+        read_or_empty(&mark).is_empty(),
+        "the generator was closed while its client was still connected"
+    );
+    reset(c);
+    if let Err(m) = wait_for_file_containing(&mark, "closed", PROMPT) {
+        panic!("the suspended generator was not closed after its client left; marks: {m:?}");
+    }
+    assert_served(&s, PROMPT, "after the suspended stream was dropped");
+}
+
+#[test]
+fn other_connections_are_read_while_a_stream_is_being_written() {
+    // One connection takes an endless stream as fast as it can; a second connection's
+    // request is answered once that stream ends (one response at a time, as with one
+    // handler thread) and the loop keeps accepting meanwhile.
+    let tmp = TempDir::new("inline-two");
+    let mark = tmp.file("mark");
+    let s = inline(&[]);
+    let mut a = s.connect();
+    a.send(&get(&format!("/endless?mark={mark}")));
+    read_until_count(&mut a, b"e1000\n", 1, PROMPT);
+    let mut b = s.connect();
+    b.set_io_timeout(PROMPT);
+    b.send(&get("/hello"));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(a);
+    let r = b.read_response();
+    assert_eq!(r.body_text(), "hello", "{}", r.status_line());
+    if let Err(m) = wait_for_file_containing(&mark, "closed", PROMPT) {
+        panic!("the endless generator was not closed after its client left; marks: {m:?}");
+    }
+}
+
+#[test]
+fn threads_the_app_starts_run_while_the_loop_is_idle() {
+    let tmp = TempDir::new("inline-gil");
+    let mark = tmp.file("mark");
+    let s = inline(&[]);
+    let r = s.get(&format!("/bg-thread?after=0.2&mark={mark}"));
+    assert_eq!(r.body_text(), "started", "{}", r.status_line());
+    // No more requests: the loop sleeps in epoll_wait, and must not hold the GIL there.
+    if let Err(m) = wait_for_file_containing(&mark, "thread ran", PROMPT) {
+        panic!("the app's thread never ran while the server was idle; marks: {m:?}");
+    }
+}
+
+#[test]
+fn stats_name_the_inline_app_beside_the_loop() {
+    let mut s = inline(&["--stats"]);
+    for _ in 0..3 {
+        assert_eq!(s.get("/hello").body_text(), "hello");
+    }
+    s.stop();
+    let log = s.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("stats m0s-loop (inline app)"))
+        .unwrap_or_else(|| panic!("no stats line for the inline app:\n{log}"));
+    assert!(line.contains("requests 3"), "{line}");
+}
