@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 
 use crate::http::body::{BodyError, ChunkedDecoder};
 use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
-use crate::msg::{ConnRef, FileBody, Peer, Request};
+use crate::msg::{Buf, ConnRef, FileBody, Peer, Request};
 
 /// First size of a connection's read buffer: a browser's request head fits.
 pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
@@ -117,7 +117,7 @@ impl Sock {
 
 /// Bytes waiting to be written, and whose they are.
 pub struct Out {
-    pub data: Vec<u8>,
+    pub data: Buf,
     pub pos: usize,
     /// Sent after `data`, with `sendfile(2)`.
     pub file: Option<FileBody>,
@@ -400,18 +400,41 @@ impl Conn {
     }
 
     /// Queues bytes for the socket.
-    pub fn queue(&mut self, data: Vec<u8>, credit: Option<u16>) {
-        self.queue_with_file(data, None, credit);
+    pub fn queue(&mut self, data: Vec<u8>) {
+        self.queue_response(data, Vec::new(), None, None);
     }
 
-    pub fn queue_with_file(&mut self, data: Vec<u8>, file: Option<FileBody>, credit: Option<u16>) {
-        if !data.is_empty() || credit.is_some() || file.is_some() {
+    /// Queues one response message: `data`, then `more` in order, then the file. A
+    /// streamed chunk's `credit` rides on its last buffer, so it returns once all of the
+    /// message is written.
+    pub fn queue_response(
+        &mut self,
+        data: Vec<u8>,
+        more: Vec<Buf>,
+        file: Option<FileBody>,
+        credit: Option<u16>,
+    ) {
+        if !data.is_empty() || (more.is_empty() && (credit.is_some() || file.is_some())) {
             self.wq.push_back(Out {
-                data,
+                data: Buf::Vec(data),
                 pos: 0,
-                file,
-                credit,
+                file: None,
+                credit: None,
             });
+        }
+        for buf in more {
+            self.wq.push_back(Out {
+                data: buf,
+                pos: 0,
+                file: None,
+                credit: None,
+            });
+        }
+        if let Some(last) = self.wq.back_mut() {
+            if file.is_some() || credit.is_some() {
+                last.file = file;
+                last.credit = credit;
+            }
         }
     }
 
@@ -447,12 +470,12 @@ impl Conn {
                 }
             }
             let res = if queued == 1 || front.file.is_some() {
-                self.sock.write(&front.data[front.pos..])
+                self.sock.write(&front.data.as_slice()[front.pos..])
             } else {
                 let mut slices = [IoSlice::new(&[]); WRITEV_MAX_SLICES];
                 let mut n = 0;
                 for out in self.wq.iter().take(WRITEV_MAX_SLICES) {
-                    slices[n] = IoSlice::new(&out.data[out.pos..]);
+                    slices[n] = IoSlice::new(&out.data.as_slice()[out.pos..]);
                     n += 1;
                     // A file part must follow its own bytes: gather no further.
                     if out.file.is_some() {

@@ -592,7 +592,7 @@ impl EventLoop {
                     if conn.continue_pending && conn.in_flight == 0 {
                         // RFC 9110 §10.1.1; after every earlier response, never before.
                         conn.continue_pending = false;
-                        conn.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec(), None);
+                        conn.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec());
                         self.dirty.push(conn.me.slot);
                     }
                     if conn.eof {
@@ -645,7 +645,7 @@ impl EventLoop {
             };
             log::debug!("answering {status} to {:?}: {why}", conn.peer);
             let resp = error_response(status, reason, self.date.get());
-            conn.queue(resp, None);
+            conn.queue(resp);
             self.dirty.push(conn.me.slot);
         }
         conn.closing = true;
@@ -673,7 +673,7 @@ impl EventLoop {
             out.extend_from_slice(BODY);
         }
         self.counters.requests += 1;
-        conn.queue(out, None);
+        conn.queue(out);
         self.dirty.push(conn.me.slot);
     }
 
@@ -795,7 +795,7 @@ impl EventLoop {
         let Some(conn) = self.conn_by_ref(resp.conn) else {
             return;
         };
-        conn.queue_with_file(resp.data, resp.file, (!end).then_some(h as u16));
+        conn.queue_response(resp.data, resp.more, resp.file, (!end).then_some(h as u16));
         match resp.part {
             Part::Partial => {}
             Part::Last { keep_alive } => {

@@ -62,6 +62,9 @@ fn run(setup: HandlerSetup) {
             if let Some(req) = rx.pop() {
                 stats::bump(&shared.counters.requests, 1);
                 bridge.serve(py, req);
+                // Body items the loop wrote without copying are released here (their
+                // references were dropped on the loop thread, off the GIL).
+                crate::python::drop_deferred_refs(py);
                 continue;
             }
             // Acquire: pairs with the loop's Release store when it stops; every request it

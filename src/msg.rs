@@ -1,4 +1,6 @@
-//! What crosses the rings: plain `Send` data, never a Python object.
+//! What crosses the rings: plain `Send` data, never a Python object, with one exception:
+//! a [`PyBytesRef`], a strong reference to an immutable `bytes` object the app returned,
+//! whose bytes the loop writes without copying them and without the GIL.
 //!
 //! A [`Request`] owns one buffer holding the request head exactly as received followed by
 //! the (decoded) body, with the parsed head as offsets into it: the loop copies a request's
@@ -7,6 +9,10 @@
 //! handler thread), so the loop only writes.
 
 use std::net::SocketAddr;
+use std::ops::Range;
+
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 use crate::http::parse::Head;
 
@@ -67,13 +73,85 @@ pub enum Part {
     Abort { reset: bool },
 }
 
+/// A range of a Python `bytes` object's storage, written by the loop straight from there.
+///
+/// The reference keeps the object alive, and `bytes` are immutable, so the range stays
+/// valid and unchanged without the GIL. Dropped off the GIL (the loop thread, after the
+/// write), the reference goes to pyo3's deferred-decref pool, which a handler empties
+/// after each request (`python::drop_deferred_refs`).
+pub struct PyBytesRef {
+    _owner: Py<PyBytes>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is into the storage of `_owner`, an immutable object that this value
+// keeps alive; reading it from another thread needs no lock and no GIL. `Py<T>` is `Send`
+// (its drop without the GIL is deferred by pyo3).
+unsafe impl Send for PyBytesRef {}
+
+impl PyBytesRef {
+    /// `range` of `obj`'s bytes (clamped to them).
+    pub fn new(obj: &Bound<'_, PyBytes>, range: Range<usize>) -> PyBytesRef {
+        let all = obj.as_bytes();
+        let end = range.end.min(all.len());
+        let start = range.start.min(end);
+        let part = &all[start..end];
+        PyBytesRef {
+            _owner: obj.clone().unbind(),
+            ptr: part.as_ptr(),
+            len: part.len(),
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr..ptr+len` lies in the storage of the bytes object `_owner` keeps
+        // alive; bytes objects never change or move their storage.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::fmt::Debug for PyBytesRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PyBytesRef({} bytes)", self.len)
+    }
+}
+
+/// Wire bytes: owned, or borrowed from the app's `bytes` object.
+#[derive(Debug)]
+pub enum Buf {
+    Vec(Vec<u8>),
+    Py(PyBytesRef),
+}
+
+impl Buf {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Buf::Vec(v) => v,
+            Buf::Py(p) => p.as_slice(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 #[derive(Debug)]
 pub struct Response {
     pub conn: ConnRef,
     /// Wire bytes: status line and headers on the first part, framed body data after.
     pub data: Vec<u8>,
-    /// A body the loop sends straight from a file after `data` (`wsgi.file_wrapper` over a
-    /// regular file): `sendfile(2)`, nothing copied through user space.
+    /// Written after `data`, in order: large body items straight from the app's `bytes`
+    /// objects, and the framing bytes between them. Empty (no allocation) for most.
+    pub more: Vec<Buf>,
+    /// A body the loop sends straight from a file after `data` and `more`
+    /// (`wsgi.file_wrapper` over a regular file): `sendfile(2)`, nothing copied through
+    /// user space.
     pub file: Option<FileBody>,
     pub part: Part,
 }

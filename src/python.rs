@@ -137,6 +137,13 @@ pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyA
 }
 
 /// Flushes Python's stdout and stderr (the app's prints) before the process exits.
+/// Applies the decrefs pyo3 deferred for references dropped off the GIL (the loop thread
+/// drops each `msg::PyBytesRef` once it is written). pyo3 drains its pool whenever a thread
+/// attaches, even when already attached: with nothing pending this is a flag check.
+pub fn drop_deferred_refs(_py: Python<'_>) {
+    Python::attach(|_| {});
+}
+
 pub fn flush_stdio(py: Python<'_>) {
     if let Ok(sys) = py.import("sys") {
         for name in ["stdout", "stderr"] {

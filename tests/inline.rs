@@ -116,3 +116,29 @@ fn stats_name_the_inline_app_beside_the_loop() {
         .unwrap_or_else(|| panic!("no stats line for the inline app:\n{log}"));
     assert!(line.contains("requests 3"), "{line}");
 }
+
+#[test]
+fn large_items_written_without_copy_are_released_inline() {
+    // The same check as the handler thread's (tests/regressions.rs), on the loop thread,
+    // which drops the references with the GIL held.
+    let s = inline(&[]);
+    let mut c = s.connect();
+    let before = {
+        for _ in 0..8 {
+            c.send(&get("/big-list?size=1048576"));
+            assert_eq!(c.read_response().body.len(), 1 << 20);
+        }
+        rss_kib(s.pid())
+    };
+    for _ in 0..12 {
+        c.send(&get("/big-list?size=1048576").repeat(16));
+        for r in c.read_responses(16) {
+            assert_eq!(r.body.len(), 1 << 20, "{}", r.status_line());
+        }
+    }
+    let after = rss_kib(s.pid());
+    assert!(
+        after < before + 96 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over 192 responses of 1 MiB"
+    );
+}

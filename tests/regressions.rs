@@ -273,3 +273,62 @@ fn http10_streamed_response_that_fails_mid_body_ends_with_a_reset() {
     );
     assert_served(&s, PROMPT, "after an aborted HTTP/1.0 response");
 }
+
+// ---------------------------------------------------------------------------
+// Zero-copy bodies
+// ---------------------------------------------------------------------------
+
+/// Large body items are written straight from the app's `bytes` objects; the references
+/// the loop drops after writing them must be released (pyo3 defers those decrefs), or
+/// every response's body would stay in memory.
+pub fn large_items_written_without_copy_are_released(blocking_threads: &str) {
+    let s = Server::start("regress:app", &["--blocking-threads", blocking_threads]);
+    // Pipelined batches on four connections: many bodies in flight at once.
+    const BATCH: usize = 16;
+    let mut conns: Vec<Conn> = (0..4).map(|_| s.connect()).collect();
+    let batch = |conns: &mut Vec<Conn>, rounds: usize| {
+        for round in 0..rounds {
+            for c in conns.iter_mut() {
+                c.send(&get("/big-list?size=1048576").repeat(BATCH));
+            }
+            for c in conns.iter_mut() {
+                for r in c.read_responses(BATCH) {
+                    assert_eq!(r.body.len(), 1 << 20, "round {round}: {}", r.status_line());
+                }
+            }
+        }
+    };
+    batch(&mut conns, 1);
+    let before = rss_kib(s.pid());
+    batch(&mut conns, 3);
+    let after = rss_kib(s.pid());
+    assert!(
+        after < before + 96 * 1024,
+        "RSS grew from {before} KiB to {after} KiB over 192 responses of 1 MiB: the written \
+         bodies were not released"
+    );
+    // And the bytes are the app's.
+    let r = s.get("/big-list?size=1048576");
+    assert!(r.body.iter().all(|&b| b == b'x'), "wrong body bytes");
+}
+
+#[test]
+fn large_items_written_without_copy_are_released_by_a_handler_thread() {
+    large_items_written_without_copy_are_released("1");
+}
+
+#[test]
+fn chunked_stream_of_large_items_arrives_intact() {
+    // Four 256 KiB items, each framed as one chunk around the uncopied bytes.
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let r = s.get("/chunks?n=4&size=262144");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert_eq!(r.body.len(), 4 * 262144);
+    for i in 0..4 {
+        let part = &r.body[i * 262144..(i + 1) * 262144];
+        assert!(
+            part.iter().all(|&b| b == b'a' + i as u8),
+            "chunk {i} is wrong"
+        );
+    }
+}

@@ -271,6 +271,12 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
+/// Appends a chunk's size line; the caller sends the `size` bytes and a CRLF after it.
+pub fn write_chunk_size(out: &mut Vec<u8>, size: u64) {
+    push_hex(out, size);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends the last chunk and an empty trailer section: `0\r\n\r\n` (RFC 9112 §7.1).
 pub fn write_last_chunk(out: &mut Vec<u8>) {
     out.extend_from_slice(b"0\r\n\r\n");

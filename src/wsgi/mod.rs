@@ -269,7 +269,7 @@ impl Bridge {
     fn send_known(&self, py: Python<'_>, items: &[Bound<'_, PyAny>]) -> PyResult<Outcome> {
         let mut total = 0u64;
         for item in items {
-            total += bytes_of(item)?.len() as u64;
+            total += bytes_of(item)?.as_bytes().len() as u64;
         }
         self.ex.send_whole(py, items, total)?;
         Ok(Outcome::Done)

@@ -13,13 +13,13 @@ use std::sync::Arc;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyBytes, PyString, PyTuple};
 
 use crate::event_loop::{HandlerShared, LoopShared};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
 use crate::http::parse::Version;
-use crate::msg::{ConnRef, FileBody, Part, Response};
+use crate::msg::{Buf, ConnRef, FileBody, Part, PyBytesRef, Response};
 use crate::park;
 use crate::ring::Producer;
 use crate::stats;
@@ -32,6 +32,11 @@ pub const MAX_CHUNKS_IN_FLIGHT: usize = 16;
 /// Body bytes gathered into one message before a streamed part is pushed when the app
 /// declared a Content-Length (the whole response then goes out in one write).
 const HOLD_DECLARED_BODY_MAX_BYTES: usize = 256 * 1024;
+
+/// Body items this large are not copied: the loop writes them straight from the app's
+/// `bytes` object (`msg::PyBytesRef`). Below it a copy costs less than the reference's
+/// round trip through pyo3's deferred-decref pool (BENCHMARKS.md, "zero-copy bodies").
+const ZERO_COPY_MIN_BYTES: usize = 32 * 1024;
 
 /// The latin-1 bytes of a native string (PEP 3333: status and header names and values are
 /// `str` holding only code points below 256).
@@ -120,8 +125,10 @@ pub struct State {
     remaining: u64,
     /// The app sent fewer or more bytes than it declared: close after this response.
     pub mismatch: bool,
-    /// Wire bytes not yet pushed.
+    /// Wire bytes not yet pushed: `out`, then `more` (large items uncopied, and the bytes
+    /// after them).
     out: Vec<u8>,
+    more: Vec<Buf>,
     /// A file body to send after `out` with the last part.
     file: Option<FileBody>,
 }
@@ -149,6 +156,7 @@ impl Exchange {
                 remaining: 0,
                 mismatch: false,
                 out: Vec::new(),
+                more: Vec::new(),
                 file: None,
             }),
             date: RefCell::new(DateCache::new()),
@@ -165,6 +173,7 @@ impl Exchange {
         st.pushed = false;
         st.mismatch = false;
         st.out = Vec::new();
+        st.more = Vec::new();
         st.file = None;
     }
 
@@ -197,6 +206,7 @@ impl Exchange {
                 st.sent = false;
                 st.mismatch = false;
                 st.out.clear();
+                st.more.clear();
             }
             None => {
                 if st.status.is_some() {
@@ -309,8 +319,8 @@ impl Exchange {
     }
 
     /// Body data from the app (an item of its iterable, or `write()`).
-    pub fn send(&self, py: Python<'_>, data: &[u8]) -> PyResult<()> {
-        if data.is_empty() {
+    pub fn send(&self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<()> {
+        if data.as_bytes().is_empty() {
             return Ok(());
         }
         let mut st = self.st.borrow_mut();
@@ -318,12 +328,12 @@ impl Exchange {
             self.encode_head(py, &mut st, None)?;
         }
         let hold = append_body(&mut st, data);
-        if !hold && !st.out.is_empty() {
+        if !hold && (!st.out.is_empty() || !st.more.is_empty()) {
             st.pushed = true;
-            let out = std::mem::take(&mut st.out);
+            let (out, more) = take_message(&mut st);
             let conn = st.req.conn;
             drop(st);
-            self.push(py, conn, out, Part::Partial);
+            self.push(py, conn, out, more, Part::Partial);
         }
         Ok(())
     }
@@ -343,7 +353,7 @@ impl Exchange {
         }
         for c in chunks {
             let b = bytes_of(c)?;
-            if !b.is_empty() {
+            if !b.as_bytes().is_empty() {
                 append_body(&mut st, b);
             }
         }
@@ -362,7 +372,7 @@ impl Exchange {
             _ => {}
         }
         let keep_alive = st.keep_alive && !st.mismatch;
-        let out = std::mem::take(&mut st.out);
+        let (out, more) = take_message(&mut st);
         let file = st.file.take();
         let conn = st.req.conn;
         drop(st);
@@ -371,6 +381,7 @@ impl Exchange {
             Response {
                 conn,
                 data: out,
+                more,
                 file,
                 part: Part::Last { keep_alive },
             },
@@ -410,16 +421,17 @@ impl Exchange {
         let mut st = self.st.borrow_mut();
         let conn = st.req.conn;
         if st.pushed {
-            let out = std::mem::take(&mut st.out);
+            let (out, more) = take_message(&mut st);
             // A close-delimited body (HTTP/1.0 streaming) only looks truncated to the
             // client if the connection is reset.
             let reset = st.framing == Framing::Close;
             drop(st);
-            self.push(py, conn, out, Part::Abort { reset });
+            self.push(py, conn, out, more, Part::Abort { reset });
             return;
         }
         // Whatever was encoded but held is dropped: the 500 replaces it.
         st.out.clear();
+        st.more.clear();
         // Relaxed: see `encode_head`.
         let draining = self.loop_shared.draining.load(Ordering::Relaxed);
         let keep_alive = st.req.keep_alive && !draining;
@@ -443,7 +455,7 @@ impl Exchange {
         }
         st.sent = true;
         drop(st);
-        self.push(py, conn, out, Part::Last { keep_alive });
+        self.push(py, conn, out, Vec::new(), Part::Last { keep_alive });
     }
 
     /// The head is out and the response has no body (HEAD, 204, 304): iterating further
@@ -474,12 +486,13 @@ impl Exchange {
     /// Pushes one message, waiting with the GIL released when the ring is full or too
     /// many streamed chunks are unwritten; wakes the loop only if it sleeps. Inline, it
     /// queues the message for the loop and never waits.
-    fn push(&self, py: Python<'_>, conn: ConnRef, data: Vec<u8>, part: Part) {
+    fn push(&self, py: Python<'_>, conn: ConnRef, data: Vec<u8>, more: Vec<Buf>, part: Part) {
         self.push_with_file(
             py,
             Response {
                 conn,
                 data,
+                more,
                 file: None,
                 part,
             },
@@ -544,36 +557,72 @@ impl Exchange {
     }
 }
 
+/// The message being built, taken for a push.
+fn take_message(st: &mut State) -> (Vec<u8>, Vec<Buf>) {
+    (std::mem::take(&mut st.out), std::mem::take(&mut st.more))
+}
+
+/// Where the next copied wire bytes go: `out`, or, once large items are queued in
+/// `more`, a buffer after them.
+fn tail(st: &mut State) -> &mut Vec<u8> {
+    if st.more.is_empty() {
+        return &mut st.out;
+    }
+    if !matches!(st.more.last(), Some(Buf::Vec(_))) {
+        st.more.push(Buf::Vec(Vec::new()));
+    }
+    match st.more.last_mut() {
+        Some(Buf::Vec(v)) => v,
+        _ => unreachable!("a Vec buffer was just pushed"),
+    }
+}
+
+/// `data[range]` goes on the wire: copied, or, when large, referenced.
+fn put(st: &mut State, data: &Bound<'_, PyBytes>, range: std::ops::Range<usize>) {
+    if range.len() >= ZERO_COPY_MIN_BYTES {
+        st.more.push(Buf::Py(PyBytesRef::new(data, range)));
+    } else {
+        tail(st).extend_from_slice(&data.as_bytes()[range]);
+    }
+}
+
 /// Appends framed body bytes; `true` when the output should be held back (the declared
 /// length is complete and the whole response can go out with the last part).
-fn append_body(st: &mut State, data: &[u8]) -> bool {
+fn append_body(st: &mut State, data: &Bound<'_, PyBytes>) -> bool {
+    let len = data.as_bytes().len();
     match st.framing {
         Framing::NoBody => false,
+        Framing::Chunked if len >= ZERO_COPY_MIN_BYTES => {
+            encode::write_chunk_size(tail(st), len as u64);
+            put(st, data, 0..len);
+            tail(st).extend_from_slice(b"\r\n");
+            false
+        }
         Framing::Chunked => {
-            encode::write_chunk(&mut st.out, data);
+            encode::write_chunk(tail(st), data.as_bytes());
             false
         }
         Framing::Close => {
-            st.out.extend_from_slice(data);
+            put(st, data, 0..len);
             false
         }
         Framing::Length(_) => {
             // "the server should not transmit more bytes than the Content-Length".
-            let n = (data.len() as u64).min(st.remaining) as usize;
-            if n < data.len() {
+            let n = (len as u64).min(st.remaining) as usize;
+            if n < len {
                 st.mismatch = true;
             }
-            st.out.extend_from_slice(&data[..n]);
+            put(st, data, 0..n);
             st.remaining -= n as u64;
             st.remaining == 0 && st.out.len() <= HOLD_DECLARED_BODY_MAX_BYTES
         }
     }
 }
 
-/// The bytes of a body item (PEP 3333: bytestrings only).
-pub fn bytes_of<'a>(item: &'a Bound<'_, PyAny>) -> PyResult<&'a [u8]> {
-    match item.cast::<pyo3::types::PyBytes>() {
-        Ok(b) => Ok(b.as_bytes()),
+/// A body item (PEP 3333: bytestrings only).
+pub fn bytes_of<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
+    match item.cast::<PyBytes>() {
+        Ok(b) => Ok(b),
         Err(_) => {
             let ty = item
                 .get_type()
