@@ -14,8 +14,11 @@
 //!   `Vec`, as the handler does for a hello-world response.
 //! - `DateCache::get`: one clock read and a compare (the text is re-rendered once a second).
 //!
-//! Not covered here: the request hand-off record (`msg::Request`) and the environ build,
-//! which needs an embedded interpreter.
+//! - The hand-off record (`parse_head` and the copy into a `msg::Request`).
+//! - The environ build, on the embedded interpreter.
+//!
+//! `cargo bench --bench parts -- WORD` runs only the parts whose name contains WORD (to
+//! profile one with `perf record`).
 
 use m0serve::msg::{ConnRef, Peer, Request};
 use m0serve::wsgi::environ::EnvBuilder;
@@ -66,7 +69,19 @@ struct Row {
 }
 
 /// Runs `f` for the warm-up, then `REPS` repetitions of `REP_TARGET` each; ns per call.
+/// A part the command line's filter leaves out is not run (no repetitions).
 fn bench(name: &'static str, note: String, mut f: impl FnMut()) -> Row {
+    let wanted = std::env::args()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .is_none_or(|w| name.contains(&w));
+    if !wanted {
+        return Row {
+            name,
+            reps: Vec::new(),
+            note,
+        };
+    }
     let mut run_for = |d: Duration| {
         let t = Instant::now();
         let mut calls = 0u64;
@@ -216,7 +231,7 @@ fn main() {
     println!();
     println!("| part | ns / call (median) | min .. max | notes |");
     println!("|---|---:|---|---|");
-    for r in &rows {
+    for r in rows.iter().filter(|r| !r.reps.is_empty()) {
         println!(
             "| {} | {:.1} | {:.1} .. {:.1} | {} |",
             r.name,

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::time::Duration;
 
@@ -200,6 +201,52 @@ fn repeated_headers_are_joined_with_commas_and_cookies_with_semicolons() {
     let e = c.read_response().echo();
     assert_eq!(e.must("HTTP_X_MULTI"), "a,b,c");
     assert_eq!(e.must("HTTP_COOKIE"), "a=1; b=2");
+}
+
+#[test]
+fn headers_are_never_carried_over_from_the_previous_request() {
+    // The environ build remembers the previous request's headers by position: each request
+    // must still see exactly its own names and values.
+    let s = Server::start("echo:app", &[]);
+    let mut c = s.connect();
+    let long = "v".repeat(600);
+    let cases: [(&str, &[(&str, &str)]); 6] = [
+        ("first", &[("X-A", "one"), ("X-B", "two")]),
+        ("same names, new values", &[("X-A", "uno"), ("X-B", "dos")]),
+        (
+            "a new name where X-A was",
+            &[("X-C", "uno"), ("X-B", "dos")],
+        ),
+        (
+            "a dropped name, then a repeat",
+            &[("X_A", "uno"), ("X-B", "dos"), ("X-B", "tres")],
+        ),
+        ("a long value", &[("X-A", &long), ("X-B", "dos")]),
+        ("the same long value again", &[("X-A", &long), ("X-B", "")]),
+    ];
+    for (what, headers) in cases {
+        let mut req = String::from("GET / HTTP/1.1\r\nHost: x\r\n");
+        for (n, v) in headers {
+            req.push_str(&format!("{n}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        c.send(req.as_bytes());
+        let e = c.read_response().echo();
+        let mut want: BTreeMap<String, String> = BTreeMap::new();
+        want.insert("HTTP_HOST".into(), "x".into());
+        for (n, v) in headers {
+            if n.contains('_') {
+                continue;
+            }
+            want.entry(environ_key(n))
+                .and_modify(|prev| {
+                    prev.push(',');
+                    prev.push_str(v);
+                })
+                .or_insert_with(|| v.to_string());
+        }
+        assert_eq!(e.header_vars(), want, "{what}");
+    }
 }
 
 #[test]

@@ -4,6 +4,16 @@
 //! that is copied for each request (`PyDict_Copy` of a small dict is one allocation and a
 //! memcpy-like fill); values are created straight from the request's bytes as latin-1
 //! native strings.
+//!
+//! Measured in `benches/parts.rs` (BENCHMARKS.md, "environ build"), three things keep the
+//! build short:
+//! - The base dict's table is presized for a whole environ, and `PyDict_Copy` clones the
+//!   table at its size, so adding the request's entries never resizes the copy.
+//! - Header names are matched by position against the previous request's (clients send the
+//!   same headers in the same order): one `memcmp` instead of hashing the name. A value
+//!   equal to the previous request's at that position reuses its `str` (immutable, so
+//!   sharing it is invisible to the app) instead of allocating another.
+//! - One `PyDict_SetDefault` per header inserts it and tells a repeated one apart.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -23,6 +33,16 @@ use crate::msg::{Peer, Request};
 /// Distinct header names whose environ keys are kept per handler thread; names past this
 /// are converted for each request (a client sending endless new names gains nothing).
 const HEADER_KEY_CACHE_ENTRIES: usize = 512;
+
+/// Header positions remembered from the previous request.
+const RECENT_HEADER_POSITIONS: usize = 32;
+
+/// Header values longer than this are not remembered for reuse.
+const RECENT_VALUE_MAX_BYTES: usize = 512;
+
+/// Entries the base dict's table is sized for: the constant ones, the per-request ones and
+/// a browser's headers, so that filling a copy never resizes it.
+const ENVIRON_PRESIZE_ENTRIES: isize = 48;
 
 /// A latin-1 native string from bytes (PEP 3333: "native strings" decoded as ISO-8859-1).
 pub fn latin1_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
@@ -71,6 +91,15 @@ struct Keys {
     pub wsgi_input: Py<PyString>,
 }
 
+/// One header position of the previous request: its name, key, and value.
+#[derive(Default)]
+struct Recent {
+    name: Vec<u8>,
+    key: Option<Py<PyString>>,
+    value: Vec<u8>,
+    value_str: Option<Py<PyString>>,
+}
+
 pub struct EnvBuilder {
     base: Py<PyDict>,
     keys: Keys,
@@ -81,13 +110,39 @@ pub struct EnvBuilder {
     /// Raw header name -> environ key; `None` for names that are dropped.
     header_keys: HashMap<Box<[u8]>, Option<Py<PyString>>, BuildHasherDefault<Fnv>>,
     last_ip: Option<(IpAddr, Py<PyString>)>,
+    recent: Vec<Recent>,
     scratch: Vec<u8>,
+}
+
+/// An empty dict whose table holds `n` entries without resizing, when this Python exports
+/// `_PyDict_NewPresized` (CPython 3.6 and later, a private function, so looked up at run
+/// time rather than linked); else an ordinary empty dict.
+fn presized_dict(py: Python<'_>, n: isize) -> Bound<'_, PyDict> {
+    type NewPresized = unsafe extern "C" fn(ffi::Py_ssize_t) -> *mut ffi::PyObject;
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name only reads the loaded
+    // objects' symbol tables.
+    let sym = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_PyDict_NewPresized".as_ptr()) };
+    if !sym.is_null() {
+        // SAFETY: the symbol is CPython's `PyObject *_PyDict_NewPresized(Py_ssize_t)`,
+        // called with the GIL held (`py`); it returns a new dict reference or NULL with an
+        // exception set, which `from_owned_ptr_or_err` turns into an Err.
+        let made = unsafe {
+            let f: NewPresized = std::mem::transmute::<*mut libc::c_void, NewPresized>(sym);
+            Bound::from_owned_ptr_or_err(py, f(n))
+        };
+        if let Ok(d) = made {
+            if let Ok(d) = d.cast_into::<PyDict>() {
+                return d;
+            }
+        }
+    }
+    PyDict::new(py)
 }
 
 impl EnvBuilder {
     pub fn new(py: Python<'_>, info: &ServerInfo) -> PyResult<EnvBuilder> {
         let i = |s: &str| PyString::intern(py, s).unbind();
-        let base = PyDict::new(py);
+        let base = presized_dict(py, ENVIRON_PRESIZE_ENTRIES);
         let sys = py.import("sys")?;
         base.set_item(i("wsgi.version"), PyTuple::new(py, [1, 0])?)?;
         base.set_item(i("wsgi.url_scheme"), i("http"))?;
@@ -125,6 +180,7 @@ impl EnvBuilder {
             empty: i(""),
             header_keys: HashMap::default(),
             last_ip: None,
+            recent: Vec::new(),
             scratch: Vec::with_capacity(256),
         })
     }
@@ -184,33 +240,90 @@ impl EnvBuilder {
             }
         }
 
-        for h in &head.headers {
+        for (pos, h) in head.headers.iter().enumerate() {
             let name = h.name.get(data);
-            let Some(key) = self.header_key(py, name) else {
+            let value = h.value.get(data);
+            let Some((key, value_str)) = self.header_entry(py, pos, name, value)? else {
                 continue;
             };
-            let key = key.bind(py);
-            let value = h.value.get(data);
-            match env.get_item(key)? {
-                None => env.set_item(key, latin1_str(py, value)?)?,
-                Some(prev) => {
-                    // RFC 9110 §5.3: repeated fields combine into one comma-separated list;
-                    // RFC 6265 §5.4: cookies combine with "; ".
-                    let sep: &[u8] = if latin1(key.as_any(), "key")? == b"HTTP_COOKIE" {
-                        b"; "
-                    } else {
-                        b","
-                    };
-                    let prev_bytes = latin1(&prev, "header value")?;
-                    let mut joined = Vec::with_capacity(prev_bytes.len() + sep.len() + value.len());
-                    joined.extend_from_slice(prev_bytes);
-                    joined.extend_from_slice(sep);
-                    joined.extend_from_slice(value);
-                    env.set_item(key, latin1_str(py, &joined)?)?;
-                }
+            let before = env.len();
+            // SAFETY: `env`, `key` and `value_str` are live objects and the GIL is held;
+            // PyDict_SetDefault returns a borrowed reference, or NULL with an exception set.
+            let got =
+                unsafe { ffi::PyDict_SetDefault(env.as_ptr(), key.as_ptr(), value_str.as_ptr()) };
+            if got.is_null() {
+                return Err(PyErr::fetch(py));
             }
+            if env.len() > before {
+                continue;
+            }
+            // The name was seen before in this request. RFC 9110 §5.3: repeated fields
+            // combine into one comma-separated list; RFC 6265 §5.4: cookies with "; ".
+            let key = key.bind(py);
+            let prev = env
+                .get_item(key)?
+                .unwrap_or_else(|| self.empty.bind(py).clone().into_any());
+            let sep: &[u8] = if latin1(key.as_any(), "key")? == b"HTTP_COOKIE" {
+                b"; "
+            } else {
+                b","
+            };
+            let prev_bytes = latin1(&prev, "header value")?;
+            let mut joined = Vec::with_capacity(prev_bytes.len() + sep.len() + value.len());
+            joined.extend_from_slice(prev_bytes);
+            joined.extend_from_slice(sep);
+            joined.extend_from_slice(value);
+            env.set_item(key, latin1_str(py, &joined)?)?;
         }
         Ok(env)
+    }
+
+    /// The environ key and value for the header at `pos`, from the previous request's
+    /// header at that position when the bytes match; `None` for a dropped name.
+    fn header_entry(
+        &mut self,
+        py: Python<'_>,
+        pos: usize,
+        name: &[u8],
+        value: &[u8],
+    ) -> PyResult<Option<(Py<PyString>, Py<PyString>)>> {
+        if pos >= RECENT_HEADER_POSITIONS {
+            let Some(key) = self.header_key(py, name) else {
+                return Ok(None);
+            };
+            return Ok(Some((key, latin1_str(py, value)?.unbind())));
+        }
+        if pos >= self.recent.len() {
+            self.recent.resize_with(pos + 1, Recent::default);
+        }
+        if self.recent[pos].name != name {
+            let key = self.header_key(py, name);
+            let r = &mut self.recent[pos];
+            r.name.clear();
+            r.name.extend_from_slice(name);
+            r.key = key;
+            r.value.clear();
+            r.value_str = None;
+        }
+        let r = &mut self.recent[pos];
+        let Some(key) = &r.key else {
+            return Ok(None);
+        };
+        let key = key.clone_ref(py);
+        if let Some(s) = &r.value_str {
+            if r.value == value {
+                return Ok(Some((key, s.clone_ref(py))));
+            }
+        }
+        let s = latin1_str(py, value)?.unbind();
+        if value.len() <= RECENT_VALUE_MAX_BYTES {
+            r.value.clear();
+            r.value.extend_from_slice(value);
+            r.value_str = Some(s.clone_ref(py));
+        } else {
+            r.value_str = None;
+        }
+        Ok(Some((key, s)))
     }
 
     /// The environ key for a header name: `CONTENT_TYPE`, `CONTENT_LENGTH`, else `HTTP_`
