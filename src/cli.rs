@@ -32,9 +32,20 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_UDS", value_name = "PATH")]
     pub uds: Option<PathBuf>,
 
-    /// Worker processes (only 1 until the process model lands).
+    /// Worker processes, each with its own Python interpreter, loop and handler threads,
+    /// sharing the listening socket; a master process supervises them.
     #[arg(long, env = "M0SERVE_WORKERS", default_value_t = 1)]
     pub workers: usize,
+
+    /// Seconds a graceful stop (SIGTERM, SIGINT, a reload) waits for requests in flight
+    /// before it closes their connections.
+    #[arg(
+        long,
+        env = "M0SERVE_GRACEFUL_TIMEOUT",
+        default_value_t = 30.0,
+        value_name = "SECS"
+    )]
+    pub graceful_timeout: f64,
 
     /// Handler threads per worker that run the app (each holds the GIL while it works); 0 runs
     /// the app inline on the loop thread.

@@ -10,6 +10,12 @@ use crate::log::Level;
 /// Most handler threads a worker may have: each holds a Python thread state and two rings.
 pub const MAX_BLOCKING_THREADS: usize = 1024;
 
+/// Most worker processes: each is a whole interpreter.
+pub const MAX_WORKERS: usize = 1024;
+
+/// Longest `--graceful-timeout` (a day).
+pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
+
 /// Where the worker listens.
 #[derive(Clone, Debug)]
 pub enum Listen {
@@ -71,6 +77,7 @@ pub struct Config {
     pub listen: Listen,
     pub workers: usize,
     pub blocking_threads: usize,
+    pub graceful_timeout: std::time::Duration,
     pub app_dir: PathBuf,
     pub log_level: Level,
     pub stats: bool,
@@ -78,6 +85,14 @@ pub struct Config {
 }
 
 impl Config {
+    /// The listen address as the user gave it, for messages.
+    pub fn describe_listen(&self) -> String {
+        match &self.listen {
+            Listen::Tcp(a) => a.to_string(),
+            Listen::Unix(p) => format!("unix:{}", p.display()),
+        }
+    }
+
     pub fn from_cli(cli: Cli) -> Result<Config, String> {
         let app = AppSpec::parse(&cli.app)?;
         let listen = match cli.uds {
@@ -92,10 +107,16 @@ impl Config {
                 Listen::Tcp(SocketAddr::new(ip, cli.port))
             }
         };
-        if cli.workers != 1 {
+        if cli.workers == 0 || cli.workers > MAX_WORKERS {
             return Err(format!(
-                "--workers {}: only 1 worker is supported in this version",
+                "--workers {}: must be between 1 and {MAX_WORKERS}",
                 cli.workers
+            ));
+        }
+        if !(0.0..=MAX_GRACEFUL_TIMEOUT_SECS).contains(&cli.graceful_timeout) {
+            return Err(format!(
+                "--graceful-timeout {}: must be between 0 and {MAX_GRACEFUL_TIMEOUT_SECS} seconds",
+                cli.graceful_timeout
             ));
         }
         if cli.blocking_threads > MAX_BLOCKING_THREADS {
@@ -115,6 +136,7 @@ impl Config {
             listen,
             workers: cli.workers,
             blocking_threads: cli.blocking_threads,
+            graceful_timeout: std::time::Duration::from_secs_f64(cli.graceful_timeout),
             app_dir,
             log_level: cli.log_level,
             stats: cli.stats,

@@ -50,10 +50,6 @@ pub const MAX_BODY_BYTES: u64 = 1024 * 1024 * 1024;
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// How long a graceful stop waits for requests in flight (`--graceful-timeout` comes with
-/// the process model).
-const GRACEFUL_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// State shared by the loop and every handler thread.
 pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
@@ -167,6 +163,8 @@ impl HandlerLink {
 pub struct LoopOptions {
     pub stats: bool,
     pub static_response: bool,
+    /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
+    pub graceful_timeout: Duration,
 }
 
 struct Slot {
@@ -202,6 +200,7 @@ pub struct EventLoop {
     stats: bool,
     /// `--static-response`: the loop answers every request itself (its ceiling).
     static_response: bool,
+    graceful_timeout: Duration,
     /// Inline mode, until `run` builds it on this thread.
     inline_setup: Option<InlineSetup>,
     /// Inline mode: the app's side, run between passes.
@@ -221,7 +220,7 @@ impl EventLoop {
         let registry = poll.registry();
         match &mut listener {
             Listener::Tcp(l) => registry.register(l, LISTENER, Interest::READABLE)?,
-            Listener::Unix(l, _) => registry.register(l, LISTENER, Interest::READABLE)?,
+            Listener::Unix(l, ..) => registry.register(l, LISTENER, Interest::READABLE)?,
         }
         registry.register(&mut signals.read, SIGNALS, Interest::READABLE)?;
         Ok(EventLoop {
@@ -245,6 +244,7 @@ impl EventLoop {
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
+            graceful_timeout: opts.graceful_timeout,
             inline_setup: inline,
             inline: None,
         })
@@ -432,6 +432,10 @@ impl EventLoop {
                 WAKER => {}
                 SIGNALS => {
                     let got = self.signals.drain();
+                    if got.quit {
+                        log::info!("received SIGQUIT: exiting now");
+                        std::process::exit(0);
+                    }
                     if got.stats {
                         self.report();
                     }
@@ -486,7 +490,7 @@ impl EventLoop {
                     let _ = s.set_nodelay(true);
                     (Sock::Tcp(s), Peer::Tcp(addr))
                 }),
-                Listener::Unix(l, _) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
+                Listener::Unix(l, ..) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
             };
             match accepted {
                 Ok((sock, peer)) => self.add_conn(sock, peer),
@@ -974,10 +978,10 @@ impl EventLoop {
         if let Some(mut l) = self.listener.take() {
             let _ = match &mut l {
                 Listener::Tcp(l) => self.poll.registry().deregister(l),
-                Listener::Unix(l, _) => self.poll.registry().deregister(l),
+                Listener::Unix(l, ..) => self.poll.registry().deregister(l),
             };
         }
-        self.deadline = Some(Instant::now() + GRACEFUL_TIMEOUT);
+        self.deadline = Some(Instant::now() + self.graceful_timeout);
         for slot in 0..self.slots.len() as u32 {
             let Some(conn) = self.conn_mut(slot) else {
                 continue;

@@ -26,6 +26,8 @@ pub mod listen;
 #[cfg(not(loom))]
 pub mod log;
 #[cfg(not(loom))]
+pub mod master;
+#[cfg(not(loom))]
 pub mod msg;
 pub mod park;
 #[cfg(not(loom))]
@@ -58,7 +60,14 @@ pub fn run() -> i32 {
         }
     };
     log::set_level(config.log_level);
-    match worker::run(config) {
+    // A worker is this program re-executed by the master, with the listener's and the
+    // ready pipe's descriptors named in its environment.
+    let result = match worker::Inherited::from_env() {
+        Ok(Some(inherited)) => worker::run(config, inherited),
+        Ok(None) => master::run(config),
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(()) => 0,
         Err(e) => {
             log::error!("{e}");

@@ -1,7 +1,7 @@
 //! Binding the listening socket (TCP or Unix domain) before Python starts.
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 
 use crate::config::Listen;
@@ -13,7 +13,9 @@ pub const BACKLOG_CONNECTIONS: i32 = 1024;
 
 pub enum Listener {
     Tcp(mio::net::TcpListener),
-    Unix(mio::net::UnixListener, std::path::PathBuf),
+    /// The path, and whether this process removes the socket file when it closes the
+    /// listener (the master that bound it does; a worker that inherited it does not).
+    Unix(mio::net::UnixListener, std::path::PathBuf, bool),
 }
 
 impl Listener {
@@ -40,8 +42,59 @@ impl Listener {
                 Ok(Listener::Unix(
                     mio::net::UnixListener::from_std(l),
                     path.clone(),
+                    true,
                 ))
             }
+        }
+    }
+
+    /// The listening socket a worker inherited from the master (`fd`, left open across its
+    /// exec): TCP or Unix, told apart by its address family.
+    pub fn from_inherited(fd: RawFd) -> io::Result<Listener> {
+        // SAFETY: a zeroed sockaddr_storage is a valid out-buffer; getsockname writes at
+        // most `len` bytes into it.
+        let family = unsafe {
+            let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+            let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            syscall!(getsockname(
+                fd,
+                (&mut addr as *mut libc::sockaddr_storage).cast(),
+                &mut len
+            ))?;
+            libc::c_int::from(addr.ss_family)
+        };
+        match family {
+            libc::AF_INET | libc::AF_INET6 => {
+                // SAFETY: `fd` is a listening TCP socket handed to this process for it to own.
+                let l = unsafe { std::net::TcpListener::from_raw_fd(fd) };
+                l.set_nonblocking(true)?;
+                Ok(Listener::Tcp(mio::net::TcpListener::from_std(l)))
+            }
+            libc::AF_UNIX => {
+                // SAFETY: as above, a listening Unix socket.
+                let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+                l.set_nonblocking(true)?;
+                let path = l
+                    .local_addr()?
+                    .as_pathname()
+                    .map(|p| p.to_path_buf())
+                    .unwrap_or_default();
+                Ok(Listener::Unix(
+                    mio::net::UnixListener::from_std(l),
+                    path,
+                    false,
+                ))
+            }
+            _ => Err(io::Error::other(format!(
+                "inherited descriptor {fd} is not a TCP or Unix socket"
+            ))),
+        }
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        match self {
+            Listener::Tcp(l) => l.as_raw_fd(),
+            Listener::Unix(l, ..) => l.as_raw_fd(),
         }
     }
 
@@ -52,7 +105,7 @@ impl Listener {
                 Ok(a) => format!("http://{a}"),
                 Err(_) => "http://?".to_string(),
             },
-            Listener::Unix(_, p) => format!("unix:{}", p.display()),
+            Listener::Unix(_, p, _) => format!("unix:{}", p.display()),
         }
     }
 
@@ -70,7 +123,7 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path) = self {
+        if let Listener::Unix(_, path, true) = self {
             let _ = std::fs::remove_file(path);
         }
     }

@@ -1,5 +1,6 @@
-//! SIGINT/SIGTERM (stop) and SIGUSR2 (print the pipeline counters) delivered to the event
-//! loop through a self-pipe.
+//! Signals delivered through a self-pipe: to a worker's event loop (SIGINT/SIGTERM stop
+//! gracefully, SIGQUIT at once, SIGUSR2 prints the pipeline counters) and to the master's
+//! supervision loop (the same, plus SIGHUP, SIGTTIN, SIGTTOU and SIGCHLD).
 //!
 //! The server owns the signals, not Python: the interpreter is initialised without its own
 //! handlers, and these async-signal-safe handlers only write the signal number into a pipe
@@ -32,16 +33,36 @@ pub struct SignalPipe {
 }
 
 impl SignalPipe {
-    /// Creates the pipe and installs handlers for SIGINT, SIGTERM and SIGUSR2; ignores SIGPIPE (a
-    /// peer that goes away must surface as EPIPE on its own socket, not kill the process).
+    /// A worker's: handlers for SIGINT, SIGTERM, SIGQUIT and SIGUSR2; SIGHUP, SIGTTIN and
+    /// SIGTTOU (meant for the master) are ignored; SIGPIPE is ignored (a peer that goes away
+    /// must surface as EPIPE on its own socket, not kill the process).
     pub fn install() -> io::Result<SignalPipe> {
+        let pipe = SignalPipe::with_handlers(&[
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGQUIT,
+            libc::SIGUSR2,
+        ])?;
+        for sig in [libc::SIGHUP, libc::SIGTTIN, libc::SIGTTOU] {
+            // SAFETY: setting a disposition to SIG_IGN has no preconditions.
+            unsafe { libc::signal(sig, libc::SIG_IGN) };
+        }
+        Ok(pipe)
+    }
+
+    /// The master's: every signal it acts on, and SIGCHLD to wake it when a worker exits.
+    pub fn install_master() -> io::Result<SignalPipe> {
+        SignalPipe::with_handlers(crate::master::MASTER_SIGNALS)
+    }
+
+    fn with_handlers(signals: &[libc::c_int]) -> io::Result<SignalPipe> {
         let mut fds = [0 as libc::c_int; 2];
         syscall!(pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC))?;
         // SAFETY: pipe2 just returned these two fds; each is owned exactly once here.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // Relaxed: published to the handler by the sigaction calls below.
         PIPE_WRITE_FD.store(write.as_raw_fd(), Ordering::Relaxed);
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGUSR2] {
+        for &sig in signals {
             // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
             let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
             sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
@@ -68,6 +89,11 @@ impl SignalPipe {
                     for &b in &buf[..n] {
                         match i32::from(b) {
                             libc::SIGUSR2 => got.stats = true,
+                            libc::SIGQUIT => got.quit = true,
+                            libc::SIGHUP => got.reload = true,
+                            libc::SIGTTIN => got.more += 1,
+                            libc::SIGTTOU => got.fewer += 1,
+                            libc::SIGCHLD => got.child = true,
                             sig => got.stop = Some(sig),
                         }
                     }
@@ -84,6 +110,15 @@ impl SignalPipe {
 pub struct Received {
     /// SIGINT or SIGTERM: stop gracefully.
     pub stop: Option<i32>,
+    /// SIGQUIT: stop at once.
+    pub quit: bool,
     /// SIGUSR2: print the pipeline counters.
     pub stats: bool,
+    /// SIGHUP (master): reload the workers.
+    pub reload: bool,
+    /// SIGTTIN / SIGTTOU (master): one worker more / fewer, per signal.
+    pub more: u32,
+    pub fewer: u32,
+    /// SIGCHLD (master): a worker may have exited.
+    pub child: bool,
 }

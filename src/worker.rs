@@ -1,6 +1,9 @@
-//! One worker: bind, start Python, import the app, start the handler threads and the loop
-//! thread, and wait for a graceful stop.
+//! One worker process: take the listener the master bound, start Python, import the app,
+//! start the handler threads and the loop thread, tell the master it is ready, and wait
+//! for a stop.
 
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -51,10 +54,44 @@ fn tune_malloc() {
     }
 }
 
-pub fn run(config: Config) -> Result<(), String> {
+/// What a worker gets from the master across its exec.
+pub struct Inherited {
+    listener_fd: RawFd,
+    /// One byte is written here once the worker serves.
+    ready: OwnedFd,
+}
+
+impl Inherited {
+    /// The descriptors named in the environment by the master (`master::WORKER_ENV`), or
+    /// `None` when this process is not a worker. The variable is removed, so nothing the
+    /// app starts mistakes itself for a worker.
+    pub fn from_env() -> Result<Option<Inherited>, String> {
+        let Some(value) = std::env::var_os(crate::master::WORKER_ENV) else {
+            return Ok(None);
+        };
+        std::env::remove_var(crate::master::WORKER_ENV);
+        let value = value.to_string_lossy().into_owned();
+        let parse = |s: Option<&str>| s.and_then(|s| s.parse::<RawFd>().ok()).filter(|&f| f > 2);
+        let mut parts = value.split(',');
+        match (parse(parts.next()), parse(parts.next())) {
+            (Some(listener_fd), Some(ready)) => Ok(Some(Inherited {
+                listener_fd,
+                // SAFETY: the master left this pipe's write end open across the exec for
+                // this process alone to own.
+                ready: unsafe { OwnedFd::from_raw_fd(ready) },
+            })),
+            _ => Err(format!(
+                "{}={value:?}: not two descriptor numbers",
+                crate::master::WORKER_ENV
+            )),
+        }
+    }
+}
+
+pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     tune_malloc();
-    let listener = Listener::bind(&config.listen)
-        .map_err(|e| format!("cannot bind {}: {e}", describe_listen(&config)))?;
+    let listener = Listener::from_inherited(inherited.listener_fd)
+        .map_err(|e| format!("cannot use the listening socket from the master: {e}"))?;
     let signals =
         SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     python::initialize()?;
@@ -74,17 +111,12 @@ pub fn run(config: Config) -> Result<(), String> {
         let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
             .map(|_| app.clone_ref(py))
             .collect();
-        let result = py.detach(move || serve(&config, listener, signals, info, apps, interp));
+        let ready = inherited.ready;
+        let result =
+            py.detach(move || serve(&config, listener, signals, info, apps, interp, ready));
         python::flush_stdio(py);
         result
     })
-}
-
-fn describe_listen(config: &Config) -> String {
-    match &config.listen {
-        crate::config::Listen::Tcp(a) => a.to_string(),
-        crate::config::Listen::Unix(p) => format!("unix:{}", p.display()),
-    }
 }
 
 fn serve(
@@ -94,6 +126,7 @@ fn serve(
     info: Arc<ServerInfo>,
     apps: Vec<Py<PyAny>>,
     interp: String,
+    ready: OwnedFd,
 ) -> Result<(), String> {
     let poll = mio::Poll::new().map_err(|e| format!("cannot create the poller: {e}"))?;
     let waker = mio::Waker::new(poll.registry(), mio::Token(1))
@@ -137,10 +170,10 @@ fn serve(
             Some(join),
         ));
     }
-    let addr = listener.describe();
     let opts = LoopOptions {
         stats: config.stats,
         static_response: config.static_response,
+        graceful_timeout: config.graceful_timeout,
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.
@@ -169,11 +202,12 @@ fn serve(
         n => format!("{n} handler thread(s)"),
     };
     log::info!(
-        "m0serve {} serving {} with {shape}, {interp}",
+        "worker: m0serve {} serving {} with {shape}, {interp}",
         env!("CARGO_PKG_VERSION"),
         config.app,
     );
-    log::info!("listening on {addr}");
+    // The master counts this worker as serving from here.
+    let _ = std::fs::File::from(ready).write_all(b"R");
     loop_thread
         .join()
         .map_err(|_| "the loop thread panicked".to_string())?;

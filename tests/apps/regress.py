@@ -4,6 +4,7 @@ Query parameters: `mark=PATH` names a file the route appends observations to (on
 line each), so a test can see what happened inside the app after the fact.
 """
 
+import os
 import threading
 import time
 
@@ -158,6 +159,14 @@ def r_endless(environ, start_response, q):
     return gen()
 
 
+def r_pid(environ, start_response, q):
+    """The worker's process id, as text."""
+    body = str(os.getpid()).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 ROUTES = {
     "/hello": r_hello,
     "/sse": r_sse,
@@ -171,4 +180,5 @@ ROUTES = {
     "/slow": r_slow,
     "/bg-thread": r_bg_thread,
     "/endless": r_endless,
+    "/pid": r_pid,
 }

@@ -405,6 +405,26 @@ impl Server {
         )
     }
 
+    /// The worker processes (the master's children), sorted.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        child_pids(self.pid())
+    }
+
+    /// Waits until exactly `n` workers run (each a child of the master); their pids.
+    pub fn wait_for_workers(&self, n: usize, timeout: Duration) -> Vec<u32> {
+        let mut pids = Vec::new();
+        let ok = wait_until(timeout, || {
+            pids = self.worker_pids();
+            pids.len() == n
+        });
+        assert!(
+            ok,
+            "expected {n} worker(s) within {timeout:?}, found {pids:?}\n{}",
+            self.log_text()
+        );
+        pids
+    }
+
     pub fn signal(&self, sig: libc::c_int) {
         let pid = self.pid() as libc::pid_t;
         // SAFETY: kill(2) with a pid we spawned and have not reaped.
@@ -1578,14 +1598,34 @@ pub fn wait_for_file_containing(
 }
 
 /// Resident set size of a process, in KiB (from /proc/PID/status).
+/// Resident memory of `pid` and all its descendants (the master and its workers), KiB.
 pub fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
+    let own: u64 = status
         .lines()
         .find(|l| l.starts_with("VmRSS:"))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(0);
+    own + child_pids(pid).into_iter().map(rss_kib).sum::<u64>()
+}
+
+/// The direct children of `pid` (for the server: its worker processes).
+pub fn child_pids(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        out.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+    }
+    out.sort_unstable();
+    out
 }
 
 /// Deterministic pseudo-random bytes (an LCG), for garbage inputs.

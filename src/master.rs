@@ -1,0 +1,526 @@
+//! The master process: binds the listener, starts the workers and keeps them running.
+//!
+//! The master never initialises Python and never starts a thread. Each worker is a fork
+//! that at once re-executes this binary (`/proc/self/exe` as it was at start, with the
+//! master's own arguments) with the listener's descriptor and the write end of a "ready"
+//! pipe left open across the exec, named in [`WORKER_ENV`]. So a worker starts from a clean
+//! process image (no inherited master state, signal handlers or locks), starts Python,
+//! imports the app and writes one byte to its ready pipe once its loop serves.
+//!
+//! The workers share the one listening socket: the kernel hands each connection to
+//! whichever worker's `accept` takes it first (docs/architecture.md, "Workers").
+//!
+//! Signals (as gunicorn users know them): SIGTERM and SIGINT stop gracefully (each worker
+//! drains, within `--graceful-timeout`; the master kills what is left a little later);
+//! SIGQUIT stops at once; SIGHUP is a rolling reload (a new generation starts, and an old
+//! worker is told to drain only as a new one reports ready); SIGTTIN and SIGTTOU add and
+//! remove a worker; SIGUSR2 is passed on to every worker (their `--stats` report).
+//!
+//! A worker that dies is replaced at once; one that dies before it is ready is replaced
+//! after a backoff that doubles up to [`BOOT_BACKOFF_MAX`]. If no worker has ever become
+//! ready, a boot failure means the app cannot start: the master stops and exits non-zero.
+
+use std::ffi::{CString, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::listen::Listener;
+use crate::log;
+use crate::signals::{Received, SignalPipe};
+use crate::sys::syscall;
+
+/// The signals the master handles (`SignalPipe::install_master`).
+pub const MASTER_SIGNALS: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGQUIT,
+    libc::SIGHUP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGUSR2,
+    libc::SIGCHLD,
+];
+
+/// Set in a worker's environment by the master: `LISTENER_FD,READY_FD`.
+pub const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
+
+/// First wait before replacing a worker that died before it was ready; doubles per
+/// consecutive boot failure.
+const BOOT_BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BOOT_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// How much longer than `--graceful-timeout` the master waits for draining workers before
+/// it kills them (the workers enforce the timeout themselves; this is the backstop).
+const KILL_MARGIN: Duration = Duration::from_secs(5);
+
+/// How long workers get to exit after SIGQUIT before they are killed.
+const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One worker process.
+struct Worker {
+    pid: libc::pid_t,
+    /// The read end of its ready pipe, until it reports ready or closes it.
+    ready_pipe: Option<OwnedFd>,
+    ready: bool,
+    /// Told to drain (reload, fewer workers, recycling): its exit is expected.
+    retiring: bool,
+    /// The reload generation it was started for.
+    generation: u64,
+}
+
+pub struct Master {
+    config: Config,
+    listener: Listener,
+    signals: SignalPipe,
+    exe: PathBuf,
+    args: Vec<OsString>,
+    workers: Vec<Worker>,
+    /// How many workers of the current generation should run.
+    target: usize,
+    generation: u64,
+    /// Some worker has ever reported ready.
+    ever_ready: bool,
+    /// `listening on` has been logged (the first full set was ready).
+    announced: bool,
+    boot_failures: u32,
+    /// No worker is started before this (boot backoff).
+    spawn_after: Option<Instant>,
+    /// Stopping: the instant after which the workers left are killed.
+    stop_deadline: Option<Instant>,
+    /// A boot failure before anything ever served: why the master gives up.
+    fatal: Option<String>,
+}
+
+/// Binds, starts the workers and supervises them until a stop; the process's exit code.
+pub fn run(config: Config) -> Result<(), String> {
+    let listener = Listener::bind(&config.listen)
+        .map_err(|e| format!("cannot bind {}: {e}", config.describe_listen()))?;
+    let signals =
+        SignalPipe::install_master().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find this program's path to start workers: {e}"))?;
+    let mut m = Master {
+        target: config.workers,
+        config,
+        listener,
+        signals,
+        exe,
+        args: std::env::args_os().collect(),
+        workers: Vec::new(),
+        generation: 0,
+        ever_ready: false,
+        announced: false,
+        boot_failures: 0,
+        spawn_after: None,
+        stop_deadline: None,
+        fatal: None,
+    };
+    log::info!(
+        "master starting {} worker(s) for {} on {}",
+        m.target,
+        m.config.app,
+        m.listener.describe()
+    );
+    m.supervise()
+}
+
+impl Master {
+    fn supervise(&mut self) -> Result<(), String> {
+        loop {
+            if self.stop_deadline.is_none() {
+                self.converge();
+            } else if self.workers.is_empty() {
+                break;
+            }
+            self.wait(self.next_timeout());
+            let got = self.signals.drain();
+            self.on_signals(got);
+            self.read_ready_pipes();
+            self.reap();
+            if let Some(deadline) = self.stop_deadline {
+                if Instant::now() >= deadline && !self.workers.is_empty() {
+                    log::warn!(
+                        "killing {} worker(s) that did not stop in time",
+                        self.workers.len()
+                    );
+                    self.signal_all(libc::SIGKILL);
+                    // Their exits are reaped on the next turns; stop waiting on a deadline.
+                    self.stop_deadline = Some(Instant::now() + Duration::from_secs(3600));
+                }
+            }
+        }
+        match self.fatal.take() {
+            Some(e) => Err(e),
+            None => {
+                log::info!("stopped");
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts, retires and announces workers so that `target` of the current generation
+    /// run.
+    fn converge(&mut self) {
+        let current = |w: &&Worker| w.generation == self.generation && !w.retiring;
+        let running = self.workers.iter().filter(current).count();
+        let ready = self
+            .workers
+            .iter()
+            .filter(current)
+            .filter(|w| w.ready)
+            .count();
+        // Fewer workers wanted (SIGTTOU): the newest of the current generation drains.
+        if running > self.target {
+            if let Some(w) = self
+                .workers
+                .iter_mut()
+                .rev()
+                .find(|w| w.generation == self.generation && !w.retiring)
+            {
+                retire(w, "one worker fewer");
+            }
+        }
+        // A reload: retire an old worker only once a new one is ready to take its place,
+        // so the capacity never drops below the target.
+        let old = self
+            .workers
+            .iter()
+            .filter(|w| w.generation < self.generation && !w.retiring)
+            .count();
+        if old > 0 && ready + old > self.target {
+            let excess = (ready + old - self.target).min(old);
+            for w in self
+                .workers
+                .iter_mut()
+                .filter(|w| w.generation < self.generation && !w.retiring)
+                .take(excess)
+            {
+                retire(w, "reload: its replacement is ready");
+            }
+        }
+        let now = Instant::now();
+        if self.spawn_after.is_some_and(|t| now < t) {
+            return;
+        }
+        self.spawn_after = None;
+        for _ in running..self.target {
+            if let Err(e) = self.spawn() {
+                log::error!("cannot start a worker: {e}");
+                self.backoff();
+                break;
+            }
+        }
+        if !self.announced && ready >= self.target {
+            self.announced = true;
+            log::info!("listening on {}", self.listener.describe());
+        }
+    }
+
+    fn next_timeout(&self) -> Duration {
+        let now = Instant::now();
+        let mut next = Duration::from_secs(1);
+        for t in [self.spawn_after, self.stop_deadline].into_iter().flatten() {
+            next = next.min(t.saturating_duration_since(now));
+        }
+        next
+    }
+
+    /// Sleeps in poll(2) until a signal, a ready byte or the timeout.
+    fn wait(&self, timeout: Duration) {
+        let mut fds = vec![libc::pollfd {
+            fd: self.signals.read.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        for w in &self.workers {
+            if let Some(p) = &w.ready_pipe {
+                fds.push(libc::pollfd {
+                    fd: p.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+            }
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structs for the call's
+        // duration. EINTR (a signal) simply ends the wait.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    fn on_signals(&mut self, got: Received) {
+        if let Some(sig) = got.stop {
+            self.begin_stop(sig);
+        }
+        if got.quit {
+            if self.stop_deadline.is_none() {
+                log::info!("received SIGQUIT: stopping now");
+            }
+            self.signal_all(libc::SIGQUIT);
+            self.stop_deadline = Some(Instant::now() + QUIT_TIMEOUT);
+        }
+        if self.stop_deadline.is_some() {
+            return;
+        }
+        if got.reload {
+            self.generation += 1;
+            log::info!(
+                "received SIGHUP: starting {} new worker(s); the old ones drain as they are ready",
+                self.target
+            );
+        }
+        for _ in 0..got.more {
+            self.target += 1;
+            log::info!("received SIGTTIN: {} worker(s)", self.target);
+        }
+        for _ in 0..got.fewer {
+            if self.target > 1 {
+                self.target -= 1;
+                log::info!("received SIGTTOU: {} worker(s)", self.target);
+            }
+        }
+        if got.stats {
+            self.signal_all(libc::SIGUSR2);
+        }
+    }
+
+    fn begin_stop(&mut self, sig: i32) {
+        if self.stop_deadline.is_some() {
+            return;
+        }
+        log::info!(
+            "received signal {sig}: stopping {} worker(s) gracefully",
+            self.workers.len()
+        );
+        self.signal_all(libc::SIGTERM);
+        self.stop_deadline = Some(Instant::now() + self.config.graceful_timeout + KILL_MARGIN);
+    }
+
+    fn signal_all(&self, sig: libc::c_int) {
+        for w in &self.workers {
+            // SAFETY: kill(2) on a child we have not reaped yet (so the pid is still ours).
+            unsafe { libc::kill(w.pid, sig) };
+        }
+    }
+
+    fn read_ready_pipes(&mut self) {
+        for w in &mut self.workers {
+            let Some(p) = &w.ready_pipe else { continue };
+            let mut b = [0u8; 1];
+            // SAFETY: reading one byte into a live buffer from a descriptor we own.
+            let n = unsafe { libc::read(p.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+            if n == 1 {
+                w.ready = true;
+                w.ready_pipe = None;
+                self.ever_ready = true;
+                self.boot_failures = 0;
+                log::debug!("worker {} is ready", w.pid);
+            } else if n == 0 {
+                // Closed without a byte: it is exiting; `reap` tells why.
+                w.ready_pipe = None;
+            }
+        }
+    }
+
+    /// Collects exited workers; replaces the ones that were not meant to stop.
+    fn reap(&mut self) {
+        loop {
+            let mut status = 0;
+            // SAFETY: waitpid with WNOHANG and a valid out-pointer.
+            let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+            if pid <= 0 {
+                return;
+            }
+            let Some(i) = self.workers.iter().position(|w| w.pid == pid) else {
+                continue;
+            };
+            let w = self.workers.swap_remove(i);
+            let how = describe_exit(status);
+            if self.stop_deadline.is_some() || w.retiring {
+                log::debug!("worker {pid} exited ({how})");
+                continue;
+            }
+            if w.ready {
+                log::warn!("worker {pid} died ({how}); starting a replacement");
+                continue;
+            }
+            if !self.ever_ready {
+                let why = format!(
+                    "worker {pid} failed to boot ({how}): the application cannot start \
+                     (its error is above)"
+                );
+                self.fatal = Some(why);
+                self.begin_stop(libc::SIGTERM);
+                continue;
+            }
+            log::warn!("worker {pid} failed to boot ({how}); retrying after a backoff");
+            self.backoff();
+        }
+    }
+
+    fn backoff(&mut self) {
+        self.boot_failures = self.boot_failures.saturating_add(1);
+        let wait = BOOT_BACKOFF_MIN
+            .saturating_mul(1 << self.boot_failures.min(8).saturating_sub(1))
+            .min(BOOT_BACKOFF_MAX);
+        self.spawn_after = Some(Instant::now() + wait);
+    }
+
+    /// Forks a worker that re-executes this program with the listener and a ready pipe.
+    fn spawn(&mut self) -> io::Result<()> {
+        let mut fds = [0 as libc::c_int; 2];
+        syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))?;
+        // SAFETY: pipe2 just returned these descriptors; each is owned once here.
+        let (ready_read, ready_write) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let listener_fd = self.listener.raw_fd();
+        let exe = CString::new(self.exe.as_os_str().as_bytes())
+            .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
+        let args: Vec<CString> = self
+            .args
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
+        let env = CString::new(format!(
+            "{WORKER_ENV}={listener_fd},{}",
+            ready_write.as_raw_fd()
+        ))
+        .map_err(|_| io::Error::other("bad worker environment"))?;
+        // Everything the child touches is prepared before the fork: between fork and exec
+        // it only makes async-signal-safe calls.
+        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp = inherited_environment();
+        envp.push(env.as_ptr());
+        envp.push(std::ptr::null());
+        let master_pid = std::process::id() as libc::pid_t;
+        // Signals are blocked across the fork: until its exec the child must not run the
+        // master's handlers (they write into the master's self-pipe, which it shares).
+        // SAFETY: zeroed sigset_t values are valid out-buffers for sigfillset and
+        // pthread_sigmask.
+        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; blocking every signal in this (only) thread.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old_mask);
+        }
+        // SAFETY: the master is single-threaded (it never starts a thread), so the child is
+        // a consistent copy; the child only calls async-signal-safe functions (signal,
+        // sigprocmask, prctl, getppid, fcntl, execve, _exit) on data prepared above.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: see above; this branch ends in execve or _exit.
+            unsafe {
+                exec_worker(
+                    &exe,
+                    &argv,
+                    &envp,
+                    listener_fd,
+                    ready_write.as_raw_fd(),
+                    master_pid,
+                    &old_mask,
+                )
+            }
+        }
+        let forked = if pid < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        };
+        // SAFETY: restores this thread's mask saved above.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
+        forked?;
+        drop(ready_write);
+        log::debug!("started worker {pid}");
+        self.workers.push(Worker {
+            pid,
+            ready_pipe: Some(ready_read),
+            ready: false,
+            retiring: false,
+            generation: self.generation,
+        });
+        Ok(())
+    }
+}
+
+fn retire(w: &mut Worker, why: &str) {
+    w.retiring = true;
+    log::info!("worker {} drains: {why}", w.pid);
+    // SAFETY: kill(2) on our own unreaped child.
+    unsafe { libc::kill(w.pid, libc::SIGTERM) };
+}
+
+/// The child's side of `spawn`: keep the two descriptors across exec, die with the master,
+/// and become a worker. Never returns.
+///
+/// # Safety
+/// Must be called in the child right after `fork` of a single-threaded process, with
+/// pointers to live, NUL-terminated data.
+unsafe fn exec_worker(
+    exe: &CString,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    listener_fd: RawFd,
+    ready_fd: RawFd,
+    master_pid: libc::pid_t,
+    mask: &libc::sigset_t,
+) -> ! {
+    // SAFETY: async-signal-safe calls only, on descriptors and memory this process
+    // owns; see the function's contract.
+    unsafe {
+        // The master's handlers go back to the defaults before signals are let in again.
+        for &sig in MASTER_SIGNALS {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+        // A worker whose master is gone (killed) must not serve on: it gets SIGTERM.
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+        if libc::getppid() != master_pid {
+            libc::_exit(1);
+        }
+        // Leave these two open across exec (everything else the master holds is CLOEXEC).
+        libc::fcntl(listener_fd, libc::F_SETFD, 0);
+        libc::fcntl(ready_fd, libc::F_SETFD, 0);
+        libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        libc::_exit(127);
+    }
+}
+
+/// The master's environment as `KEY=VALUE` pointers (no terminating NULL), except a
+/// worker descriptor variable it may itself have been given.
+fn inherited_environment() -> Vec<*const libc::c_char> {
+    extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    let mut out = Vec::new();
+    let prefix = format!("{WORKER_ENV}=");
+    // SAFETY: `environ` is the process's NULL-terminated array of C strings; the master is
+    // single-threaded, so nothing changes it while it is read, and the pointers stay valid
+    // in the forked child (a copy of this memory) until its exec.
+    unsafe {
+        let mut p = environ;
+        while !p.is_null() && !(*p).is_null() {
+            let entry = std::ffi::CStr::from_ptr(*p);
+            if !entry.to_bytes().starts_with(prefix.as_bytes()) {
+                out.push(*p);
+            }
+            p = p.add(1);
+        }
+    }
+    out
+}
+
+fn describe_exit(status: libc::c_int) -> String {
+    if libc::WIFEXITED(status) {
+        format!("exit code {}", libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        format!("killed by signal {}", libc::WTERMSIG(status))
+    } else {
+        format!("status {status:#x}")
+    }
+}

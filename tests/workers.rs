@@ -1,0 +1,240 @@
+//! The process model: a master that starts `--workers N` worker processes over one
+//! listening socket, replaces a worker that dies, reloads on SIGHUP without failing a
+//! request, adds and removes workers on SIGTTIN/SIGTTOU, and stops gracefully on SIGTERM
+//! or at once on SIGQUIT. The app is tests/apps/regress.py (`/pid` answers the worker's
+//! process id).
+
+mod common;
+
+use common::*;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const PROMPT: Duration = Duration::from_secs(10);
+
+fn pid_of_answer(s: &Server) -> u32 {
+    let r = s.get("/pid");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    r.body_text().parse().expect("a pid")
+}
+
+/// Pids that answered over `n` fresh connections.
+fn answering_pids(s: &Server, n: usize) -> BTreeSet<u32> {
+    (0..n).map(|_| pid_of_answer(s)).collect()
+}
+
+#[test]
+fn two_workers_are_two_processes_that_both_serve() {
+    let s = Server::start("regress:app", &["--workers", "2"]);
+    let workers = s.wait_for_workers(2, PROMPT);
+    assert!(
+        !workers.contains(&s.pid()),
+        "the master must not be a worker"
+    );
+    // Connections are spread by the kernel; with many of them both workers answer.
+    let seen: BTreeSet<u32> = (0..10)
+        .flat_map(|_| {
+            // Several connections open at once, so one worker cannot take them all in turn.
+            let mut conns: Vec<Conn> = (0..8).map(|_| s.connect()).collect();
+            for c in &mut conns {
+                c.send(b"GET /pid HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+            }
+            conns
+                .iter_mut()
+                .map(|c| c.read_response().body_text().parse::<u32>().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let want: BTreeSet<u32> = workers.iter().copied().collect();
+    assert!(
+        seen.is_subset(&want),
+        "answers from {seen:?}, workers are {want:?}"
+    );
+    assert_eq!(seen, want, "80 connections were all answered by one worker");
+}
+
+#[test]
+fn a_killed_worker_is_replaced() {
+    let s = Server::start("regress:app", &["--workers", "2"]);
+    let before = s.wait_for_workers(2, PROMPT);
+    // SAFETY: kill(2) on a process this test started (a worker of its server).
+    unsafe { libc::kill(before[0] as i32, libc::SIGKILL) };
+    let ok = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 2 && !now.contains(&before[0])
+    });
+    assert!(
+        ok,
+        "no replacement for the killed worker:\n{}",
+        s.log_text()
+    );
+    assert!(s.log_text().contains("died"), "{}", s.log_text());
+    for _ in 0..10 {
+        assert_eq!(s.get("/hello").body_text(), "hello");
+    }
+}
+
+#[test]
+fn sigterm_lets_a_slow_request_finish_then_exits_zero() {
+    let tmp = TempDir::new("workers-term");
+    let mark = tmp.file("mark");
+    let mut s = Server::start("regress:app", &["--workers", "2"]);
+    s.wait_for_workers(2, PROMPT);
+    let mut c = s.connect();
+    c.send(&get(&format!("/slow?secs=1.5&mark={mark}")));
+    if let Err(m) = wait_for_file_containing(&mark, "started", PROMPT) {
+        panic!("the slow request never started: {m:?}");
+    }
+    s.signal(libc::SIGTERM);
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "slow done", "{}", r.status_line());
+    let st = s
+        .wait_exit(PROMPT)
+        .expect("the server exits after draining");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "{}\n{}",
+        describe_status(&st),
+        s.log_text()
+    );
+}
+
+#[test]
+fn sigquit_stops_at_once() {
+    let tmp = TempDir::new("workers-quit");
+    let mark = tmp.file("mark");
+    let mut s = Server::start("regress:app", &["--workers", "2"]);
+    s.wait_for_workers(2, PROMPT);
+    let mut c = s.connect();
+    c.send(&get(&format!("/slow?secs=30&mark={mark}")));
+    if let Err(m) = wait_for_file_containing(&mark, "started", PROMPT) {
+        panic!("the slow request never started: {m:?}");
+    }
+    let t = Instant::now();
+    s.signal(libc::SIGQUIT);
+    let st = s.wait_exit(PROMPT).expect("the server exits");
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "SIGQUIT took {:?}: it waited for the slow request",
+        t.elapsed()
+    );
+    assert!(st.code().is_some(), "{}", describe_status(&st));
+}
+
+#[test]
+fn sighup_replaces_every_worker_without_failing_a_request() {
+    let s = Arc::new(Server::start("regress:app", &["--workers", "2"]));
+    let before = s.wait_for_workers(2, PROMPT);
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let (s, stop, served) = (s.clone(), stop.clone(), served.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                while !stop.load(Ordering::Relaxed) {
+                    let r = try_get(&s, "/hello", PROMPT)?;
+                    if r.body_text() != "hello" {
+                        return Err(format!("{}: {:?}", r.status_line(), r.body_text()));
+                    }
+                    served.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGHUP);
+    let old: BTreeSet<u32> = before.iter().copied().collect();
+    let replaced = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !old.contains(p))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        if let Err(e) = c.join().unwrap() {
+            panic!("a request failed during the reload: {e}\n{}", s.log_text());
+        }
+    }
+    assert!(
+        replaced,
+        "the workers were not replaced: {:?}\n{}",
+        s.worker_pids(),
+        s.log_text()
+    );
+    assert!(
+        served.load(Ordering::Relaxed) > 20,
+        "too few requests ran during the reload"
+    );
+    let now: BTreeSet<u32> = answering_pids(&s, 6);
+    assert!(
+        now.is_disjoint(&old),
+        "an old worker still answers: {now:?} vs {old:?}"
+    );
+}
+
+#[test]
+fn sigttin_and_sigttou_add_and_remove_a_worker() {
+    let s = Server::start("regress:app", &["--workers", "2"]);
+    s.wait_for_workers(2, PROMPT);
+    s.signal(libc::SIGTTIN);
+    s.wait_for_workers(3, PROMPT);
+    // One at a time: two of the same signal sent together may arrive as one.
+    s.signal(libc::SIGTTOU);
+    s.wait_for_workers(2, PROMPT);
+    s.signal(libc::SIGTTOU);
+    s.wait_for_workers(1, PROMPT);
+    assert_eq!(s.get("/hello").body_text(), "hello");
+}
+
+#[test]
+fn an_app_that_cannot_start_makes_the_master_exit_non_zero() {
+    let out = run_to_exit(
+        &[
+            "broken_import:app",
+            "--port",
+            "0",
+            "--workers",
+            "3",
+            "--app-dir",
+            apps_dir().to_str().unwrap(),
+        ],
+        &[],
+        Duration::from_secs(30),
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.status.code().is_some(),
+        "{}",
+        describe_status(&out.status)
+    );
+    assert!(out.stderr.contains("failed to boot"), "{}", out.stderr);
+    assert!(!out.stderr.contains(PANIC_MARKER), "{}", out.stderr);
+}
+
+#[test]
+fn workers_exit_when_the_master_is_killed() {
+    let mut s = Server::start("regress:app", &["--workers", "2"]);
+    let workers = s.wait_for_workers(2, PROMPT);
+    s.signal(libc::SIGKILL);
+    s.wait_exit(PROMPT);
+    let gone = wait_until(PROMPT, || {
+        workers.iter().all(|p| {
+            !std::path::Path::new(&format!("/proc/{p}")).exists()
+                || std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .map(|st| st.contains(") Z "))
+                    .unwrap_or(true)
+        })
+    });
+    assert!(gone, "workers {workers:?} outlived their master");
+}
+
+#[test]
+fn workers_zero_is_refused_naming_the_flag() {
+    let out = run_to_exit(&["hello:app", "--port", "0", "--workers", "0"], &[], PROMPT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--workers 0"), "{}", out.stderr);
+}
