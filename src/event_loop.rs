@@ -37,6 +37,15 @@ const WAKER: Token = Token(1);
 const SIGNALS: Token = Token(2);
 const FIRST_CONN: usize = 3;
 
+/// Connections one accept pass takes when other workers share the listening socket. Every
+/// worker is woken for a new connection; taking a few each per pass (and the rest on the
+/// next pass) spreads a burst of connections over the workers instead of the first one
+/// awake taking them all (BENCHMARKS.md, "workers").
+const ACCEPT_BATCH_SHARED: usize = 4;
+
+/// The same, for a worker alone on its socket: take all that is waiting.
+const ACCEPT_BATCH_ALONE: usize = 1024;
+
 /// Readiness events taken per `epoll_wait`.
 const EVENTS_PER_POLL: usize = 1024;
 
@@ -161,6 +170,8 @@ impl HandlerLink {
 /// How the loop runs, from the configuration.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LoopOptions {
+    /// Other workers accept from the same socket.
+    pub shared_listener: bool,
     pub stats: bool,
     pub static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
@@ -195,6 +206,11 @@ pub struct EventLoop {
     total_queued: usize,
     /// The last accept failed for lack of resources: retry after a close.
     accept_blocked: bool,
+    /// Connections taken per accept pass (`ACCEPT_BATCH_SHARED` when workers share the
+    /// socket, so each takes its turn).
+    accept_batch: usize,
+    /// The last accept pass stopped at its batch, not at `WouldBlock`.
+    accept_more: bool,
     counters: LoopCounters,
     /// `--stats`: also time the waits, and report at exit.
     stats: bool,
@@ -241,6 +257,12 @@ impl EventLoop {
             deadline: None,
             total_queued: 0,
             accept_blocked: false,
+            accept_batch: if opts.shared_listener {
+                ACCEPT_BATCH_SHARED
+            } else {
+                ACCEPT_BATCH_ALONE
+            },
+            accept_more: false,
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
@@ -289,6 +311,9 @@ impl EventLoop {
             self.counters.passes += 1;
             if !self.lingering.is_empty() {
                 self.expire_lingering();
+            }
+            if self.accept_more {
+                self.accept();
             }
             self.service_rings(py);
             if self.finished() {
@@ -410,7 +435,8 @@ impl EventLoop {
     }
 
     fn any_response_ready(&self) -> bool {
-        self.handlers.iter().any(|h| match &h.rx {
+        self.accept_more
+            || self.handlers.iter().any(|h| match &h.rx {
             Responses::Ring(rx) => !rx.is_empty(),
             Responses::Inline => false,
         }) || self.inline.as_ref().is_some_and(Inline::has_work)
@@ -480,7 +506,8 @@ impl EventLoop {
     }
 
     fn accept(&mut self) {
-        loop {
+        self.accept_more = false;
+        for _ in 0..self.accept_batch {
             let Some(listener) = &self.listener else {
                 return;
             };
@@ -505,6 +532,9 @@ impl EventLoop {
                 }
             }
         }
+        // The batch is spent and more may be waiting (no WouldBlock seen, so no new edge
+        // will say so): take more on the next pass, after this one's work.
+        self.accept_more = true;
     }
 
     fn add_conn(&mut self, sock: Sock, peer: Peer) {

@@ -171,6 +171,7 @@ fn serve(
         ));
     }
     let opts = LoopOptions {
+        shared_listener: config.workers > 1,
         stats: config.stats,
         static_response: config.static_response,
         graceful_timeout: config.graceful_timeout,
