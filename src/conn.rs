@@ -195,6 +195,8 @@ pub struct Conn {
     /// `Expect: 100-continue` arrived while earlier responses were in flight: send the
     /// interim response when they are done, so it cannot overtake them.
     pub continue_pending: bool,
+    /// Requests parsed on this connection so far.
+    pub requests: u32,
 }
 
 impl Conn {
@@ -221,6 +223,7 @@ impl Conn {
             sendfile_bytes: 0,
             pending_error: None,
             continue_pending: false,
+            requests: 0,
         }
     }
 

@@ -56,6 +56,12 @@ const READ_BUFFER_MAX_BYTES: usize = 80 * 1024;
 /// Largest request body accepted until `--max-body-size` lands (hardening issue).
 pub const MAX_BODY_BYTES: u64 = 1024 * 1024 * 1024;
 
+/// In a graceful stop, how long a connection accepted but still without its first request
+/// is given to send it (it is served, with `Connection: close`). A client opens a connection
+/// to send a request, so closing it at once would fail that request (during a reload, for
+/// one). Idle keep-alive connections, which have been served, close at once.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -211,6 +217,8 @@ pub struct EventLoop {
     accept_batch: usize,
     /// The last accept pass stopped at its batch, not at `WouldBlock`.
     accept_more: bool,
+    /// A graceful stop's end of the first-request grace (`FIRST_REQUEST_GRACE`).
+    fresh_deadline: Option<Instant>,
     counters: LoopCounters,
     /// `--stats`: also time the waits, and report at exit.
     stats: bool,
@@ -263,6 +271,7 @@ impl EventLoop {
                 ACCEPT_BATCH_ALONE
             },
             accept_more: false,
+            fresh_deadline: None,
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
@@ -314,6 +323,9 @@ impl EventLoop {
             }
             if self.accept_more {
                 self.accept();
+            }
+            if self.fresh_deadline.is_some_and(|t| Instant::now() >= t) {
+                self.close_fresh_idle();
             }
             self.service_rings(py);
             if self.finished() {
@@ -428,6 +440,9 @@ impl EventLoop {
     fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut next = self.deadline;
+        if let Some(t) = self.fresh_deadline {
+            next = Some(next.map_or(t, |d| d.min(t)));
+        }
         if let Some(&(t, _)) = self.lingering.front() {
             next = Some(next.map_or(t, |d| d.min(t)));
         }
@@ -437,9 +452,10 @@ impl EventLoop {
     fn any_response_ready(&self) -> bool {
         self.accept_more
             || self.handlers.iter().any(|h| match &h.rx {
-            Responses::Ring(rx) => !rx.is_empty(),
-            Responses::Inline => false,
-        }) || self.inline.as_ref().is_some_and(Inline::has_work)
+                Responses::Ring(rx) => !rx.is_empty(),
+                Responses::Inline => false,
+            })
+            || self.inline.as_ref().is_some_and(Inline::has_work)
     }
 
     /// The next response message from handler `h`.
@@ -612,6 +628,7 @@ impl EventLoop {
             conn.read_stalled = false;
             match conn.parse_step(&self.limits, MAX_BODY_BYTES) {
                 Step::Request(req) => {
+                    conn.requests = conn.requests.saturating_add(1);
                     if !req.head.keep_alive || self.deadline.is_some() {
                         conn.last_request = true;
                     }
@@ -1011,15 +1028,28 @@ impl EventLoop {
                 Listener::Unix(l, ..) => self.poll.registry().deregister(l),
             };
         }
-        self.deadline = Some(Instant::now() + self.graceful_timeout);
+        let now = Instant::now();
+        self.deadline = Some(now + self.graceful_timeout);
+        self.fresh_deadline = Some(now + FIRST_REQUEST_GRACE.min(self.graceful_timeout));
         for slot in 0..self.slots.len() as u32 {
             let Some(conn) = self.conn_mut(slot) else {
                 continue;
             };
-            if conn.is_idle() {
+            if conn.is_idle() && conn.requests > 0 {
                 self.close(slot);
             } else if conn.in_flight > 0 {
                 conn.last_request = true;
+            }
+        }
+    }
+
+    /// The first-request grace of a graceful stop is over: connections that still have
+    /// not sent a request close.
+    fn close_fresh_idle(&mut self) {
+        self.fresh_deadline = None;
+        for slot in 0..self.slots.len() as u32 {
+            if self.conn_mut(slot).is_some_and(|c| c.is_idle()) {
+                self.close(slot);
             }
         }
     }

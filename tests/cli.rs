@@ -383,3 +383,43 @@ fn sigterm_closes_idle_keep_alive_connections_and_exits() {
     assert_eq!(st.code(), Some(0), "{}", describe_status(&st));
     c.expect_closed(Duration::from_secs(5));
 }
+
+#[test]
+fn sigterm_still_serves_a_connection_that_had_not_sent_its_request_yet() {
+    // A client that connected just before the stop is about to send its request (during
+    // a reload, this is every client that raced the signal): it gets an answer, with
+    // Connection: close, not a closed socket.
+    let mut s = Server::start("hello:app", &[]);
+    let mut c = s.connect();
+    // The connection is accepted by now (the worker's loop is idle and quick).
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    c.send(&get("/"));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert!(r.connection_has("close"), "{:?}", r.header("Connection"));
+    let st = s
+        .wait_exit(Duration::from_secs(10))
+        .expect("the server exits");
+    assert_eq!(st.code(), Some(0), "{}", describe_status(&st));
+}
+
+#[test]
+fn sigterm_closes_a_connection_that_never_sends_a_request_after_a_grace() {
+    let mut s = Server::start("hello:app", &[]);
+    let mut c = s.connect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = std::time::Instant::now();
+    s.signal(libc::SIGTERM);
+    c.expect_closed(Duration::from_secs(10));
+    let st = s
+        .wait_exit(Duration::from_secs(10))
+        .expect("the server exits");
+    assert_eq!(st.code(), Some(0), "{}", describe_status(&st));
+    assert!(
+        t.elapsed() < Duration::from_secs(6),
+        "the silent connection held the stop for {:?}",
+        t.elapsed()
+    );
+}
