@@ -4,13 +4,14 @@
 //! Each side that can sleep owns a [`WakeFlag`], shared by `Arc` with whoever pushes work to
 //! it. The handler thread sleeps in [`wait_until`] (`std::thread::park`); the loop thread
 //! sleeps in `mio::Poll::poll` and is woken through a `mio::Waker`. The protocol is the same
-//! (shown for "wait for an item"; "wait for room" is the same with `head` for `tail`):
+//! (shown for "wait for an item"; "wait for room" is the same with the consumer's store of
+//! the slot's `seq` for the producer's):
 //!
 //! ```text
 //!   sleeper                                  waker
-//!   parked.store(true)          (announce)   ring.tail.store(t + 1, Release)   (push)
+//!   parked.store(true)          (announce)   slot.seq.store(t + 1, Release)    (push)
 //!   fence(SeqCst)                            fence(SeqCst)                     (should_wake)
-//!   re-check: ring.tail.load(Acquire)        parked.load() -> if true, swap(false)
+//!   re-check: slot.seq.load(Acquire)         parked.load() -> if true, swap(false)
 //!   empty? sleep : cancel                    won the swap? unpark / Waker::wake
 //! ```
 //!
@@ -29,14 +30,14 @@
 //! The fences fix that. All `SeqCst` fences fall into one total order `S`. If the sleeper's
 //! fence comes first in `S`, the waker's load of `parked` (after its fence) must see the
 //! sleeper's `true` or a later value; if the waker's fence comes first, the sleeper's load
-//! of `tail` (after its fence) must see the new tail or a later one (the fence-to-fence rule
+//! of the slot's `seq` (after its fence) must see the new value or a later one (the fence-to-fence rule
 //! of C++'s `[atomics.order]`, which Rust's atomics follow). So at least one side sees the
 //! other: either the waker sees `parked` and wakes, or the sleeper sees the item and does
 //! not sleep. That is *sufficient*: the data itself still moves with the ring's
 //! Release/Acquire pairs, and the fence costs one `mfence`/`dmb` per push and per announce.
 //! It is *necessary* on both sides: without the waker's fence its load of `parked` may be
-//! satisfied before its tail store leaves the store buffer, and without the sleeper's fence
-//! its load of `tail` may be satisfied before `parked = true` is visible; either reordering
+//! satisfied before its `seq` store leaves the store buffer, and without the sleeper's fence
+//! its load of `seq` may be satisfied before `parked = true` is visible; either reordering
 //! alone reproduces the lost wake-up (the loom models in this file deadlock when either
 //! fence is removed).
 //!

@@ -1,52 +1,56 @@
 //! A bounded single-producer/single-consumer ring: the handoff between the loop thread and
 //! one handler thread, one ring per direction.
 //!
-//! All of the queue's `unsafe` lives in this file. The design follows `rtrb`:
+//! All of the queue's `unsafe` lives in this file. Each slot carries its own sequence
+//! number (the bounded-queue design of Dmitry Vyukov, reduced to one producer and one
+//! consumer), so a hand-over moves one cache line, the slot's, instead of the slot and a
+//! shared index:
 //!
-//! - `head` (next slot to read, written only by the [`Consumer`]) and `tail` (next slot to
-//!   write, written only by the [`Producer`]) are free-running `usize` counters, each on its
-//!   own cache line. The capacity is a power of two, so `index & mask` is the slot and
-//!   `tail - head` (wrapping) is the length, and the counters may wrap around `usize::MAX`.
-//! - Each handle keeps its own index in a plain field and a *cache* of the opposite index.
-//!   The cache only ever lags the real value, so it gives a conservative answer ("full" /
-//!   "empty" too early, never too late); the handle reloads the shared atomic only when the
-//!   cache says it must. On the common path a push touches only the tail line and the slot,
-//!   and a pop only the head line and the slot.
-//! - Ownership of a slot moves with the indices: the producer writes slot `t`, then
-//!   `Release`-stores `tail = t + 1`; the consumer `Acquire`-loads `tail`, and only then reads
-//!   the slots below it. Symmetrically the consumer moves the value out of slot `h`, then
-//!   `Release`-stores `head = h + 1`; the producer `Acquire`-loads `head` before it reuses a
-//!   slot below it. Those two Release/Acquire pairs are the only synchronisation the data
-//!   path needs; waking a parked side is [`crate::park`]'s business.
+//! - The producer's `tail` and the consumer's `head` are free-running `usize` counters kept
+//!   in plain fields of their own handle; nothing else shares them. The capacity is a power
+//!   of two (at least 2), so `index & mask` is the slot, and the counters may wrap around
+//!   `usize::MAX`.
+//! - Slot `i`'s `seq` says whose it is: `seq == t` means free for the producer's write of
+//!   index `t`; `seq == h + 1` means it holds the value of index `h` for the consumer. The
+//!   slot starts with `seq = i`. The producer writes the value, then `Release`-stores
+//!   `seq = t + 1`; the consumer `Acquire`-loads `seq`, moves the value out, then
+//!   `Release`-stores `seq = h + capacity` (free for the producer's next lap), which the
+//!   producer `Acquire`-loads before it writes the slot again. Those two Release/Acquire
+//!   pairs per slot are the only synchronisation the data path needs; waking a parked side
+//!   is [`crate::park`]'s business.
+//! - Free (`≡ i`) and full (`≡ i + 1`) differ modulo the capacity, which is why it is at
+//!   least 2; a ring dropped with values inside finds them by that test.
+//!
+//! Measured against the earlier design (shared head and tail indices, each cached by the
+//! opposite side, like `rtrb`): BENCHMARKS.md, "ring round trip".
 
-use std::cell::Cell;
 use std::fmt;
 use std::mem::MaybeUninit;
 
-use crossbeam_utils::CachePadded;
-
 use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
-/// A slot is initialised exactly when its index is in `head..tail` (wrapping).
-type Slot<T> = UnsafeCell<MaybeUninit<T>>;
+struct Slot<T> {
+    /// Whose the slot is (module doc). Stored by the producer after it writes `value`, and
+    /// by the consumer after it moves `value` out.
+    seq: AtomicUsize,
+    /// Initialised exactly while `seq ≡ index + 1` (mod capacity).
+    value: UnsafeCell<MaybeUninit<T>>,
+}
 
 /// The state both handles share.
 struct Shared<T> {
-    /// Next index to read. Stored only by the consumer.
-    head: CachePadded<AtomicUsize>,
-    /// Next index to write. Stored only by the producer.
-    tail: CachePadded<AtomicUsize>,
-    /// `capacity` slots, `capacity` a power of two.
+    /// `capacity` slots, `capacity` a power of two, at least 2.
     slots: Box<[Slot<T>]>,
     /// `capacity - 1`.
     mask: usize,
 }
 
-// SAFETY: `Shared` is only reachable through one `Producer` and one `Consumer`. A slot is
-// accessed by the producer only while it is outside `head..tail` and by the consumer only
-// while it is inside, and the Release/Acquire pairs on `head` and `tail` hand each slot over
-// with a happens-before edge, so no two threads ever access the same slot concurrently.
-// Values of `T` move from the producer's thread to the consumer's, hence `T: Send`.
+// SAFETY: `Shared` is only reachable through one `Producer` and one `Consumer`. A slot's
+// value is accessed by the producer only while its `seq` says free and by the consumer only
+// while it says full, and each side hands it over with a Release store of `seq` that the
+// other side's Acquire load sees before touching the value, so no two threads ever access
+// the same value concurrently. Values of `T` move from the producer's thread to the
+// consumer's, hence `T: Send`.
 unsafe impl<T: Send> Sync for Shared<T> {}
 
 // SAFETY: as for `Sync`: the only `T`s inside are values in transit from one thread to
@@ -66,23 +70,24 @@ impl<T> Shared<T> {
 
 impl<T> Drop for Shared<T> {
     fn drop(&mut self) {
-        // Relaxed: this runs after the last handle's `Arc` decrement (Release) and the
-        // final drop's Acquire, which order both handles' last stores before these loads.
-        let mut head = self.head.load(Ordering::Relaxed);
-        let tail = self.tail.load(Ordering::Relaxed);
-        while head != tail {
-            self.slot(head).with_mut(|slot| {
-                // SAFETY: `head..tail` are exactly the initialised slots, each dropped once
-                // here as `head` advances; `&mut self` means no handle is left to race.
-                unsafe { (*slot).assume_init_drop() }
-            });
-            head = head.wrapping_add(1);
+        for (i, slot) in self.slots.iter().enumerate() {
+            // Relaxed: this runs after the last handle's `Arc` decrement (Release) and the
+            // final drop's Acquire, which order both handles' last stores before this load.
+            let seq = slot.seq.load(Ordering::Relaxed);
+            if seq.wrapping_sub(i) & self.mask == 1 {
+                slot.value.with_mut(|v| {
+                    // SAFETY: `seq ≡ i + 1` means the slot holds a value the consumer has
+                    // not moved out; each slot is visited once, and `&mut self` means no
+                    // handle is left to race.
+                    unsafe { (*v).assume_init_drop() }
+                });
+            }
         }
     }
 }
 
-/// Creates a ring holding at least `capacity` items (rounded up to a power of two) and
-/// returns its two ends.
+/// Creates a ring holding at least `capacity` items (rounded up to a power of two, and to
+/// at least 2) and returns its two ends.
 ///
 /// # Panics
 ///
@@ -92,38 +97,33 @@ impl<T> Drop for Shared<T> {
 pub fn ring<T: Send>(capacity: usize) -> (Producer<T>, Consumer<T>) {
     assert!(capacity >= 1, "ring capacity must be at least 1");
     let capacity = capacity
+        .max(2)
         .checked_next_power_of_two()
         .unwrap_or_else(|| panic!("ring capacity {capacity} is too large"));
     let slots = (0..capacity)
-        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+        .map(|i| Slot {
+            seq: AtomicUsize::new(i),
+            value: UnsafeCell::new(MaybeUninit::uninit()),
+        })
         .collect();
     let shared = Arc::new(Shared {
-        head: CachePadded::new(AtomicUsize::new(0)),
-        tail: CachePadded::new(AtomicUsize::new(0)),
         slots,
         mask: capacity - 1,
     });
     let producer = Producer {
         shared: Arc::clone(&shared),
         tail: 0,
-        head_cache: Cell::new(0),
     };
-    let consumer = Consumer {
-        shared,
-        head: 0,
-        tail_cache: Cell::new(0),
-    };
+    let consumer = Consumer { shared, head: 0 };
     (producer, consumer)
 }
 
-/// The writing end of a [`ring`]. `Send`, not `Clone`, not `Sync` (the cached index is a
-/// `Cell`), so exactly one thread pushes at a time.
+/// The writing end of a [`ring`]. `Send`, not `Clone`, not `Sync`, so exactly one thread
+/// pushes at a time.
 pub struct Producer<T> {
     shared: Arc<Shared<T>>,
-    /// Always equal to `shared.tail`: only this handle stores it.
+    /// The next index to write.
     tail: usize,
-    /// A value `shared.head` had at some point; it only lags the real one.
-    head_cache: Cell<usize>,
 }
 
 impl<T> Producer<T> {
@@ -134,78 +134,72 @@ impl<T> Producer<T> {
     /// Hands `value` back as `Err(value)` when the ring is full.
     pub fn push(&mut self, value: T) -> Result<(), T> {
         let tail = self.tail;
-        if self.full_at(tail) {
+        let slot = self.shared.slot(tail);
+        if !Self::free_for(slot, tail) {
             return Err(value);
         }
-        self.shared.slot(tail).with_mut(|slot| {
-            // SAFETY: `tail - head < capacity` (checked just above against a `head` loaded
-            // with Acquire, or a cached value lagging it), so slot `tail` lies outside
-            // `head..tail`: the consumer does not read it until the Release store below, and
-            // its previous value was moved out before the consumer's Release store of
-            // `head` that our Acquire load saw. Writing a `MaybeUninit` drops nothing.
-            unsafe { slot.write(MaybeUninit::new(value)) }
+        slot.value.with_mut(|v| {
+            // SAFETY: `seq == tail` (loaded with Acquire in `free_for`) means the consumer
+            // moved the slot's previous value out (or there never was one) before its
+            // Release store of `seq`, and it will not read the slot again until our
+            // Release store below. Writing a `MaybeUninit` drops nothing.
+            unsafe { v.write(MaybeUninit::new(value)) }
         });
         self.tail = tail.wrapping_add(1);
-        // Release: publishes the slot write above; pairs with the Acquire load of `tail`
-        // in `Consumer::tail_has_passed`.
-        self.shared.tail.store(self.tail, Ordering::Release);
+        // Release: publishes the value written above; pairs with the Acquire load of `seq`
+        // in `Consumer::full_at`.
+        slot.seq.store(self.tail, Ordering::Release);
         Ok(())
     }
 
     /// Whether a [`push`](Self::push) now would fail. May be stale (the consumer may be
     /// popping right now), never wrongly "not full".
     pub fn is_full(&self) -> bool {
-        self.full_at(self.tail)
+        !Self::free_for(self.shared.slot(self.tail), self.tail)
     }
 
     /// The number of items the ring holds (the requested capacity rounded up to a power of
-    /// two).
+    /// two, and to at least 2).
     pub fn capacity(&self) -> usize {
         self.shared.capacity()
     }
 
-    fn full_at(&self, tail: usize) -> bool {
-        let capacity = self.shared.capacity();
-        if tail.wrapping_sub(self.head_cache.get()) < capacity {
-            return false;
-        }
-        // Acquire: pairs with the Release store of `head` in `Consumer::pop`, so the value
-        // moved out of a freed slot is gone before we overwrite the slot.
-        let head = self.shared.head.load(Ordering::Acquire);
-        self.head_cache.set(head);
-        tail.wrapping_sub(head) >= capacity
+    fn free_for(slot: &Slot<T>, tail: usize) -> bool {
+        // Acquire: pairs with the Release store of `seq` in `Consumer::pop`, so the value
+        // moved out of the slot is gone before we overwrite it.
+        slot.seq.load(Ordering::Acquire) == tail
     }
 }
 
-/// The reading end of a [`ring`]. `Send`, not `Clone`, not `Sync` (the cached index is a
-/// `Cell`), so exactly one thread pops at a time.
+/// The reading end of a [`ring`]. `Send`, not `Clone`, not `Sync`, so exactly one thread
+/// pops at a time.
 pub struct Consumer<T> {
     shared: Arc<Shared<T>>,
-    /// Always equal to `shared.head`: only this handle stores it.
+    /// The next index to read.
     head: usize,
-    /// A value `shared.tail` had at some point; it only lags the real one.
-    tail_cache: Cell<usize>,
 }
 
 impl<T> Consumer<T> {
     /// Moves the oldest item out of the ring, or `None` when it is empty.
     pub fn pop(&mut self) -> Option<T> {
         let head = self.head;
-        if !self.tail_has_passed(head) {
+        let slot = self.shared.slot(head);
+        if !Self::full_at(slot, head) {
             return None;
         }
-        let value = self.shared.slot(head).with(|slot| {
-            // SAFETY: `head` is below a `tail` we loaded with Acquire (now or earlier, into
-            // `tail_cache`), which pairs with the producer's Release store made after it
-            // wrote this slot: the slot is initialised and the write happened-before this
-            // read. The producer will not touch it again until our Release store of `head`
-            // below, and advancing `head` makes this the value's only owner.
-            unsafe { slot.read().assume_init() }
+        let value = slot.value.with(|v| {
+            // SAFETY: `seq == head + 1` (loaded with Acquire in `full_at`) pairs with the
+            // producer's Release store made after it wrote this slot: the value is
+            // initialised and the write happened-before this read. The producer will not
+            // touch the slot again until our Release store below, and advancing `head`
+            // makes this the value's only owner.
+            unsafe { v.read().assume_init() }
         });
         self.head = head.wrapping_add(1);
-        // Release: hands the emptied slot back; pairs with the Acquire load of `head` in
-        // `Producer::full_at`.
-        self.shared.head.store(self.head, Ordering::Release);
+        // Release: hands the emptied slot back for the producer's next lap; pairs with the
+        // Acquire load of `seq` in `Producer::free_for`.
+        slot.seq
+            .store(head.wrapping_add(self.shared.capacity()), Ordering::Release);
         Some(value)
     }
 
@@ -213,18 +207,13 @@ impl<T> Consumer<T> {
     /// empty when an item was published before this call with a happens-before edge (or, in
     /// the wake protocol, behind a `fence(SeqCst)` on each side; see [`crate::park`]).
     pub fn is_empty(&self) -> bool {
-        !self.tail_has_passed(self.head)
+        !Self::full_at(self.shared.slot(self.head), self.head)
     }
 
-    fn tail_has_passed(&self, head: usize) -> bool {
-        if self.tail_cache.get() != head {
-            return true;
-        }
-        // Acquire: pairs with the Release store of `tail` in `Producer::push`, so the
-        // slot writes below the loaded `tail` are visible before we read them.
-        let tail = self.shared.tail.load(Ordering::Acquire);
-        self.tail_cache.set(tail);
-        tail != head
+    fn full_at(slot: &Slot<T>, head: usize) -> bool {
+        // Acquire: pairs with the Release store of `seq` in `Producer::push`, so the value
+        // written to the slot is visible before we read it.
+        slot.seq.load(Ordering::Acquire) == head.wrapping_add(1)
     }
 }
 
@@ -291,8 +280,9 @@ mod tests {
     }
 
     #[test]
-    fn rounds_capacity_up_to_a_power_of_two() {
-        assert_eq!(ring::<u8>(1).0.capacity(), 1);
+    fn rounds_capacity_up_to_a_power_of_two_of_at_least_two() {
+        assert_eq!(ring::<u8>(1).0.capacity(), 2);
+        assert_eq!(ring::<u8>(2).0.capacity(), 2);
         assert_eq!(ring::<u8>(3).0.capacity(), 4);
         assert_eq!(ring::<u8>(64).0.capacity(), 64);
         assert_eq!(ring::<u8>(65).0.capacity(), 128);
@@ -305,13 +295,16 @@ mod tests {
     }
 
     #[test]
-    fn capacity_one_alternates() {
+    fn smallest_ring_fills_and_drains_alternately() {
         let (mut p, mut c) = ring(1);
         for i in 0..10 {
             p.push(i).unwrap();
+            p.push(i + 100).unwrap();
             assert!(p.is_full());
-            assert_eq!(p.push(100), Err(100));
+            assert_eq!(p.push(1000), Err(1000));
             assert_eq!(c.pop(), Some(i));
+            assert!(!p.is_full());
+            assert_eq!(c.pop(), Some(i + 100));
             assert!(c.is_empty());
         }
     }
@@ -336,14 +329,15 @@ mod tests {
     #[test]
     fn survives_index_wraparound_at_usize_max() {
         let (mut p, mut c) = ring(4);
-        // Start both ends just below the wrap of the free-running counters.
+        // Start both ends just below the wrap of the free-running counters: each slot's
+        // sequence is what an empty ring at that position has.
         let start = usize::MAX - 5;
         p.tail = start;
-        p.head_cache.set(start);
         c.head = start;
-        c.tail_cache.set(start);
-        p.shared.head.store(start, Ordering::Relaxed);
-        p.shared.tail.store(start, Ordering::Relaxed);
+        for j in 0..4 {
+            let index = start.wrapping_add(j);
+            p.shared.slot(index).seq.store(index, Ordering::Relaxed);
+        }
         for i in 0..40 {
             p.push(i).unwrap();
             p.push(i + 1000).unwrap();
@@ -392,6 +386,7 @@ mod tests {
     fn full_push_does_not_drop_the_returned_value() {
         let drops = StdAtomicUsize::new(0);
         let (mut p, _c) = ring(1);
+        assert!(p.push(DropCounter(&drops)).is_ok());
         assert!(p.push(DropCounter(&drops)).is_ok());
         let back = p.push(DropCounter(&drops));
         assert_eq!(drops.load(std::sync::atomic::Ordering::Relaxed), 0);
