@@ -8,7 +8,7 @@ samples every thread's CPU time of the server's whole process tree from
 tables for BENCHMARKS.md (also printed), and with --svg a chart of req/s against
 connections per scenario (docs/bench-<scenario>.svg).
 
-    scripts/bench.py --servers m0serve,granian,bjoern --scenario hello,64k,post1m,flask \\
+    scripts/bench.py --servers m0serve,m0serve:blocking-threads=0,granian,bjoern --scenario hello,64k,post1m,flask \\
         --connections 16,64,256 --duration 8 --rounds 3 --svg
 
 Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB POST
