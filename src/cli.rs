@@ -56,6 +56,88 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
     pub app_dir: PathBuf,
 
+    /// Longest request line, in bytes (longer: 414).
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_REQUEST_LINE",
+        default_value_t = 8190,
+        value_name = "BYTES"
+    )]
+    pub max_request_line: usize,
+
+    /// Largest request head (request line and headers), in bytes (larger: 431).
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_HEADER_SIZE",
+        default_value_t = 65536,
+        value_name = "BYTES"
+    )]
+    pub max_header_size: usize,
+
+    /// Most header lines in a request (more: 431).
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_HEADERS",
+        default_value_t = 100,
+        value_name = "N"
+    )]
+    pub max_headers: usize,
+
+    /// Largest request body, in bytes, or with a K, M or G suffix (larger: 413, answered
+    /// before `100 Continue` and before the app runs when the length is declared).
+    #[arg(long, env = "M0SERVE_MAX_BODY_SIZE", default_value = "100M", value_name = "SIZE",
+          value_parser = parse_size)]
+    pub max_body_size: u64,
+
+    /// Most connections one worker holds open; past it the worker stops accepting and the
+    /// kernel's backlog holds the rest.
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_CONNECTIONS",
+        default_value_t = 10_000,
+        value_name = "N"
+    )]
+    pub max_connections: usize,
+
+    /// Seconds a client may take to send a whole request head (a new connection's first
+    /// one included); then it is closed (with 408 if it had sent part of one).
+    #[arg(
+        long,
+        env = "M0SERVE_HEADER_TIMEOUT",
+        default_value_t = 10.0,
+        value_name = "SECS"
+    )]
+    pub header_timeout: f64,
+
+    /// Seconds an idle keep-alive connection stays open.
+    #[arg(
+        long,
+        env = "M0SERVE_KEEP_ALIVE_TIMEOUT",
+        default_value_t = 5.0,
+        value_name = "SECS"
+    )]
+    pub keep_alive_timeout: f64,
+
+    /// Seconds a request body may go without new bytes; then 408 and the connection
+    /// closes.
+    #[arg(
+        long,
+        env = "M0SERVE_BODY_TIMEOUT",
+        default_value_t = 30.0,
+        value_name = "SECS"
+    )]
+    pub body_timeout: f64,
+
+    /// Seconds a response may wait on a client that reads none of it; then the connection
+    /// is dropped.
+    #[arg(
+        long,
+        env = "M0SERVE_WRITE_TIMEOUT",
+        default_value_t = 30.0,
+        value_name = "SECS"
+    )]
+    pub write_timeout: f64,
+
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
     #[arg(long, env = "M0SERVE_STATS")]
     pub stats: bool,
@@ -79,4 +161,20 @@ pub fn parse() -> Result<Cli, i32> {
         let _ = e.print();
         e.exit_code()
     })
+}
+
+/// A byte count: digits, optionally followed by K, M or G (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1u64 << 20),
+        Some((i, 'g' | 'G')) => (&t[..i], 1u64 << 30),
+        _ => (t, 1),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a size (bytes, or a number with K, M or G)"))
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
 
 use crate::cli::Cli;
 use crate::log::Level;
@@ -71,6 +72,44 @@ impl fmt::Display for AppSpec {
     }
 }
 
+/// The per-connection timeouts (docs/security.md).
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub keep_alive: Duration,
+    pub body: Duration,
+    pub write: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            header: Duration::from_secs(10),
+            keep_alive: Duration::from_secs(5),
+            body: Duration::from_secs(30),
+            write: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Seconds from a flag, within `lo..=hi`.
+fn seconds(flag: &str, v: f64, lo: f64, hi: f64) -> Result<Duration, String> {
+    if v.is_finite() && (lo..=hi).contains(&v) {
+        Ok(Duration::from_secs_f64(v))
+    } else {
+        Err(format!("{flag} {v}: must be between {lo} and {hi} seconds"))
+    }
+}
+
+/// A whole number from a flag, within `lo..=hi`.
+fn within(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{flag} {v}: must be between {lo} and {hi}"))
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub app: AppSpec,
@@ -78,6 +117,10 @@ pub struct Config {
     pub workers: usize,
     pub blocking_threads: usize,
     pub graceful_timeout: std::time::Duration,
+    pub limits: crate::http::parse::Limits,
+    pub max_body_size: u64,
+    pub max_connections: usize,
+    pub timeouts: Timeouts,
     pub app_dir: PathBuf,
     pub log_level: Level,
     pub stats: bool,
@@ -113,12 +156,42 @@ impl Config {
                 cli.workers
             ));
         }
-        if !(0.0..=MAX_GRACEFUL_TIMEOUT_SECS).contains(&cli.graceful_timeout) {
-            return Err(format!(
-                "--graceful-timeout {}: must be between 0 and {MAX_GRACEFUL_TIMEOUT_SECS} seconds",
-                cli.graceful_timeout
-            ));
-        }
+        let graceful_timeout = seconds(
+            "--graceful-timeout",
+            cli.graceful_timeout,
+            0.0,
+            MAX_GRACEFUL_TIMEOUT_SECS,
+        )?;
+        let max_request_line = within(
+            "--max-request-line",
+            cli.max_request_line as u64,
+            64,
+            1 << 20,
+        )? as usize;
+        let max_head = within(
+            "--max-header-size",
+            cli.max_header_size as u64,
+            1024,
+            1 << 20,
+        )? as usize;
+        // The request line is part of the head: a smaller head limit caps it too.
+        let max_request_line = max_request_line.min(max_head);
+        let max_headers = within(
+            "--max-headers",
+            cli.max_headers as u64,
+            1,
+            crate::http::parse::MAX_HEADERS_CAP as u64,
+        )? as usize;
+        let max_body_size = within("--max-body-size", cli.max_body_size, 0, 1 << 40)?;
+        let max_connections =
+            within("--max-connections", cli.max_connections as u64, 1, 1 << 20)? as usize;
+        const DAY: f64 = 86_400.0;
+        let timeouts = Timeouts {
+            header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
+            keep_alive: seconds("--keep-alive-timeout", cli.keep_alive_timeout, 0.05, DAY)?,
+            body: seconds("--body-timeout", cli.body_timeout, 0.05, DAY)?,
+            write: seconds("--write-timeout", cli.write_timeout, 0.05, DAY)?,
+        };
         if cli.blocking_threads > MAX_BLOCKING_THREADS {
             return Err(format!(
                 "--blocking-threads {}: must be between 0 (the app runs inline on the loop \
@@ -136,7 +209,15 @@ impl Config {
             listen,
             workers: cli.workers,
             blocking_threads: cli.blocking_threads,
-            graceful_timeout: std::time::Duration::from_secs_f64(cli.graceful_timeout),
+            graceful_timeout,
+            limits: crate::http::parse::Limits {
+                max_request_line,
+                max_head,
+                max_headers,
+            },
+            max_body_size,
+            max_connections,
+            timeouts,
             app_dir,
             log_level: cli.log_level,
             stats: cli.stats,

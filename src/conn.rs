@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
+use std::time::Instant;
 
 use crate::http::body::{BodyError, ChunkedDecoder};
 use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
@@ -197,10 +198,18 @@ pub struct Conn {
     pub continue_pending: bool,
     /// Requests parsed on this connection so far.
     pub requests: u32,
+    /// When the connection last became ready for a new request head (accepted, or its
+    /// responses all done): the header and keep-alive timeouts count from here.
+    pub since: Instant,
+    /// When request bytes last arrived (the body timeout).
+    pub read_at: Instant,
+    /// When the socket last took response bytes, or the queue last became non-empty (the
+    /// write timeout).
+    pub write_at: Instant,
 }
 
 impl Conn {
-    pub fn new(sock: Sock, me: ConnRef, peer: Peer) -> Conn {
+    pub fn new(sock: Sock, me: ConnRef, peer: Peer, now: Instant) -> Conn {
         Conn {
             sock,
             me,
@@ -224,6 +233,9 @@ impl Conn {
             pending_error: None,
             continue_pending: false,
             requests: 0,
+            since: now,
+            read_at: now,
+            write_at: now,
         }
     }
 
@@ -444,7 +456,7 @@ impl Conn {
     /// Writes the queue with as few syscalls as it can (`writev` of up to
     /// `WRITEV_MAX_SLICES` buffers). `returned` receives the handler index of every streamed
     /// chunk fully written. `Ok(true)` when the queue is empty.
-    pub fn flush(&mut self, returned: &mut impl FnMut(u16)) -> io::Result<bool> {
+    pub fn flush(&mut self, now: Instant, returned: &mut impl FnMut(u16)) -> io::Result<bool> {
         loop {
             while let Some(front) = self.wq.front() {
                 if !front.done() {
@@ -465,6 +477,7 @@ impl Conn {
                     Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                     Ok(n) => {
                         self.sendfile_bytes += n as u64;
+                        self.write_at = now;
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -490,6 +503,7 @@ impl Conn {
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut written) => {
+                    self.write_at = now;
                     for out in self.wq.iter_mut() {
                         let left = out.data.len() - out.pos;
                         let step = left.min(written);

@@ -49,12 +49,14 @@ const ACCEPT_BATCH_ALONE: usize = 1024;
 /// Readiness events taken per `epoll_wait`.
 const EVENTS_PER_POLL: usize = 1024;
 
-/// Largest read buffer a connection grows to: a head at the size limit plus room for
+/// Room a connection's read buffer has beyond the largest head (`--max-header-size`), for
 /// pipelined bytes behind it.
-const READ_BUFFER_MAX_BYTES: usize = 80 * 1024;
+const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 
-/// Largest request body accepted until `--max-body-size` lands (hardening issue).
-pub const MAX_BODY_BYTES: u64 = 1024 * 1024 * 1024;
+/// Longest gap between two timeout sweeps; shorter timeouts sweep more often (a quarter
+/// of the shortest), down to `SWEEP_MIN`.
+const SWEEP_MAX: Duration = Duration::from_secs(1);
+const SWEEP_MIN: Duration = Duration::from_millis(25);
 
 /// In a graceful stop, how long a connection accepted but still without its first request
 /// is given to send it (it is served, with `Connection: close`). A client opens a connection
@@ -178,6 +180,12 @@ impl HandlerLink {
 pub struct LoopOptions {
     /// Other workers accept from the same socket.
     pub shared_listener: bool,
+    pub limits: Limits,
+    /// `--max-body-size`.
+    pub max_body_bytes: u64,
+    /// `--max-connections`.
+    pub max_connections: usize,
+    pub timeouts: crate::config::Timeouts,
     pub stats: bool,
     pub static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
@@ -207,6 +215,14 @@ pub struct EventLoop {
     dirty: Vec<u32>,
     lingering: VecDeque<(Instant, ConnRef)>,
     limits: Limits,
+    max_body_bytes: u64,
+    read_buffer_max: usize,
+    max_connections: usize,
+    timeouts: crate::config::Timeouts,
+    /// This pass's clock reading (one `clock_gettime` per pass, for the timeouts).
+    now: Instant,
+    sweep_every: Duration,
+    next_sweep: Instant,
     date: DateCache,
     deadline: Option<Instant>,
     total_queued: usize,
@@ -260,7 +276,14 @@ impl EventLoop {
             resume: Vec::new(),
             dirty: Vec::new(),
             lingering: VecDeque::new(),
-            limits: Limits::default(),
+            limits: opts.limits,
+            max_body_bytes: opts.max_body_bytes,
+            read_buffer_max: opts.limits.max_head + READ_BUFFER_SLACK_BYTES,
+            max_connections: opts.max_connections.max(1),
+            timeouts: opts.timeouts,
+            now: Instant::now(),
+            sweep_every: sweep_interval(&opts.timeouts),
+            next_sweep: Instant::now(),
             date: DateCache::new(),
             deadline: None,
             total_queued: 0,
@@ -318,6 +341,10 @@ impl EventLoop {
         let mut events = Events::with_capacity(EVENTS_PER_POLL);
         loop {
             self.counters.passes += 1;
+            self.now = Instant::now();
+            if self.now >= self.next_sweep {
+                self.sweep();
+            }
             if !self.lingering.is_empty() {
                 self.expire_lingering();
             }
@@ -363,6 +390,7 @@ impl EventLoop {
                 Some(py) => py.detach(|| poll.poll(&mut events, timeout)),
                 None => poll.poll(&mut events, timeout),
             };
+            self.now = Instant::now();
             self.shared.wake.cancel();
             if let Some(t) = slept {
                 self.counters.wait += t.elapsed();
@@ -440,6 +468,9 @@ impl EventLoop {
     fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut next = self.deadline;
+        if self.conns > 0 {
+            next = Some(next.map_or(self.next_sweep, |d| d.min(self.next_sweep)));
+        }
         if let Some(t) = self.fresh_deadline {
             next = Some(next.map_or(t, |d| d.min(t)));
         }
@@ -527,6 +558,12 @@ impl EventLoop {
             let Some(listener) = &self.listener else {
                 return;
             };
+            if self.conns >= self.max_connections {
+                // `--max-connections`: the rest wait in the kernel's backlog until a
+                // connection closes (`close` accepts again).
+                self.accept_blocked = true;
+                return;
+            }
             let accepted = match listener {
                 Listener::Tcp(l) => l.accept().map(|(s, addr)| {
                     // Responses are written whole; Nagle would only delay them.
@@ -562,7 +599,7 @@ impl EventLoop {
             }
         };
         let gen = self.slots[slot as usize].gen;
-        let mut conn = Box::new(Conn::new(sock, ConnRef { slot, gen }, peer));
+        let mut conn = Box::new(Conn::new(sock, ConnRef { slot, gen }, peer, self.now));
         let token = Token(slot as usize + FIRST_CONN);
         if let Err(e) = self.poll.registry().register(
             conn.sock.source(),
@@ -626,7 +663,7 @@ impl EventLoop {
             // Past the caps: from here the connection is read until it would block (or is
             // known drained), so nothing needs to resume it but a new readiness edge.
             conn.read_stalled = false;
-            match conn.parse_step(&self.limits, MAX_BODY_BYTES) {
+            match conn.parse_step(&self.limits, self.max_body_bytes) {
                 Step::Request(req) => {
                     conn.requests = conn.requests.saturating_add(1);
                     if !req.head.keep_alive || self.deadline.is_some() {
@@ -662,13 +699,13 @@ impl EventLoop {
                     if conn.read_drained {
                         return true;
                     }
-                    match conn.read_some(READ_BUFFER_MAX_BYTES) {
+                    match conn.read_some(self.read_buffer_max) {
                         Ok(0) => conn.eof = true,
-                        // The buffer is full and holds no complete head. Heads are limited
-                        // below the buffer's size (the parser answers 431 first), so this
-                        // cannot happen; if it ever did, waiting would never end.
                         Ok(usize::MAX) => return false,
-                        Ok(_) => {}
+                        Ok(_) => conn.read_at = self.now,
+                        // (usize::MAX above: the buffer is full and holds no complete
+                        // head. Heads are limited below the buffer's size, so the parser
+                        // answers 431 first; if it ever happened, waiting would never end.)
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(_) => return false,
@@ -843,14 +880,21 @@ impl EventLoop {
         }
         let mut returned = Vec::new();
         let mut resume = false;
+        let now = self.now;
         let Some(conn) = self.conn_by_ref(resp.conn) else {
             return;
         };
+        if conn.wq.is_empty() {
+            conn.write_at = now;
+        }
         conn.queue_response(resp.data, resp.more, resp.file, (!end).then_some(h as u16));
         match resp.part {
             Part::Partial => {}
             Part::Last { keep_alive } => {
                 conn.in_flight -= 1;
+                if conn.in_flight == 0 {
+                    conn.since = now;
+                }
                 conn.release_credit(&mut |c| returned.push(c));
                 if !keep_alive {
                     conn.last_request = true;
@@ -925,7 +969,8 @@ impl EventLoop {
         };
         // The connection is out of its slot, so credit can go back to the handlers as the
         // chunks are written.
-        let res = conn.flush(&mut |h| self.return_credit(h as usize));
+        let now = self.now;
+        let res = conn.flush(now, &mut |h| self.return_credit(h as usize));
         self.counters.sendfile_bytes += std::mem::take(&mut conn.sendfile_bytes);
         self.slots[slot as usize].conn = Some(conn);
         match res {
@@ -970,6 +1015,71 @@ impl EventLoop {
             }
             _ => self.close(slot),
         }
+    }
+
+    /// Applies the per-connection timeouts (docs/security.md): a head that takes too long
+    /// (`--header-timeout`, also a new connection's first), an idle keep-alive connection
+    /// (`--keep-alive-timeout`), a body that stops arriving (`--body-timeout`), a client
+    /// that stops reading its response (`--write-timeout`). Each cuts only its connection.
+    fn sweep(&mut self) {
+        let now = self.now;
+        self.next_sweep = now + self.sweep_every;
+        let t = self.timeouts;
+        for slot in 0..self.slots.len() as u32 {
+            let Some(conn) = self.conn_mut(slot) else {
+                continue;
+            };
+            if matches!(conn.state, ReadState::Lingering) {
+                continue;
+            }
+            if !conn.wq.is_empty() {
+                if now.saturating_duration_since(conn.write_at) > t.write {
+                    log::debug!(
+                        "write timeout: {:?} read nothing for {:?}",
+                        conn.peer,
+                        t.write
+                    );
+                    conn.reset_on_close = true;
+                    self.close(slot);
+                }
+                continue;
+            }
+            if conn.in_flight > 0 || conn.ready.is_some() || conn.closing {
+                continue;
+            }
+            let expired = match conn.state {
+                ReadState::Head if conn.has_buffered_input() || conn.requests == 0 => {
+                    (now.saturating_duration_since(conn.since) > t.header)
+                        .then_some(("header", conn.has_buffered_input()))
+                }
+                ReadState::Head => (now.saturating_duration_since(conn.since) > t.keep_alive)
+                    .then_some(("keep-alive", false)),
+                ReadState::Body { .. } | ReadState::Chunked { .. } => {
+                    (now.saturating_duration_since(conn.read_at) > t.body).then_some(("body", true))
+                }
+                ReadState::Lingering => None,
+            };
+            let Some((which, answer)) = expired else {
+                continue;
+            };
+            log::debug!("{which} timeout: closing {:?}", conn.peer);
+            if answer {
+                // RFC 9110 §15.5.9: 408, the server would not wait any longer.
+                let resp = error_response(408, "Request Timeout", self.date.get());
+                let Some(conn) = self.conn_mut(slot) else {
+                    continue;
+                };
+                conn.state = ReadState::Head;
+                conn.last_request = true;
+                conn.queue(resp);
+                conn.closing = true;
+                conn.write_at = now;
+                self.dirty.push(slot);
+            } else {
+                self.close(slot);
+            }
+        }
+        self.flush_dirty();
     }
 
     fn expire_lingering(&mut self) {
@@ -1073,4 +1183,11 @@ pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
     out.extend_from_slice(reason.as_bytes());
     out.push(b'\n');
     out
+}
+
+/// How often the timeouts are checked: a quarter of the shortest, within
+/// `SWEEP_MIN..=SWEEP_MAX`.
+fn sweep_interval(t: &crate::config::Timeouts) -> Duration {
+    let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
+    (shortest / 4).clamp(SWEEP_MIN, SWEEP_MAX)
 }

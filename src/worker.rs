@@ -172,6 +172,10 @@ fn serve(
     }
     let opts = LoopOptions {
         shared_listener: config.workers > 1,
+        limits: config.limits,
+        max_body_bytes: config.max_body_size,
+        max_connections: config.max_connections,
+        timeouts: config.timeouts,
         stats: config.stats,
         static_response: config.static_response,
         graceful_timeout: config.graceful_timeout,

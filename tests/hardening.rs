@@ -1,0 +1,250 @@
+//! Limits and timeouts, each through its flag, against the real binary over raw sockets:
+//! the right status, only the offender cut, everyone else served. The app is
+//! tests/apps/regress.py (and echo.py for bodies).
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+const PROMPT: Duration = Duration::from_secs(5);
+
+fn get_with(target: &str, extra_headers: &str) -> Vec<u8> {
+    format!("GET {target} HTTP/1.1\r\nHost: x\r\n{extra_headers}\r\n").into_bytes()
+}
+
+// ---------------------------------------------------------------------------
+// Limits
+// ---------------------------------------------------------------------------
+
+#[test]
+fn max_request_line_answers_414_past_the_flag() {
+    let s = Server::start("regress:app", &["--max-request-line", "100"]);
+    let ok = format!("/hello?{}", "a".repeat(60));
+    assert_eq!(
+        s.request(&get_with(&ok, "Connection: close\r\n")).status,
+        200
+    );
+    let long = format!("/hello?{}", "a".repeat(120));
+    let mut c = s.connect();
+    c.send(&get_with(&long, ""));
+    let r = c.read_response();
+    assert_eq!(r.status, 414, "{}", r.status_line());
+    assert!(r.connection_has("close"));
+    c.expect_closed(PROMPT);
+}
+
+#[test]
+fn max_header_size_and_max_headers_answer_431() {
+    let s = Server::start(
+        "regress:app",
+        &["--max-header-size", "2048", "--max-headers", "5"],
+    );
+    let big = format!("X-Big: {}\r\n", "b".repeat(2100));
+    let r = s.request(&get_with("/hello", &big));
+    assert_eq!(r.status, 431, "{}", r.status_line());
+    let many: String = (0..6).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let r = s.request(&get_with("/hello", &many));
+    assert_eq!(r.status, 431, "{}", r.status_line());
+    let few: String = (0..3).map(|i| format!("X-H{i}: v\r\n")).collect();
+    let r = s.request(&get_with("/hello", &format!("{few}Connection: close\r\n")));
+    assert_eq!(r.status, 200, "{}", r.status_line());
+}
+
+#[test]
+fn max_body_size_refuses_a_declared_length_before_100_continue() {
+    let s = Server::start("echo:app", &["--max-body-size", "1K"]);
+    let mut c = s.connect();
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\nExpect: 100-continue\r\n\r\n");
+    let r = c.read_response();
+    assert_eq!(
+        r.status,
+        413,
+        "{} (a 100 Continue must not come first)",
+        r.status_line()
+    );
+    assert!(r.connection_has("close"));
+    c.expect_closed(PROMPT);
+    // At the limit it is served.
+    let r = s.request(&post("/", &[b'x'; 1024]));
+    assert_eq!(r.status, 200, "{}", r.status_line());
+}
+
+#[test]
+fn max_body_size_cuts_a_chunked_body_off_at_the_limit() {
+    let s = Server::start("echo:app", &["--max-body-size", "1K"]);
+    let mut c = s.connect();
+    c.send(&post_chunked(
+        "/",
+        &[b'y'; 3000],
+        &[500, 500, 500, 500, 500, 500],
+    ));
+    let r = c.read_response();
+    assert_eq!(r.status, 413, "{}", r.status_line());
+    c.expect_closed(PROMPT);
+}
+
+#[test]
+fn bad_limit_values_are_refused_naming_the_flag() {
+    for (args, flag) in [
+        (&["--max-body-size", "lots"][..], "--max-body-size"),
+        (&["--max-headers", "0"][..], "--max-headers"),
+        (&["--max-header-size", "10"][..], "--max-header-size"),
+        (&["--header-timeout", "0"][..], "--header-timeout"),
+        (&["--max-connections", "0"][..], "--max-connections"),
+    ] {
+        let mut all = vec!["hello:app", "--port", "0"];
+        all.extend_from_slice(args);
+        let out = run_to_exit(&all, &[], PROMPT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(flag), "{args:?}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn max_connections_holds_the_rest_in_the_backlog_until_one_closes() {
+    let s = Server::start("regress:app", &["--max-connections", "2"]);
+    let mut a = s.connect();
+    let mut b = s.connect();
+    a.send(&get("/hello"));
+    b.send(&get("/hello"));
+    assert_eq!(a.read_response().status, 200);
+    assert_eq!(b.read_response().status, 200);
+    let mut c = s.connect();
+    c.send(&get("/hello"));
+    c.expect_open_and_quiet(Duration::from_millis(500));
+    drop(a);
+    c.set_io_timeout(PROMPT);
+    assert_eq!(
+        c.read_response().status,
+        200,
+        "the third connection was never served"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Timeouts
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_head_that_stops_halfway_gets_408_after_the_header_timeout() {
+    let s = Server::start("regress:app", &["--header-timeout", "0.5"]);
+    let mut c = s.connect();
+    let t = Instant::now();
+    c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+    let r = c.read_response();
+    assert_eq!(r.status, 408, "{}", r.status_line());
+    assert!(
+        t.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+    c.expect_closed(PROMPT);
+}
+
+#[test]
+fn a_connection_that_never_sends_is_closed_after_the_header_timeout() {
+    let s = Server::start("regress:app", &["--header-timeout", "0.5"]);
+    let mut c = s.connect();
+    let t = Instant::now();
+    c.expect_closed(PROMPT);
+    assert!(
+        t.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn slowloris_connections_are_cut_while_others_keep_their_latency() {
+    let s = Server::start("regress:app", &["--header-timeout", "1"]);
+    let head = b"GET /hello HTTP/1.1\r\nHost: x\r\nX-Trickle: abcdefghijklmnopqrstuvwxyz\r\n\r\n";
+    let mut slow: Vec<Conn> = (0..20).map(|_| s.connect()).collect();
+    let start = Instant::now();
+    let mut worst = Duration::ZERO;
+    let mut sent = 0;
+    // Each slow client sends one byte every 100 ms: the head would take ~7 s whole.
+    while start.elapsed() < Duration::from_millis(2500) && sent < head.len() {
+        for c in &mut slow {
+            let _ = c.try_send(&head[sent..sent + 1]);
+        }
+        sent += 1;
+        let t = Instant::now();
+        let r = try_get(&s, "/hello", PROMPT).expect("a normal request is served");
+        assert_eq!(r.body_text(), "hello");
+        worst = worst.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        worst < Duration::from_millis(500),
+        "a normal request took {worst:?}"
+    );
+    for (i, c) in slow.iter_mut().enumerate() {
+        let (bytes, closed) = c.read_until_close(PROMPT);
+        assert!(closed, "slow client {i} was not cut off");
+        assert!(
+            contains(&bytes, b" 408 "),
+            "slow client {i} got {:?}",
+            show(&bytes)
+        );
+    }
+}
+
+#[test]
+fn an_idle_keep_alive_connection_closes_after_the_keep_alive_timeout() {
+    let s = Server::start("regress:app", &["--keep-alive-timeout", "0.5"]);
+    let mut c = s.connect();
+    // Requests closer together than the timeout keep it open.
+    for _ in 0..4 {
+        c.send(&get("/hello"));
+        assert_eq!(c.read_response().status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let t = Instant::now();
+    c.expect_closed(PROMPT);
+    assert!(
+        t.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_body_that_stops_arriving_gets_408_after_the_body_timeout() {
+    let s = Server::start("echo:app", &["--body-timeout", "0.5"]);
+    let mut c = s.connect();
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789");
+    let r = c.read_response();
+    assert_eq!(r.status, 408, "{}", r.status_line());
+    c.expect_closed(PROMPT);
+    let r = s.request(&post("/", b"whole"));
+    assert_eq!(r.status, 200, "after the body timeout: {}", r.status_line());
+}
+
+#[test]
+fn clients_that_never_read_an_8_mib_response_are_dropped_while_others_are_served() {
+    let s = Server::start(
+        "regress:app",
+        &["--write-timeout", "1", "--blocking-threads", "2"],
+    );
+    let mut stuck: Vec<Conn> = (0..4).map(|_| s.connect()).collect();
+    for c in &mut stuck {
+        c.send(&get("/big-list?size=8388608"));
+    }
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(800) {
+        assert_served(&s, PROMPT, "while clients ignore their 8 MiB responses");
+    }
+    // After the write timeout each stuck connection is dropped (reset): reading what was
+    // buffered for it ends well before 8 MiB.
+    std::thread::sleep(Duration::from_millis(1500));
+    for (i, c) in stuck.iter_mut().enumerate() {
+        let (bytes, _) = c.read_until_close(PROMPT);
+        assert!(
+            bytes.len() < 8 << 20,
+            "stuck client {i} got its whole response ({} bytes): it was never dropped",
+            bytes.len()
+        );
+    }
+    assert_served(&s, PROMPT, "after the stuck clients were dropped");
+}
