@@ -89,6 +89,10 @@ impl LoopShared {
     }
 }
 
+/// Connections a handler remembers as gone (see `HandlerShared::gone`): a request's
+/// departure is forgotten only after this many more on the same handler.
+pub const GONE_SLOTS: usize = 8;
+
 /// State shared by the loop and one handler thread.
 pub struct HandlerShared {
     /// The handler's parked flag.
@@ -100,6 +104,10 @@ pub struct HandlerShared {
     pub cancelled: AtomicU64,
     /// The loop is stopping: exit once the request ring is empty.
     pub stop: AtomicBool,
+    /// `ConnRef::packed` of the last `GONE_SLOTS` connections whose client left (end of
+    /// stream or a close) while they had a request on this handler, written round-robin by
+    /// the loop: `m0serve.client_disconnected()` looks its request's connection up here.
+    pub gone: [AtomicU64; GONE_SLOTS],
     /// The handler's pipeline counters (it writes them, a report reads them).
     pub counters: CachePadded<HandlerCounters>,
 }
@@ -111,6 +119,7 @@ impl HandlerShared {
             chunks_in_flight: CachePadded::new(AtomicUsize::new(0)),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
+            gone: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
             counters: CachePadded::new(HandlerCounters::default()),
         }
     }
@@ -142,6 +151,8 @@ pub struct HandlerLink {
     queued: usize,
     /// Something this handler may wait for happened (ring space, chunk credit).
     wake_check: bool,
+    /// Next slot of `shared.gone` to write.
+    gone_next: usize,
 }
 
 impl HandlerLink {
@@ -158,6 +169,7 @@ impl HandlerLink {
             join,
             queued: 0,
             wake_check: false,
+            gone_next: 0,
         }
     }
 
@@ -694,6 +706,11 @@ impl EventLoop {
                             return true;
                         }
                         conn.last_request = true;
+                        if conn.in_flight > 0 {
+                            // The client half-closed or left while its request runs: what
+                            // `m0serve.client_disconnected()` tells the app.
+                            self.mark_gone(conn.handler, conn.me);
+                        }
                         continue;
                     }
                     if conn.read_drained {
@@ -942,6 +959,15 @@ impl EventLoop {
         self.handlers[h].wake_check = true;
     }
 
+    /// Records that connection `r`, with a request on handler `h`, lost its client.
+    fn mark_gone(&mut self, h: usize, r: ConnRef) {
+        let link = &mut self.handlers[h];
+        let i = link.gone_next % GONE_SLOTS;
+        link.gone_next = link.gone_next.wrapping_add(1);
+        // Release: pairs with the Acquire load in `Exchange::client_gone`.
+        link.shared.gone[i].store(r.packed(), Ordering::Release);
+    }
+
     fn return_credit(&mut self, h: usize) {
         // Release: pairs with the handler's Acquire load when it decides whether to wait;
         // the wake itself is ordered by the fences in `WakeFlag`.
@@ -1108,6 +1134,7 @@ impl EventLoop {
         conn.drop_queue(&mut |h| self.return_credit(h as usize));
         if conn.in_flight > 0 {
             self.cancel(conn.handler, conn.me);
+            self.mark_gone(conn.handler, conn.me);
         }
         if conn.reset_on_close {
             conn.set_reset_on_close();

@@ -184,19 +184,28 @@ impl Master {
                 retire(w, "one worker fewer");
             }
         }
-        // A reload: retire an old worker only once a new one is ready to take its place,
-        // so the capacity never drops below the target.
-        let old = self
+        // A reload: an old worker still starting serves nothing and goes at once; a
+        // serving one goes only once a new one is ready to take its place, so the serving
+        // capacity never drops below the target (a second SIGHUP during a reload included).
+        let generation = self.generation;
+        for w in self
+            .workers
+            .iter_mut()
+            .filter(|w| w.generation < generation && !w.retiring && !w.ready)
+        {
+            retire(w, "reload: it was still starting");
+        }
+        let old_serving = self
             .workers
             .iter()
-            .filter(|w| w.generation < self.generation && !w.retiring)
+            .filter(|w| w.generation < generation && !w.retiring)
             .count();
-        if old > 0 && ready + old > self.target {
-            let excess = (ready + old - self.target).min(old);
+        if old_serving > 0 && ready + old_serving > self.target {
+            let excess = (ready + old_serving - self.target).min(old_serving);
             for w in self
                 .workers
                 .iter_mut()
-                .filter(|w| w.generation < self.generation && !w.retiring)
+                .filter(|w| w.generation < generation && !w.retiring)
                 .take(excess)
             {
                 retire(w, "reload: its replacement is ready");
@@ -307,21 +316,13 @@ impl Master {
     }
 
     fn read_ready_pipes(&mut self) {
+        let mut became_ready = false;
         for w in &mut self.workers {
-            let Some(p) = &w.ready_pipe else { continue };
-            let mut b = [0u8; 1];
-            // SAFETY: reading one byte into a live buffer from a descriptor we own.
-            let n = unsafe { libc::read(p.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-            if n == 1 {
-                w.ready = true;
-                w.ready_pipe = None;
-                self.ever_ready = true;
-                self.boot_failures = 0;
-                log::debug!("worker {} is ready", w.pid);
-            } else if n == 0 {
-                // Closed without a byte: it is exiting; `reap` tells why.
-                w.ready_pipe = None;
-            }
+            became_ready |= check_ready(w);
+        }
+        if became_ready {
+            self.ever_ready = true;
+            self.boot_failures = 0;
         }
     }
 
@@ -337,7 +338,12 @@ impl Master {
             let Some(i) = self.workers.iter().position(|w| w.pid == pid) else {
                 continue;
             };
-            let w = self.workers.swap_remove(i);
+            let mut w = self.workers.swap_remove(i);
+            // It may have reported ready just before it exited.
+            if check_ready(&mut w) {
+                self.ever_ready = true;
+                self.boot_failures = 0;
+            }
             let how = describe_exit(status);
             if self.stop_deadline.is_some() || w.retiring {
                 log::debug!("worker {pid} exited ({how})");
@@ -372,7 +378,9 @@ impl Master {
     /// Forks a worker that re-executes this program with the listener and a ready pipe.
     fn spawn(&mut self) -> io::Result<()> {
         let mut fds = [0 as libc::c_int; 2];
-        syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC))?;
+        // Non-blocking: the master reads a pipe only when poll says so, but must never wait
+        // on a worker that is still starting.
+        syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK))?;
         // SAFETY: pipe2 just returned these descriptors; each is owned once here.
         let (ready_read, ready_write) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -446,6 +454,27 @@ impl Master {
         });
         Ok(())
     }
+}
+
+/// Reads a worker's ready pipe without waiting; `true` when it just reported ready.
+fn check_ready(w: &mut Worker) -> bool {
+    let Some(p) = &w.ready_pipe else {
+        return false;
+    };
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte into a live buffer from a non-blocking descriptor we own.
+    let n = unsafe { libc::read(p.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+    if n == 1 {
+        w.ready = true;
+        w.ready_pipe = None;
+        log::debug!("worker {} is ready", w.pid);
+        return true;
+    }
+    if n == 0 {
+        // Closed without a byte: it is exiting; `reap` tells why.
+        w.ready_pipe = None;
+    }
+    false
 }
 
 fn retire(w: &mut Worker, why: &str) {

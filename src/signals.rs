@@ -9,13 +9,31 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::sys::syscall;
 
 static PIPE_WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 
+/// A worker still starting (importing the app): nothing reads the self-pipe yet, so a stop
+/// signal ends the process at once instead of waiting for an import that may take long.
+static EXIT_ON_STOP: AtomicBool = AtomicBool::new(false);
+
+/// The worker's loop now drains the self-pipe: stop signals are graceful from here on.
+pub fn serving() {
+    // Relaxed: read by the handler on this process's threads; a stop that races the
+    // switch either exits (nothing is served yet) or is drained by the loop.
+    EXIT_ON_STOP.store(false, Ordering::Relaxed);
+}
+
 extern "C" fn on_signal(sig: libc::c_int) {
+    // Relaxed: see `serving`.
+    if EXIT_ON_STOP.load(Ordering::Relaxed)
+        && matches!(sig, libc::SIGINT | libc::SIGTERM | libc::SIGQUIT)
+    {
+        // SAFETY: _exit is async-signal-safe; the worker has served nothing yet.
+        unsafe { libc::_exit(0) };
+    }
     // Relaxed: the fd was stored before the handler was installed (sigaction is the fence).
     let fd = PIPE_WRITE_FD.load(Ordering::Relaxed);
     if fd >= 0 {
@@ -37,6 +55,8 @@ impl SignalPipe {
     /// SIGTTOU (meant for the master) are ignored; SIGPIPE is ignored (a peer that goes away
     /// must surface as EPIPE on its own socket, not kill the process).
     pub fn install() -> io::Result<SignalPipe> {
+        // Relaxed: set before the handlers are installed (sigaction is the fence).
+        EXIT_ON_STOP.store(true, Ordering::Relaxed);
         let pipe = SignalPipe::with_handlers(&[
             libc::SIGINT,
             libc::SIGTERM,

@@ -74,12 +74,22 @@ impl Inherited {
         let parse = |s: Option<&str>| s.and_then(|s| s.parse::<RawFd>().ok()).filter(|&f| f > 2);
         let mut parts = value.split(',');
         match (parse(parts.next()), parse(parts.next())) {
-            (Some(listener_fd), Some(ready)) => Ok(Some(Inherited {
-                listener_fd,
-                // SAFETY: the master left this pipe's write end open across the exec for
-                // this process alone to own.
-                ready: unsafe { OwnedFd::from_raw_fd(ready) },
-            })),
+            (Some(listener_fd), Some(ready)) => {
+                // The master left both open across its exec; nothing the app starts
+                // (a subprocess, a fork) may inherit them: a daemonised child would keep
+                // the port bound after the server exits.
+                for fd in [listener_fd, ready] {
+                    // SAFETY: fcntl on descriptors this process was handed; a failure
+                    // leaves the descriptor inheritable, which is no worse than before.
+                    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+                }
+                Ok(Some(Inherited {
+                    listener_fd,
+                    // SAFETY: the master left this pipe's write end open across the exec for
+                    // this process alone to own.
+                    ready: unsafe { OwnedFd::from_raw_fd(ready) },
+                }))
+            }
             _ => Err(format!(
                 "{}={value:?}: not two descriptor numbers",
                 crate::master::WORKER_ENV
@@ -211,6 +221,7 @@ fn serve(
         env!("CARGO_PKG_VERSION"),
         config.app,
     );
+    crate::signals::serving();
     // The master counts this worker as serving from here.
     let _ = std::fs::File::from(ready).write_all(b"R");
     loop_thread

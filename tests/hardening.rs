@@ -248,3 +248,28 @@ fn clients_that_never_read_an_8_mib_response_are_dropped_while_others_are_served
     }
     assert_served(&s, PROMPT, "after the stuck clients were dropped");
 }
+
+// ---------------------------------------------------------------------------
+// Client gone
+// ---------------------------------------------------------------------------
+
+#[test]
+fn the_app_can_ask_whether_its_client_left() {
+    let tmp = TempDir::new("client-gone");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &[]);
+    // Connected: the flag stays false.
+    let r = s.get(&format!("/watch?secs=0.3&mark={mark}.stay"));
+    assert_eq!(r.body_text(), "still connected");
+    // Gone: the client closes while the app runs, and the app notices.
+    let mut c = s.connect();
+    c.send(&get(&format!("/watch?secs=5&mark={mark}")));
+    if let Err(m) = wait_for_file_containing(&mark, "started", PROMPT) {
+        panic!("the request never started: {m:?}");
+    }
+    drop(c);
+    if let Err(m) = wait_for_file_containing(&mark, "noticed", PROMPT) {
+        panic!("the app never learnt that its client left: {m:?}");
+    }
+    assert_served(&s, PROMPT, "after the client left");
+}

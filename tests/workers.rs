@@ -238,3 +238,83 @@ fn workers_zero_is_refused_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--workers 0"), "{}", out.stderr);
 }
+
+#[test]
+fn sigterm_stops_the_master_while_a_worker_is_still_importing_the_app() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(bin())
+        .args([
+            "slow_import:app",
+            "--port",
+            "0",
+            "--workers",
+            "2",
+            "--app-dir",
+        ])
+        .arg(apps_dir())
+        .env("M0TEST_IMPORT_SLEEP", "30")
+        .env_remove("M0TEST_SLOW_IMPORT_FILE")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("m0serve starts");
+    std::thread::sleep(Duration::from_millis(800));
+    let t = Instant::now();
+    // SAFETY: kill(2) on the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let exited = wait_until(Duration::from_secs(10), || {
+        child.try_wait().map(|s| s.is_some()).unwrap_or(true)
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let status = child.wait().unwrap();
+    assert!(
+        exited,
+        "the master did not stop while its workers were importing"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "stopping took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(status.code(), Some(0), "{}", describe_status(&status));
+}
+
+#[test]
+fn a_second_sighup_during_a_slow_reload_keeps_the_serving_workers() {
+    let tmp = TempDir::new("slow-reload");
+    let flag = tmp.file("slow");
+    let s = Arc::new(
+        Server::builder("slow_import:app")
+            .args(&["--workers", "2"])
+            .env("M0TEST_SLOW_IMPORT_FILE", &flag)
+            .env("M0TEST_IMPORT_SLEEP", "2")
+            .start(),
+    );
+    let serving = s.wait_for_workers(2, PROMPT);
+    // From now on a new worker takes 2 s to import the app.
+    std::fs::write(&flag, b"").unwrap();
+    s.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGHUP);
+    // While the third generation starts, the first must go on serving.
+    let until = Instant::now() + Duration::from_millis(1200);
+    while Instant::now() < until {
+        let r = try_get(&s, "/", PROMPT).unwrap_or_else(|e| {
+            panic!("a request failed during the reloads: {e}\n{}", s.log_text())
+        });
+        assert_eq!(r.status, 200);
+        let pid: u32 = r.body_text().parse().unwrap();
+        assert!(
+            serving.contains(&pid),
+            "answered by {pid}, not a serving worker"
+        );
+    }
+    std::fs::remove_file(&flag).ok();
+    let replaced = wait_until(Duration::from_secs(10), || {
+        let now = s.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !serving.contains(p))
+    });
+    assert!(replaced, "{:?}\n{}", s.worker_pids(), s.log_text());
+}

@@ -185,6 +185,13 @@ impl EnvBuilder {
         })
     }
 
+    /// Adds an entry every environ gets (set once, copied with the base dict).
+    pub fn add_constant(&self, py: Python<'_>, key: &str, value: Bound<'_, PyAny>) -> PyResult<()> {
+        self.base
+            .bind(py)
+            .set_item(PyString::intern(py, key), value)
+    }
+
     pub fn input_key<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
         self.keys.wsgi_input.bind(py)
     }

@@ -21,7 +21,7 @@ use file_wrapper::FileWrapper;
 use input::Input;
 pub use response::Sink;
 use response::{bytes_of, Exchange, ReqInfo};
-use start_response::StartResponse;
+use start_response::{ClientDisconnected, StartResponse};
 
 /// What the environ says about this server, fixed per worker.
 pub struct ServerInfo {
@@ -77,10 +77,14 @@ impl Bridge {
         info: &ServerInfo,
     ) -> PyResult<Bridge> {
         let inline = matches!(sink, Sink::Inline(_));
+        let ex = Rc::new(Exchange::new(sink, shared, loop_shared));
+        let env = EnvBuilder::new(py, info)?;
+        let gone = Bound::new(py, ClientDisconnected { ex: ex.clone() })?;
+        env.add_constant(py, "m0serve.client_disconnected", gone.into_any())?;
         Ok(Bridge {
             app,
-            ex: Rc::new(Exchange::new(sink, shared, loop_shared)),
-            env: EnvBuilder::new(py, info)?,
+            ex,
+            env,
             next_id: 0,
             inline,
             pending: None,

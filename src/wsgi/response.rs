@@ -348,7 +348,14 @@ impl Exchange {
     ) -> PyResult<()> {
         let mut st = self.st.borrow_mut();
         if !st.sent {
-            st.out.reserve(256 + total as usize);
+            // Room for what is copied: the head and the items too small to go uncopied.
+            let copied: usize = chunks
+                .iter()
+                .filter_map(|c| bytes_of(c).ok())
+                .map(|b| b.as_bytes().len())
+                .filter(|&n| n < ZERO_COPY_MIN_BYTES)
+                .sum();
+            st.out.reserve(256 + copied);
             self.encode_head(py, &mut st, Some(total))?;
         }
         for c in chunks {
@@ -463,6 +470,20 @@ impl Exchange {
     pub fn body_complete(&self) -> bool {
         let st = self.st.borrow();
         st.sent && st.framing == Framing::NoBody
+    }
+
+    /// The client of the current request has left (or half-closed): the loop saw its end
+    /// of stream or closed its connection. `m0serve.client_disconnected()`.
+    pub fn client_gone(&self) -> bool {
+        if self.cancelled() {
+            return true;
+        }
+        let conn = self.st.borrow().req.conn.packed();
+        // Acquire: pairs with the loop's Release store in `mark_gone`.
+        self.shared
+            .gone
+            .iter()
+            .any(|g| g.load(Ordering::Acquire) == conn)
     }
 
     /// The loop closed this request's connection: stop producing its body.

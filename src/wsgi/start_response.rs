@@ -57,3 +57,19 @@ impl Write {
         self.ex.send(py, bytes_of(&data)?)
     }
 }
+
+/// `environ["m0serve.client_disconnected"]`: returns whether the client of the request
+/// being served has gone (its end of stream or a reset reached the loop), so a long-running
+/// app can stop early. One object per handler, answering for the request it is called
+/// during: a flag check, no system call.
+#[pyclass(module = "m0serve", name = "ClientDisconnected", unsendable)]
+pub struct ClientDisconnected {
+    pub ex: Rc<Exchange>,
+}
+
+#[pymethods]
+impl ClientDisconnected {
+    fn __call__(&self) -> bool {
+        self.ex.client_gone()
+    }
+}

@@ -167,6 +167,27 @@ def r_pid(environ, start_response, q):
     return [body]
 
 
+def r_watch(environ, start_response, q):
+    """Records "started", then asks environ["m0serve.client_disconnected"]() every 10 ms
+    for up to `secs` seconds; records "noticed" when it says the client left, else
+    "still connected", and answers with which."""
+    _mark(q, "started")
+    gone = environ["m0serve.client_disconnected"]
+    deadline = time.monotonic() + float(q.get("secs", "5"))
+    seen = False
+    while time.monotonic() < deadline:
+        if gone():
+            seen = True
+            break
+        time.sleep(0.01)
+    what = "noticed" if seen else "still connected"
+    _mark(q, what)
+    body = what.encode()
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 ROUTES = {
     "/hello": r_hello,
     "/sse": r_sse,
@@ -181,4 +202,5 @@ ROUTES = {
     "/bg-thread": r_bg_thread,
     "/endless": r_endless,
     "/pid": r_pid,
+    "/watch": r_watch,
 }
