@@ -179,6 +179,7 @@ fn main() {
             conn,
             data,
             chunked: false,
+            spooled: None,
             head,
             peer,
         }

@@ -89,6 +89,12 @@ pub struct Cli {
           value_parser = parse_size)]
     pub max_body_size: u64,
 
+    /// Request bodies larger than this (bytes, or K, M, G) are spooled to a temporary file
+    /// instead of being held in memory; `wsgi.input` reads them back from it.
+    #[arg(long, env = "M0SERVE_BODY_BUFFER_SIZE", default_value = "1M", value_name = "SIZE",
+          value_parser = parse_size)]
+    pub body_buffer_size: u64,
+
     /// Most connections one worker holds open; past it the worker stops accepting and the
     /// kernel's backlog holds the rest.
     #[arg(

@@ -119,6 +119,7 @@ pub struct Config {
     pub graceful_timeout: std::time::Duration,
     pub limits: crate::http::parse::Limits,
     pub max_body_size: u64,
+    pub body_buffer_size: usize,
     pub max_connections: usize,
     pub timeouts: Timeouts,
     pub app_dir: PathBuf,
@@ -183,6 +184,8 @@ impl Config {
             crate::http::parse::MAX_HEADERS_CAP as u64,
         )? as usize;
         let max_body_size = within("--max-body-size", cli.max_body_size, 0, 1 << 40)?;
+        let body_buffer_size =
+            within("--body-buffer-size", cli.body_buffer_size, 0, 1 << 30)? as usize;
         let max_connections =
             within("--max-connections", cli.max_connections as u64, 1, 1 << 20)? as usize;
         const DAY: f64 = 86_400.0;
@@ -216,6 +219,7 @@ impl Config {
                 max_headers,
             },
             max_body_size,
+            body_buffer_size,
             max_connections,
             timeouts,
             app_dir,

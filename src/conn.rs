@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::http::body::{BodyError, ChunkedDecoder};
 use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
 use crate::msg::{Buf, ConnRef, FileBody, Peer, Request};
+use crate::spool::Spool;
 
 /// First size of a connection's read buffer: a browser's request head fits.
 pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
@@ -35,6 +36,9 @@ const DIRECT_BODY_READ_MAX_BYTES: u64 = 1024 * 1024;
 /// Most bytes one `sendfile(2)` is asked for, so that one big file does not hold the loop
 /// while other connections wait.
 const SENDFILE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// Once a body spools, bytes gathered in memory before each write to its file.
+const SPOOL_BATCH_BYTES: usize = 256 * 1024;
 
 /// Most iovecs handed to one `writev`.
 const WRITEV_MAX_SLICES: usize = 16;
@@ -156,6 +160,8 @@ pub enum Step {
     Error(HeadError),
     /// The body went over the size limit: answer 413 and close.
     TooLarge,
+    /// The body could not be spooled to a temporary file: answer 503 and close.
+    SpoolFailed,
 }
 
 pub struct Conn {
@@ -198,6 +204,8 @@ pub struct Conn {
     pub continue_pending: bool,
     /// Requests parsed on this connection so far.
     pub requests: u32,
+    /// The current request's body, past `--body-buffer-size`, being spooled.
+    spool: Option<Spool>,
     /// When the connection last became ready for a new request head (accepted, or its
     /// responses all done): the header and keep-alive timeouts count from here.
     pub since: Instant,
@@ -233,6 +241,7 @@ impl Conn {
             pending_error: None,
             continue_pending: false,
             requests: 0,
+            spool: None,
             since: now,
             read_at: now,
             write_at: now,
@@ -314,8 +323,9 @@ impl Conn {
         }
     }
 
-    /// Parses as far as the buffered bytes go: a head, then its body.
-    pub fn parse_step(&mut self, limits: &Limits, max_body_bytes: u64) -> Step {
+    /// Parses as far as the buffered bytes go: a head, then its body (spooled to a file
+    /// past `body_buffer` bytes).
+    pub fn parse_step(&mut self, limits: &Limits, max_body_bytes: u64, body_buffer: usize) -> Step {
         loop {
             match std::mem::replace(&mut self.state, ReadState::Head) {
                 ReadState::Head => {
@@ -341,6 +351,9 @@ impl Conn {
                         .extend_from_slice(&self.rbuf[self.rpos..self.rpos + take]);
                     self.rpos += take;
                     let need = need - take as u64;
+                    if let Err(step) = self.spill(&mut req, body_buffer, need == 0) {
+                        return step;
+                    }
                     if need == 0 {
                         return Step::Request(req);
                     }
@@ -351,6 +364,9 @@ impl Conn {
                     match dec.decode(&self.rbuf[self.rpos..self.rend], &mut req.data) {
                         Ok((used, done)) => {
                             self.rpos += used;
+                            if let Err(step) = self.spill(&mut req, body_buffer, done) {
+                                return step;
+                            }
                             if done {
                                 return Step::Request(req);
                             }
@@ -369,6 +385,41 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// Moves the body read so far out of memory into the request's spool file once it is
+    /// over `body_buffer` bytes (then in batches of `SPOOL_BATCH_BYTES`, and the rest when
+    /// the body is `done`).
+    #[allow(clippy::result_large_err)] // a Step is moved once per request, never boxed
+    fn spill(&mut self, req: &mut Request, body_buffer: usize, done: bool) -> Result<(), Step> {
+        let head_len = req.head.head_len;
+        let in_memory = req.data.len() - head_len;
+        let spooling = self.spool.is_some();
+        if !spooling && in_memory <= body_buffer {
+            return Ok(());
+        }
+        if spooling && !done && in_memory < SPOOL_BATCH_BYTES {
+            return Ok(());
+        }
+        let result = (|| -> io::Result<()> {
+            if self.spool.is_none() {
+                self.spool = Some(Spool::create()?);
+            }
+            if let Some(spool) = self.spool.as_mut() {
+                spool.append(&req.data[head_len..])?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            crate::log::error!("cannot spool a request body to a temporary file: {e}");
+            self.spool = None;
+            return Err(Step::SpoolFailed);
+        }
+        req.data.truncate(head_len);
+        if done {
+            req.spooled = self.spool.take().map(Spool::finish);
+        }
+        Ok(())
     }
 
     /// The head is whole: copy it out of the read buffer (the one copy a request's bytes
@@ -392,6 +443,7 @@ impl Conn {
             conn: self.me,
             data,
             chunked: matches!(framing, BodyFraming::Chunked),
+            spooled: None,
             head,
             peer: self.peer,
         };

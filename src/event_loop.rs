@@ -195,6 +195,8 @@ pub struct LoopOptions {
     pub limits: Limits,
     /// `--max-body-size`.
     pub max_body_bytes: u64,
+    /// `--body-buffer-size`: larger bodies spool to a temporary file.
+    pub body_buffer: usize,
     /// `--max-connections`.
     pub max_connections: usize,
     pub timeouts: crate::config::Timeouts,
@@ -228,6 +230,7 @@ pub struct EventLoop {
     lingering: VecDeque<(Instant, ConnRef)>,
     limits: Limits,
     max_body_bytes: u64,
+    body_buffer: usize,
     read_buffer_max: usize,
     max_connections: usize,
     timeouts: crate::config::Timeouts,
@@ -290,6 +293,7 @@ impl EventLoop {
             lingering: VecDeque::new(),
             limits: opts.limits,
             max_body_bytes: opts.max_body_bytes,
+            body_buffer: opts.body_buffer,
             read_buffer_max: opts.limits.max_head + READ_BUFFER_SLACK_BYTES,
             max_connections: opts.max_connections.max(1),
             timeouts: opts.timeouts,
@@ -675,7 +679,7 @@ impl EventLoop {
             // Past the caps: from here the connection is read until it would block (or is
             // known drained), so nothing needs to resume it but a new readiness edge.
             conn.read_stalled = false;
-            match conn.parse_step(&self.limits, self.max_body_bytes) {
+            match conn.parse_step(&self.limits, self.max_body_bytes, self.body_buffer) {
                 Step::Request(req) => {
                     conn.requests = conn.requests.saturating_add(1);
                     if !req.head.keep_alive || self.deadline.is_some() {
@@ -728,7 +732,7 @@ impl EventLoop {
                         Err(_) => return false,
                     }
                 }
-                step @ (Step::Error(_) | Step::TooLarge) => {
+                step @ (Step::Error(_) | Step::TooLarge | Step::SpoolFailed) => {
                     conn.last_request = true;
                     conn.pending_error = Some(step);
                 }
@@ -742,6 +746,11 @@ impl EventLoop {
         if let Some(step) = conn.pending_error.take() {
             let (status, reason, why) = match step {
                 Step::Error(e) => (e.status(), e.reason(), format!("{e:?}")),
+                Step::SpoolFailed => (
+                    503,
+                    "Service Unavailable",
+                    "the body could not be spooled".to_string(),
+                ),
                 _ => (
                     413,
                     "Content Too Large",

@@ -36,6 +36,8 @@ pub mod ring;
 #[cfg(not(loom))]
 pub mod signals;
 #[cfg(not(loom))]
+pub mod spool;
+#[cfg(not(loom))]
 pub mod stats;
 pub mod sync;
 #[cfg(not(loom))]

@@ -48,6 +48,9 @@ pub struct Request {
     pub head: Head,
     /// The body was sent chunked (then `CONTENT_LENGTH` is absent from the environ).
     pub chunked: bool,
+    /// A body over `--body-buffer-size`: in this file, not in `data` (which then holds the
+    /// head only).
+    pub spooled: Option<crate::spool::SpooledBody>,
     pub peer: Peer,
 }
 

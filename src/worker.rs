@@ -184,6 +184,7 @@ fn serve(
         shared_listener: config.workers > 1,
         limits: config.limits,
         max_body_bytes: config.max_body_size,
+        body_buffer: config.body_buffer_size,
         max_connections: config.max_connections,
         timeouts: config.timeouts,
         stats: config.stats,

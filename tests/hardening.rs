@@ -273,3 +273,68 @@ fn the_app_can_ask_whether_its_client_left() {
     }
     assert_served(&s, PROMPT, "after the client left");
 }
+
+// ---------------------------------------------------------------------------
+// Large bodies spool to a file
+// ---------------------------------------------------------------------------
+
+/// The worker's open descriptors that are unlinked files (the body spool).
+fn deleted_files(s: &Server) -> usize {
+    let Some(&worker) = s.worker_pids().first() else {
+        return 0;
+    };
+    std::fs::read_dir(format!("/proc/{worker}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter(|t| t.to_string_lossy().ends_with("(deleted)"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_body_over_the_buffer_size_goes_to_a_temporary_file_and_back_exactly() {
+    let s = Server::start("echo:app", &["--body-buffer-size", "64K"]);
+    let body = pseudo_random(7, 1 << 20);
+    let req = post("/?read=all", &body);
+    let head_len = find(&req, b"\r\n\r\n").unwrap() + 4;
+    let mut c = s.connect();
+    // Head and 200 KiB: past the buffer, so the worker now holds a spool file.
+    c.send(&req[..head_len + 200 * 1024]);
+    let spooling = wait_until(PROMPT, || deleted_files(&s) == 1);
+    assert!(
+        spooling,
+        "no spool file while a 1 MiB body arrives over a 64 KiB buffer"
+    );
+    c.send(&req[head_len + 200 * 1024..]);
+    let e = c.read_response().echo();
+    assert!(e.body == body, "the spooled body came back different");
+    // Done: the file is gone with its request.
+    assert!(
+        wait_until(PROMPT, || deleted_files(&s) == 0),
+        "the spool file was not released"
+    );
+    // Below the buffer size nothing is spooled.
+    let small = pseudo_random(8, 60 * 1024);
+    let e = s.request(&post("/?read=all", &small)).echo();
+    assert!(e.body == small);
+}
+
+#[test]
+fn a_spool_abandoned_mid_body_is_released() {
+    let s = Server::start("echo:app", &["--body-buffer-size", "16K"]);
+    let body = vec![b'z'; 512 * 1024];
+    let req = post("/", &body);
+    let mut c = s.connect();
+    c.send(&req[..req.len() / 2]);
+    assert!(
+        wait_until(PROMPT, || deleted_files(&s) == 1),
+        "no spool file"
+    );
+    drop(c);
+    assert!(
+        wait_until(PROMPT, || deleted_files(&s) == 0),
+        "the spool of an abandoned body stayed open"
+    );
+}

@@ -359,8 +359,8 @@ fn tricky_body(big: bool) -> Vec<u8> {
     b
 }
 
-fn check_read_modes(chunked_upload: bool) {
-    let s = Server::start("echo:app", &[]);
+fn check_read_modes(chunked_upload: bool, args: &[&str]) {
+    let s = Server::start("echo:app", args);
     let mut c = s.connect();
     let big = tricky_body(true);
     let small = tricky_body(false);
@@ -425,12 +425,23 @@ fn check_read_modes(chunked_upload: bool) {
 
 #[test]
 fn wsgi_input_read_readline_readlines_and_iteration_are_exact_at_every_boundary() {
-    check_read_modes(false);
+    check_read_modes(false, &[]);
 }
 
 #[test]
 fn wsgi_input_is_exact_at_every_boundary_for_a_chunked_upload() {
-    check_read_modes(true);
+    check_read_modes(true, &[]);
+}
+
+#[test]
+fn wsgi_input_is_exact_at_every_boundary_for_a_spooled_body() {
+    // --body-buffer-size 0: every body goes to a temporary file and is read back from it.
+    check_read_modes(false, &["--body-buffer-size", "0"]);
+}
+
+#[test]
+fn wsgi_input_is_exact_at_every_boundary_for_a_spooled_chunked_upload() {
+    check_read_modes(true, &["--body-buffer-size", "0"]);
 }
 
 #[test]

@@ -3,42 +3,89 @@
 //!
 //! The body arrives whole from the loop (`msg::Request::data`, after the head), so this
 //! object owns that buffer and hands out `bytes` slices of it: the body is not copied again
-//! until the app asks for it.
+//! until the app asks for it. A body over `--body-buffer-size` arrives as a spooled file
+//! instead (`crate::spool`), read with `pread` as the app asks.
 
+use std::os::unix::fs::FileExt;
+
+use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
+
+use crate::spool::SpooledBody;
+
+/// Bytes read from a spooled body per step while looking for a line's end.
+const LINE_SCAN_BYTES: usize = 8 * 1024;
 
 #[pyclass(module = "m0serve", name = "Input")]
 pub struct Input {
     data: Vec<u8>,
     pos: usize,
+    /// A body over `--body-buffer-size`, read from its file (then `data` holds no body).
+    file: Option<SpooledBody>,
+    /// Read position in `file`.
+    fpos: u64,
 }
 
 impl Input {
-    /// `data[start..]` is the body.
-    pub fn new(data: Vec<u8>, start: usize) -> Input {
+    /// `data[start..]` is the body, or `spooled` holds it.
+    pub fn new(data: Vec<u8>, start: usize, spooled: Option<SpooledBody>) -> Input {
         let pos = start.min(data.len());
-        Input { data, pos }
-    }
-
-    fn remaining(&self) -> usize {
-        self.data.len() - self.pos
-    }
-
-    /// How many bytes the next line takes, at most `limit`.
-    fn line_len(&self, limit: usize) -> usize {
-        let rest = &self.data[self.pos..];
-        let window = &rest[..limit.min(rest.len())];
-        match window.iter().position(|&b| b == b'\n') {
-            Some(i) => i + 1,
-            None => window.len(),
+        Input {
+            data,
+            pos,
+            file: spooled,
+            fpos: 0,
         }
     }
 
-    fn take<'py>(&mut self, py: Python<'py>, n: usize) -> Bound<'py, PyBytes> {
-        let out = PyBytes::new(py, &self.data[self.pos..self.pos + n]);
-        self.pos += n;
-        out
+    fn remaining(&self) -> usize {
+        match &self.file {
+            Some(f) => (f.len - self.fpos) as usize,
+            None => self.data.len() - self.pos,
+        }
+    }
+
+    /// How many bytes the next line takes, at most `limit`.
+    fn line_len(&self, limit: usize) -> PyResult<usize> {
+        let Some(f) = &self.file else {
+            let rest = &self.data[self.pos..];
+            let window = &rest[..limit.min(rest.len())];
+            return Ok(match window.iter().position(|&b| b == b'\n') {
+                Some(i) => i + 1,
+                None => window.len(),
+            });
+        };
+        let max = limit.min(self.remaining());
+        let mut buf = [0u8; LINE_SCAN_BYTES];
+        let mut seen = 0usize;
+        while seen < max {
+            let want = (max - seen).min(LINE_SCAN_BYTES);
+            f.file
+                .read_exact_at(&mut buf[..want], self.fpos + seen as u64)
+                .map_err(|e| PyOSError::new_err(format!("reading the spooled body: {e}")))?;
+            if let Some(i) = buf[..want].iter().position(|&b| b == b'\n') {
+                return Ok(seen + i + 1);
+            }
+            seen += want;
+        }
+        Ok(max)
+    }
+
+    fn take<'py>(&mut self, py: Python<'py>, n: usize) -> PyResult<Bound<'py, PyBytes>> {
+        let Some(f) = &self.file else {
+            let out = PyBytes::new(py, &self.data[self.pos..self.pos + n]);
+            self.pos += n;
+            return Ok(out);
+        };
+        let at = self.fpos;
+        let out = PyBytes::new_with(py, n, |buf| {
+            f.file
+                .read_exact_at(buf, at)
+                .map_err(|e| PyOSError::new_err(format!("reading the spooled body: {e}")))
+        })?;
+        self.fpos += n as u64;
+        Ok(out)
     }
 }
 
@@ -53,14 +100,18 @@ fn limit(size: Option<isize>) -> usize {
 #[pymethods]
 impl Input {
     #[pyo3(signature = (size = None))]
-    fn read<'py>(&mut self, py: Python<'py>, size: Option<isize>) -> Bound<'py, PyBytes> {
+    fn read<'py>(&mut self, py: Python<'py>, size: Option<isize>) -> PyResult<Bound<'py, PyBytes>> {
         let n = limit(size).min(self.remaining());
         self.take(py, n)
     }
 
     #[pyo3(signature = (size = None))]
-    fn readline<'py>(&mut self, py: Python<'py>, size: Option<isize>) -> Bound<'py, PyBytes> {
-        let n = self.line_len(limit(size));
+    fn readline<'py>(
+        &mut self,
+        py: Python<'py>,
+        size: Option<isize>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let n = self.line_len(limit(size))?;
         self.take(py, n)
     }
 
@@ -79,9 +130,9 @@ impl Input {
         let lines = PyList::empty(py);
         let mut total = 0usize;
         while self.remaining() > 0 && total < hint {
-            let n = self.line_len(usize::MAX);
+            let n = self.line_len(usize::MAX)?;
             total += n;
-            lines.append(self.take(py, n))?;
+            lines.append(self.take(py, n)?)?;
         }
         Ok(lines)
     }
@@ -90,12 +141,12 @@ impl Input {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
         if self.remaining() == 0 {
-            return None;
+            return Ok(None);
         }
-        let n = self.line_len(usize::MAX);
-        Some(self.take(py, n))
+        let n = self.line_len(usize::MAX)?;
+        self.take(py, n).map(Some)
     }
 
     /// Not in PEP 3333, but frameworks probe for it.

@@ -133,7 +133,7 @@ impl Bridge {
         // For log lines on the error paths only: a reference, not a formatted string.
         let env_ref = environ.clone();
         let head_len = req.head.head_len;
-        let input = Input::new(req.data, head_len);
+        let input = Input::new(req.data, head_len, req.spooled);
         let called = Bound::new(py, input)
             .and_then(|input| environ.set_item(self.env.input_key(py), input))
             .and_then(|()| {
