@@ -52,6 +52,19 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_BLOCKING_THREADS", default_value_t = 1)]
     pub blocking_threads: usize,
 
+    /// Kernel accept queue length for the listening socket.
+    #[arg(
+        long,
+        env = "M0SERVE_BACKLOG",
+        default_value_t = 1024,
+        value_name = "N"
+    )]
+    pub backlog: u32,
+
+    /// Write the master's process id to PATH (removed at exit).
+    #[arg(long, env = "M0SERVE_PID_FILE", value_name = "PATH")]
+    pub pid_file: Option<PathBuf>,
+
     /// Directory put first on `sys.path` before the app is imported.
     #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
     pub app_dir: PathBuf,

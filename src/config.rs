@@ -122,6 +122,8 @@ pub struct Config {
     pub body_buffer_size: usize,
     pub max_connections: usize,
     pub timeouts: Timeouts,
+    pub backlog: i32,
+    pub pid_file: Option<PathBuf>,
     pub app_dir: PathBuf,
     pub log_level: Level,
     pub stats: bool,
@@ -188,6 +190,7 @@ impl Config {
             within("--body-buffer-size", cli.body_buffer_size, 0, 1 << 30)? as usize;
         let max_connections =
             within("--max-connections", cli.max_connections as u64, 1, 1 << 20)? as usize;
+        let backlog = within("--backlog", u64::from(cli.backlog), 1, 65535)? as i32;
         const DAY: f64 = 86_400.0;
         let timeouts = Timeouts {
             header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
@@ -222,6 +225,8 @@ impl Config {
             body_buffer_size,
             max_connections,
             timeouts,
+            backlog,
+            pid_file: cli.pid_file,
             app_dir,
             log_level: cli.log_level,
             stats: cli.stats,

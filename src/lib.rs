@@ -43,6 +43,8 @@ pub mod sync;
 #[cfg(not(loom))]
 pub mod sys;
 #[cfg(not(loom))]
+pub mod systemd;
+#[cfg(not(loom))]
 pub mod worker;
 #[cfg(not(loom))]
 pub mod wsgi;

@@ -7,10 +7,6 @@ use std::os::unix::fs::FileTypeExt;
 use crate::config::Listen;
 use crate::sys::syscall;
 
-/// Kernel accept queue length. The std default (128) overflows under a connection burst
-/// from a load generator; 1024 matches gunicorn's and Granian's defaults.
-pub const BACKLOG_CONNECTIONS: i32 = 1024;
-
 pub enum Listener {
     Tcp(mio::net::TcpListener),
     /// The path, and whether this process removes the socket file when it closes the
@@ -19,12 +15,15 @@ pub enum Listener {
 }
 
 impl Listener {
-    pub fn bind(listen: &Listen) -> io::Result<Listener> {
+    /// Binds and listens with a `backlog`-long accept queue (`--backlog`; the default 1024
+    /// matches gunicorn's and Granian's: the std default of 128 overflows under a burst of
+    /// connections from a load generator).
+    pub fn bind(listen: &Listen, backlog: i32) -> io::Result<Listener> {
         match listen {
             Listen::Tcp(addr) => {
                 // std sets SO_REUSEADDR on Unix, so a restart does not wait out TIME_WAIT.
                 let l = std::net::TcpListener::bind(addr)?;
-                syscall!(listen(l.as_raw_fd(), BACKLOG_CONNECTIONS))?;
+                syscall!(listen(l.as_raw_fd(), backlog))?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Tcp(mio::net::TcpListener::from_std(l)))
             }
@@ -37,7 +36,7 @@ impl Listener {
                     }
                 }
                 let l = std::os::unix::net::UnixListener::bind(path)?;
-                syscall!(listen(l.as_raw_fd(), BACKLOG_CONNECTIONS))?;
+                syscall!(listen(l.as_raw_fd(), backlog))?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Unix(
                     mio::net::UnixListener::from_std(l),

@@ -32,6 +32,7 @@ use crate::listen::Listener;
 use crate::log;
 use crate::signals::{Received, SignalPipe};
 use crate::sys::syscall;
+use crate::systemd;
 
 /// The signals the master handles (`SignalPipe::install_master`).
 pub const MASTER_SIGNALS: &[libc::c_int] = &[
@@ -93,12 +94,43 @@ pub struct Master {
     stop_deadline: Option<Instant>,
     /// A boot failure before anything ever served: why the master gives up.
     fatal: Option<String>,
+    /// systemd's notification socket (`Type=notify`).
+    notifier: Option<systemd::Notifier>,
+    /// A reload is under way (told to systemd as `RELOADING=1`, ended with `READY=1`).
+    reloading: bool,
+    _pid_file: Option<PidFile>,
+}
+
+/// `--pid-file`: written at start, removed when the master exits.
+struct PidFile(PathBuf);
+
+impl PidFile {
+    fn write(path: &std::path::Path) -> Result<PidFile, String> {
+        std::fs::write(path, format!("{}\n", std::process::id()))
+            .map_err(|e| format!("--pid-file {}: {e}", path.display()))?;
+        Ok(PidFile(path.to_path_buf()))
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// Binds, starts the workers and supervises them until a stop; the process's exit code.
 pub fn run(config: Config) -> Result<(), String> {
-    let listener = Listener::bind(&config.listen)
-        .map_err(|e| format!("cannot bind {}: {e}", config.describe_listen()))?;
+    let notifier = systemd::Notifier::from_env();
+    let listener = match systemd::take_listen_fd()? {
+        Some(fd) => Listener::from_inherited(fd)
+            .map_err(|e| format!("cannot use the socket systemd passed: {e}"))?,
+        None => Listener::bind(&config.listen, config.backlog)
+            .map_err(|e| format!("cannot bind {}: {e}", config.describe_listen()))?,
+    };
+    let pid_file = match &config.pid_file {
+        Some(path) => Some(PidFile::write(path)?),
+        None => None,
+    };
     let signals =
         SignalPipe::install_master().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let exe = std::env::current_exe()
@@ -118,6 +150,9 @@ pub fn run(config: Config) -> Result<(), String> {
         spawn_after: None,
         stop_deadline: None,
         fatal: None,
+        notifier,
+        reloading: false,
+        _pid_file: pid_file,
     };
     log::info!(
         "master starting {} worker(s) for {} on {}",
@@ -226,6 +261,17 @@ impl Master {
         if !self.announced && ready >= self.target {
             self.announced = true;
             log::info!("listening on {}", self.listener.describe());
+            self.notify(&format!(
+                "READY=1\nMAINPID={}\nSTATUS={}",
+                std::process::id(),
+                self.status()
+            ));
+        }
+        let old_left = self.workers.iter().any(|w| w.generation < self.generation);
+        if self.reloading && !old_left && ready >= self.target {
+            self.reloading = false;
+            log::info!("reload done: {} new worker(s) serving", ready);
+            self.notify(&format!("READY=1\nSTATUS={}", self.status()));
         }
     }
 
@@ -267,6 +313,7 @@ impl Master {
         if got.quit {
             if self.stop_deadline.is_none() {
                 log::info!("received SIGQUIT: stopping now");
+                self.notify("STOPPING=1\nSTATUS=stopping now");
             }
             self.signal_all(libc::SIGQUIT);
             self.stop_deadline = Some(Instant::now() + QUIT_TIMEOUT);
@@ -276,6 +323,11 @@ impl Master {
         }
         if got.reload {
             self.generation += 1;
+            self.reloading = true;
+            self.notify(&format!(
+                "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
+                systemd::monotonic_usec()
+            ));
             log::info!(
                 "received SIGHUP: starting {} new worker(s); the old ones drain as they are ready",
                 self.target
@@ -304,8 +356,25 @@ impl Master {
             "received signal {sig}: stopping {} worker(s) gracefully",
             self.workers.len()
         );
+        self.notify("STOPPING=1\nSTATUS=stopping");
         self.signal_all(libc::SIGTERM);
         self.stop_deadline = Some(Instant::now() + self.config.graceful_timeout + KILL_MARGIN);
+    }
+
+    fn notify(&self, state: &str) {
+        if let Some(n) = &self.notifier {
+            n.send(state);
+        }
+    }
+
+    /// The `STATUS=` line for systemd.
+    fn status(&self) -> String {
+        format!(
+            "serving {} on {} with {} worker(s)",
+            self.config.app,
+            self.listener.describe(),
+            self.target
+        )
     }
 
     fn signal_all(&self, sig: libc::c_int) {

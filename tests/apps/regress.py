@@ -188,6 +188,18 @@ def r_watch(environ, start_response, q):
     return [body]
 
 
+def r_orphan(environ, start_response, q):
+    """Leaves an orphan behind: a shell that exits at once after starting `sleep 0.2` in
+    the background; the sleep is reparented to the namespace's init (or the nearest
+    subreaper), which must reap it."""
+    import subprocess
+    p = subprocess.Popen(["sh", "-c", "sleep 0.2 & exit 0"])
+    p.wait()
+    body = b"orphaned"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "8")])
+    return [body]
+
+
 ROUTES = {
     "/hello": r_hello,
     "/sse": r_sse,
@@ -203,4 +215,5 @@ ROUTES = {
     "/endless": r_endless,
     "/pid": r_pid,
     "/watch": r_watch,
+    "/orphan": r_orphan,
 }

@@ -137,9 +137,17 @@ pub struct ServerBuilder {
     env: Vec<(String, String)>,
     port_flag: bool,
     app_dir_flag: bool,
+    /// A command the server runs under (`unshare ...`, `systemd-socket-activate ...`).
+    wrapper: Vec<String>,
 }
 
 impl ServerBuilder {
+    /// Runs the server under `cmd` (the binary and its arguments follow it).
+    pub fn wrapped(mut self, cmd: &[&str]) -> Self {
+        self.wrapper = cmd.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
     pub fn arg(mut self, a: &str) -> Self {
         self.args.push(a.to_string());
         self
@@ -168,7 +176,14 @@ impl ServerBuilder {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(bin());
+        let mut cmd = match self.wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.arg(&self.app);
         if self.port_flag {
             cmd.args(["--port", "0"]);
@@ -334,6 +349,7 @@ impl Server {
             env: vec![],
             port_flag: true,
             app_dir_flag: true,
+            wrapper: vec![],
         }
     }
 

@@ -1,0 +1,204 @@
+//! Running under systemd and as PID 1: socket activation through the real
+//! `systemd-socket-activate`, the notify protocol on a datagram socket of the test's own,
+//! `--pid-file`, and a master that is PID 1 of a PID namespace (`unshare`), as in a
+//! container: it reaps orphans and stops gracefully on SIGTERM.
+
+mod common;
+
+use common::*;
+use std::os::unix::net::UnixDatagram;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const PROMPT: Duration = Duration::from_secs(10);
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn serves_on_the_socket_systemd_passes() {
+    if !have("systemd-socket-activate") {
+        eprintln!("skipped: systemd-socket-activate is not installed (apt-get install systemd)");
+        return;
+    }
+    let port = free_port();
+    let tmp = TempDir::new("socket-activation");
+    let log = tmp.file("log");
+    let mut child = Command::new("systemd-socket-activate")
+        .args([
+            "-l",
+            &format!("127.0.0.1:{port}"),
+            bin(),
+            "regress:app",
+            "--workers",
+            "2",
+        ])
+        .arg("--app-dir")
+        .arg(apps_dir())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("systemd-socket-activate runs");
+    // systemd-socket-activate binds at once and execs m0serve on the first connection.
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let connected = wait_until(PROMPT, || std::net::TcpStream::connect(addr).is_ok());
+    assert!(connected, "nothing listens on {addr}");
+    let mut c = Conn::connect(addr);
+    c.set_io_timeout(PROMPT);
+    c.send(&get("/hello"));
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "hello", "{}", r.status_line());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("master starting 2 worker(s)"), "{text}");
+    assert!(!text.contains("cannot bind"), "{text}");
+    // SAFETY: kill(2) on the child this test started (m0serve, exec'd in its place).
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let done = wait_until(PROMPT, || {
+        child.try_wait().map(|s| s.is_some()).unwrap_or(true)
+    });
+    if !done {
+        let _ = child.kill();
+    }
+    assert!(done, "m0serve did not stop:\n{}", read_or_empty(&log));
+    assert_eq!(
+        child.wait().unwrap().code(),
+        Some(0),
+        "{}",
+        read_or_empty(&log)
+    );
+}
+
+/// Receives notifications until one contains `want`; all of them joined, for messages.
+fn expect_notification(sock: &UnixDatagram, want: &str, seen: &mut Vec<String>) {
+    let mut buf = [0u8; 4096];
+    sock.set_read_timeout(Some(PROMPT)).unwrap();
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(n) => {
+                let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let hit = msg.lines().any(|l| l == want || l.starts_with(want));
+                seen.push(msg);
+                if hit {
+                    return;
+                }
+            }
+            Err(e) => panic!("no {want:?} notification ({e}); got {seen:?}"),
+        }
+    }
+}
+
+#[test]
+fn notifies_ready_reloading_and_stopping() {
+    let tmp = TempDir::new("notify");
+    let path = tmp.file("notify.sock");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    let mut s = Server::builder("regress:app")
+        .args(&["--workers", "2"])
+        .env("NOTIFY_SOCKET", &path)
+        .start();
+    let mut seen = Vec::new();
+    expect_notification(&sock, "READY=1", &mut seen);
+    let first = seen.last().unwrap().clone();
+    assert!(first.contains(&format!("MAINPID={}", s.pid())), "{first}");
+    assert!(first.contains("STATUS=serving regress:app"), "{first}");
+    s.signal(libc::SIGHUP);
+    expect_notification(&sock, "RELOADING=1", &mut seen);
+    assert!(seen.last().unwrap().contains("MONOTONIC_USEC="), "{seen:?}");
+    expect_notification(&sock, "READY=1", &mut seen);
+    s.stop();
+    expect_notification(&sock, "STOPPING=1", &mut seen);
+}
+
+#[test]
+fn pid_file_holds_the_master_pid_until_exit() {
+    let tmp = TempDir::new("pid-file");
+    let pid_file = tmp.file("m0serve.pid");
+    let mut s = Server::start("hello:app", &["--pid-file", &pid_file]);
+    let text = std::fs::read_to_string(&pid_file).expect("the pid file exists");
+    assert_eq!(text.trim(), s.pid().to_string());
+    s.stop();
+    assert!(
+        !std::path::Path::new(&pid_file).exists(),
+        "the pid file outlived the server"
+    );
+}
+
+/// Zombie processes whose parent is `pid`.
+fn zombies_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        // pid (comm) state ppid ...: the fields after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.first() == Some(&"Z") && f.get(1).and_then(|x| x.parse().ok()) == Some(pid) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn as_pid_1_it_reaps_orphans_and_stops_gracefully_on_sigterm() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !have("unshare") || !root {
+        eprintln!("skipped: needs unshare(1) and root for a PID namespace");
+        return;
+    }
+    let s = Server::builder("regress:app")
+        .wrapped(&["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"])
+        .start();
+    // The master is unshare's child (PID 1 inside the namespace).
+    let master = s.wait_for_workers(1, PROMPT)[0];
+    let status = std::fs::read_to_string(format!("/proc/{master}/status")).unwrap();
+    let nspid = status
+        .lines()
+        .find(|l| l.starts_with("NSpid:"))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or("?");
+    assert_eq!(
+        nspid, "1",
+        "the master is not PID 1 of its namespace:\n{status}"
+    );
+    for _ in 0..5 {
+        assert_eq!(s.get("/orphan").body_text(), "orphaned");
+    }
+    // Each orphaned `sleep 0.2` exits and is reparented to PID 1: the master must reap it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let left = zombies_of(master);
+    assert!(left.is_empty(), "zombies left under PID 1: {left:?}");
+    // SAFETY: kill(2) on the master this test started.
+    unsafe { libc::kill(master as i32, libc::SIGTERM) };
+    let mut s = s;
+    let st = s.wait_exit(PROMPT).expect("the server stops");
+    assert_eq!(
+        st.code(),
+        Some(0),
+        "{}\n{}",
+        describe_status(&st),
+        s.log_text()
+    );
+    assert!(
+        s.log_text().contains("stopping 1 worker(s) gracefully"),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[test]
+fn bad_backlog_is_refused_naming_the_flag() {
+    let out = run_to_exit(&["hello:app", "--port", "0", "--backlog", "0"], &[], PROMPT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--backlog"), "{}", out.stderr);
+}
