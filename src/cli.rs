@@ -157,6 +157,19 @@ pub struct Cli {
     )]
     pub write_timeout: f64,
 
+    /// Write an access log line per response (to standard error, or --access-log-file).
+    #[arg(long, env = "M0SERVE_ACCESS_LOG")]
+    pub access_log: bool,
+
+    /// Write the access log to PATH, appending (implies --access-log).
+    #[arg(long, env = "M0SERVE_ACCESS_LOG_FILE", value_name = "PATH")]
+    pub access_log_file: Option<PathBuf>,
+
+    /// The access log format: gunicorn's `%(name)s` atoms (docs/operations.md), or `json`.
+    #[arg(long, env = "M0SERVE_ACCESS_LOG_FORMAT", value_name = "FORMAT",
+          default_value = crate::access_log::DEFAULT_FORMAT)]
+    pub access_log_format: String,
+
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
     #[arg(long, env = "M0SERVE_STATS")]
     pub stats: bool,

@@ -124,6 +124,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub backlog: i32,
     pub pid_file: Option<PathBuf>,
+    /// `--access-log`: where (`None`: standard error) and in which format.
+    pub access_log: Option<(Option<PathBuf>, crate::access_log::Format)>,
     pub app_dir: PathBuf,
     pub log_level: Level,
     pub stats: bool,
@@ -226,6 +228,14 @@ impl Config {
             max_connections,
             timeouts,
             backlog,
+            access_log: if cli.access_log || cli.access_log_file.is_some() {
+                Some((
+                    cli.access_log_file,
+                    crate::access_log::Format::parse(&cli.access_log_format)?,
+                ))
+            } else {
+                None
+            },
             pid_file: cli.pid_file,
             app_dir,
             log_level: cli.log_level,

@@ -389,6 +389,9 @@ impl EventLoop {
             // No spin here before sleeping: measured side by side on 2 cores (wrk on the
             // same cores), a 127-pause spin for the next response cost 2 µs of CPU per
             // request and gained nothing (BENCHMARKS.md, "loop spin").
+            if let Some(inline) = self.inline.as_mut() {
+                inline.flush_log();
+            }
             // Announce, re-check, then sleep: a handler that pushes after the re-check sees
             // the flag and wakes us (the fences pair in `WakeFlag`).
             self.shared.wake.announce();

@@ -24,6 +24,7 @@ pub struct HandlerSetup {
     pub loop_shared: Arc<LoopShared>,
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
+    pub access_log: Option<Arc<crate::access_log::Shared>>,
 }
 
 pub fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
@@ -41,6 +42,7 @@ fn run(setup: HandlerSetup) {
         loop_shared,
         app,
         info,
+        access_log,
     } = setup;
     Python::attach(|py| {
         let mut bridge = match Bridge::new(
@@ -50,6 +52,7 @@ fn run(setup: HandlerSetup) {
             shared.clone(),
             loop_shared,
             &info,
+            access_log,
         ) {
             Ok(b) => b,
             Err(e) => {
@@ -75,6 +78,8 @@ fn run(setup: HandlerSetup) {
                 }
                 continue;
             }
+            // Lines of the access log go out before a wait, not one write per request.
+            bridge.flush_log();
             // Nothing to do: wait with the GIL released (other Python threads run), spinning
             // briefly, then parked until the loop pushes a request and sees our flag.
             let waiting = &mut rx;

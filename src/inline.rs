@@ -35,6 +35,7 @@ pub struct InlineSetup {
     pub shared: Arc<HandlerShared>,
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
+    pub access_log: Option<Arc<crate::access_log::Shared>>,
 }
 
 /// The app's side of inline mode, owned by the loop thread.
@@ -60,6 +61,7 @@ impl Inline {
             shared,
             app,
             info,
+            access_log,
         } = setup;
         let out = Rc::new(RefCell::new(VecDeque::new()));
         let bridge = Bridge::new(
@@ -69,6 +71,7 @@ impl Inline {
             shared.clone(),
             loop_shared,
             &info,
+            access_log,
         )?;
         Ok((
             Inline {
@@ -111,6 +114,11 @@ impl Inline {
                 return;
             }
         }
+    }
+
+    /// Writes buffered access log lines (before the loop sleeps).
+    pub fn flush_log(&mut self) {
+        self.bridge.flush_log();
     }
 
     /// At exit: a suspended body is closed; the rest is dropped with the GIL held.

@@ -8,6 +8,8 @@
 // Under `--cfg loom` only the lock-free core is built: the models in `ring` and `park`
 // exercise it, and nothing else may run on loom's atomics.
 #[cfg(not(loom))]
+pub mod access_log;
+#[cfg(not(loom))]
 pub mod cli;
 #[cfg(not(loom))]
 pub mod config;

@@ -146,6 +146,19 @@ fn serve(
         waker,
         draining: AtomicBool::new(false),
     });
+    let access_log = match &config.access_log {
+        Some((path, format)) => Some(Arc::new(crate::access_log::Shared {
+            format: format.clone(),
+            sink: crate::access_log::Sink::open(path.as_deref()).map_err(|e| {
+                format!(
+                    "--access-log-file {}: {e}",
+                    path.as_ref()
+                        .map_or("-".into(), |p| p.display().to_string())
+                )
+            })?,
+        })),
+        None => None,
+    };
     let mut links = Vec::with_capacity(apps.len());
     let mut inline = None;
     let mut apps = apps;
@@ -157,6 +170,7 @@ fn serve(
             shared: Arc::new(HandlerShared::new()),
             app: apps.pop().ok_or("no application object")?,
             info: info.clone(),
+            access_log: access_log.clone(),
         });
     }
     for (idx, app) in apps.into_iter().enumerate() {
@@ -171,6 +185,7 @@ fn serve(
             loop_shared: loop_shared.clone(),
             app,
             info: info.clone(),
+            access_log: access_log.clone(),
         })
         .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
         links.push(HandlerLink::new(

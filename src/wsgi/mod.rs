@@ -14,6 +14,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyTuple};
 
+use crate::access_log::AccessLogger;
 use crate::event_loop::{HandlerShared, LoopShared};
 use crate::msg::Request;
 use environ::EnvBuilder;
@@ -31,8 +32,19 @@ pub struct ServerInfo {
     pub multiprocess: bool,
 }
 
+/// What the access log needs of the request being served, kept from its start.
+struct LogCtx {
+    peer: crate::msg::Peer,
+    head_bytes: Vec<u8>,
+    head: crate::http::parse::Head,
+    started: std::time::Instant,
+}
+
 pub struct Bridge {
     app: Py<PyAny>,
+    /// `--access-log`: this handler's logger, and the request being served.
+    log: Option<AccessLogger>,
+    current: Option<LogCtx>,
     ex: Rc<Exchange>,
     env: EnvBuilder,
     next_id: u64,
@@ -75,6 +87,7 @@ impl Bridge {
         shared: Arc<HandlerShared>,
         loop_shared: Arc<LoopShared>,
         info: &ServerInfo,
+        access_log: Option<Arc<crate::access_log::Shared>>,
     ) -> PyResult<Bridge> {
         let inline = matches!(sink, Sink::Inline(_));
         let ex = Rc::new(Exchange::new(sink, shared, loop_shared));
@@ -83,6 +96,8 @@ impl Bridge {
         env.add_constant(py, "m0serve.client_disconnected", gone.into_any())?;
         Ok(Bridge {
             app,
+            log: access_log.map(AccessLogger::new),
+            current: None,
             ex,
             env,
             next_id: 0,
@@ -104,6 +119,45 @@ impl Bridge {
     /// Serves one request; every outcome ends in exactly one final part on the sink, or,
     /// inline, in `Served::Suspended` until `resume` ends it.
     pub fn serve(&mut self, py: Python<'_>, req: Request) -> Served {
+        if self.log.is_some() {
+            self.current = Some(LogCtx {
+                peer: req.peer,
+                head_bytes: req.data[..req.head.head_len].to_vec(),
+                head: req.head.clone(),
+                started: std::time::Instant::now(),
+            });
+        }
+        let served = self.serve_request(py, req);
+        if served == Served::Done {
+            self.log_response();
+        }
+        served
+    }
+
+    /// Writes the access log line of the request just ended.
+    fn log_response(&mut self) {
+        let (Some(log), Some(ctx)) = (self.log.as_mut(), self.current.take()) else {
+            return;
+        };
+        let st = self.ex.st.borrow();
+        log.record(&crate::access_log::Entry {
+            peer: ctx.peer,
+            head_bytes: &ctx.head_bytes,
+            head: &ctx.head,
+            status: st.code,
+            body_bytes: st.body_bytes,
+            duration: ctx.started.elapsed(),
+        });
+    }
+
+    /// Writes buffered access log lines (before the handler waits).
+    pub fn flush_log(&mut self) {
+        if let Some(log) = self.log.as_mut() {
+            log.flush();
+        }
+    }
+
+    fn serve_request(&mut self, py: Python<'_>, req: Request) -> Served {
         self.next_id += 1;
         let id = self.next_id;
         let method = req.head.method.get(&req.data);
@@ -161,6 +215,14 @@ impl Bridge {
 
     /// Goes on with the suspended body (inline mode, when `can_resume`).
     pub fn resume(&mut self, py: Python<'_>) -> Served {
+        let served = self.resume_body(py);
+        if served == Served::Done {
+            self.log_response();
+        }
+        served
+    }
+
+    fn resume_body(&mut self, py: Python<'_>) -> Served {
         let Some(p) = self.pending.take() else {
             return Served::Done;
         };

@@ -131,6 +131,9 @@ pub struct State {
     more: Vec<Buf>,
     /// A file body to send after `out` with the last part.
     file: Option<FileBody>,
+    /// For the access log: the status sent, and the body bytes framed so far.
+    pub code: u16,
+    pub body_bytes: u64,
 }
 
 impl Exchange {
@@ -158,6 +161,8 @@ impl Exchange {
                 out: Vec::new(),
                 more: Vec::new(),
                 file: None,
+                code: 0,
+                body_bytes: 0,
             }),
             date: RefCell::new(DateCache::new()),
             closed_conn: Cell::new(u64::MAX),
@@ -175,6 +180,8 @@ impl Exchange {
         st.out = Vec::new();
         st.more = Vec::new();
         st.file = None;
+        st.code = 0;
+        st.body_bytes = 0;
     }
 
     /// `start_response(status, headers, exc_info)`, PEP 3333 "The start_response()
@@ -244,7 +251,7 @@ impl Exchange {
         let headers = headers.bind(py).clone();
         let mut out = std::mem::take(&mut st.out);
         let mark = out.len();
-        let result = (|| -> PyResult<()> {
+        let result = (|| -> PyResult<u16> {
             let (mut w, code) =
                 HeadWriter::new(&mut out, latin1(&status, "status")?).map_err(encode_err)?;
             let (mut app_len, mut app_date, mut app_server) = (None, false, false);
@@ -307,13 +314,14 @@ impl Exchange {
                 Framing::Length(n) => n,
                 _ => 0,
             };
-            Ok(())
+            Ok(code)
         })();
         if result.is_err() {
             out.truncate(mark);
         }
         st.out = out;
-        result?;
+        st.code = result?;
+        st.body_bytes = 0;
         st.sent = true;
         Ok(())
     }
@@ -417,6 +425,7 @@ impl Exchange {
             _ => return Ok(true),
         };
         if len > 0 {
+            st.body_bytes += len;
             st.file = Some(FileBody { fd, offset, len });
         }
         Ok(true)
@@ -460,6 +469,8 @@ impl Exchange {
         if !st.req.is_head {
             out.extend_from_slice(body);
         }
+        st.code = 500;
+        st.body_bytes = if st.req.is_head { 0 } else { body.len() as u64 };
         st.sent = true;
         drop(st);
         self.push(py, conn, out, Vec::new(), Part::Last { keep_alive });
@@ -611,6 +622,9 @@ fn put(st: &mut State, data: &Bound<'_, PyBytes>, range: std::ops::Range<usize>)
 /// length is complete and the whole response can go out with the last part).
 fn append_body(st: &mut State, data: &Bound<'_, PyBytes>) -> bool {
     let len = data.as_bytes().len();
+    if st.framing != Framing::NoBody {
+        st.body_bytes += len as u64;
+    }
     match st.framing {
         Framing::NoBody => false,
         Framing::Chunked if len >= ZERO_COPY_MIN_BYTES => {
@@ -632,6 +646,7 @@ fn append_body(st: &mut State, data: &Bound<'_, PyBytes>) -> bool {
             let n = (len as u64).min(st.remaining) as usize;
             if n < len {
                 st.mismatch = true;
+                st.body_bytes -= (len - n) as u64;
             }
             put(st, data, 0..n);
             st.remaining -= n as u64;

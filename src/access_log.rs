@@ -1,0 +1,457 @@
+//! The access log (`--access-log`, `--access-log-file`, `--access-log-format`): one line
+//! per response, written by the handler thread that served it, never by the loop.
+//!
+//! Each handler formats its lines into its own buffer and writes the buffer with one
+//! `write(2)` when it grows past `FLUSH_BYTES` or before the handler waits for work, so a
+//! busy handler pays no system call per request; lines from different handlers never
+//! interleave inside a line (each write holds whole lines, and a log file is opened with
+//! `O_APPEND`).
+//!
+//! The format is gunicorn's: `%(name)s` atoms in literal text. `h` client address, `t` time
+//! (`[30/Nov/2026:04:52:06 +0000]`), `r` request line, `m` method, `U` path, `q` query,
+//! `H` protocol, `s` status, `B` response body bytes, `b` the same or `-` for none, `f`
+//! referer, `a` user agent, `T` seconds, `M` milliseconds, `D` microseconds, `{name}i` any
+//! request header, `l` and `u` a `-`. `--access-log-format json` writes one JSON object per
+//! line with the same facts, every string escaped.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::http::parse::{Head, Version};
+use crate::msg::Peer;
+
+/// gunicorn's default access log format.
+pub const DEFAULT_FORMAT: &str = r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s""#;
+
+/// A handler's buffered lines are written once they pass this size.
+const FLUSH_BYTES: usize = 16 * 1024;
+
+/// One piece of a format: literal text, or a fact of the response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Atom {
+    Lit(String),
+    Remote,
+    Time,
+    RequestLine,
+    Method,
+    Path,
+    Query,
+    Protocol,
+    Status,
+    Bytes,
+    BytesOrDash,
+    Referer,
+    UserAgent,
+    Seconds,
+    Millis,
+    Micros,
+    Header(String),
+    Dash,
+}
+
+/// A parsed `--access-log-format`.
+#[derive(Clone, Debug)]
+pub enum Format {
+    Atoms(Vec<Atom>),
+    Json,
+}
+
+impl Format {
+    pub fn parse(s: &str) -> Result<Format, String> {
+        if s == "json" {
+            return Ok(Format::Json);
+        }
+        let mut atoms = Vec::new();
+        let mut lit = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find("%(") {
+            lit.push_str(&rest[..i]);
+            let after = &rest[i + 2..];
+            let end = after
+                .find(")s")
+                .ok_or_else(|| format!("--access-log-format: unclosed %( in {s:?}"))?;
+            let name = &after[..end];
+            let atom = match name {
+                "h" => Atom::Remote,
+                "t" => Atom::Time,
+                "r" => Atom::RequestLine,
+                "m" => Atom::Method,
+                "U" => Atom::Path,
+                "q" => Atom::Query,
+                "H" => Atom::Protocol,
+                "s" => Atom::Status,
+                "B" => Atom::Bytes,
+                "b" => Atom::BytesOrDash,
+                "f" => Atom::Referer,
+                "a" => Atom::UserAgent,
+                "T" => Atom::Seconds,
+                "M" => Atom::Millis,
+                "D" => Atom::Micros,
+                "l" | "u" => Atom::Dash,
+                n if n.starts_with('{') && n.ends_with("}i") && n.len() > 3 => {
+                    Atom::Header(n[1..n.len() - 2].to_ascii_lowercase())
+                }
+                other => {
+                    return Err(format!(
+                        "--access-log-format: unknown atom %({other})s (see docs/operations.md)"
+                    ))
+                }
+            };
+            if !lit.is_empty() {
+                atoms.push(Atom::Lit(std::mem::take(&mut lit)));
+            }
+            atoms.push(atom);
+            rest = &after[end + 2..];
+        }
+        lit.push_str(rest);
+        if !lit.is_empty() {
+            atoms.push(Atom::Lit(lit));
+        }
+        Ok(Format::Atoms(atoms))
+    }
+}
+
+/// Where lines go: shared by every handler of a worker.
+pub struct Sink {
+    file: Option<File>,
+}
+
+impl Sink {
+    /// A file opened for appending, or standard error.
+    pub fn open(path: Option<&Path>) -> io::Result<Sink> {
+        let file = match path {
+            Some(p) => Some(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .mode(0o644)
+                    .open(p)?,
+            ),
+            None => None,
+        };
+        Ok(Sink { file })
+    }
+
+    fn write(&self, bytes: &[u8]) {
+        let res = match &self.file {
+            Some(f) => (&*f).write_all(bytes),
+            None => io::stderr().lock().write_all(bytes),
+        };
+        if let Err(e) = res {
+            crate::log::warn!("cannot write the access log: {e}");
+        }
+    }
+}
+
+/// The facts of one response.
+pub struct Entry<'a> {
+    pub peer: Peer,
+    /// The request head as received, with its parse.
+    pub head_bytes: &'a [u8],
+    pub head: &'a Head,
+    pub status: u16,
+    pub body_bytes: u64,
+    pub duration: Duration,
+}
+
+/// A worker's access log: the format and where lines go, shared by its handlers.
+pub struct Shared {
+    pub format: Format,
+    pub sink: Sink,
+}
+
+/// One handler's access log: its buffer, over the worker's shared format and sink.
+pub struct AccessLogger {
+    shared: Arc<Shared>,
+    buf: Vec<u8>,
+    line: String,
+    time: TimeCache,
+}
+
+/// The `%(t)s` text and the second it was rendered for.
+struct TimeCache(u64, String);
+
+impl AccessLogger {
+    pub fn new(shared: Arc<Shared>) -> AccessLogger {
+        AccessLogger {
+            shared,
+            buf: Vec::with_capacity(FLUSH_BYTES + 1024),
+            line: String::with_capacity(512),
+            time: TimeCache(u64::MAX, String::new()),
+        }
+    }
+
+    pub fn record(&mut self, e: &Entry<'_>) {
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        match &self.shared.format {
+            Format::Json => json(&mut self.time, &mut line, e),
+            Format::Atoms(atoms) => {
+                for atom in atoms {
+                    render(&mut self.time, &mut line, atom, e);
+                }
+            }
+        }
+        line.push('\n');
+        self.buf.extend_from_slice(line.as_bytes());
+        self.line = line;
+        if self.buf.len() >= FLUSH_BYTES {
+            self.flush();
+        }
+    }
+
+    /// Writes the buffered lines (before the handler waits, and at exit).
+    pub fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            self.shared.sink.write(&self.buf);
+            self.buf.clear();
+        }
+    }
+}
+
+impl TimeCache {
+    /// `[30/Nov/2026:04:52:06 +0000]`, rendered once a second.
+    fn get(&mut self) -> &str {
+        let secs = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        if self.0 != secs {
+            *self = TimeCache(secs, clf(secs));
+        }
+        &self.1
+    }
+}
+
+fn render(time: &mut TimeCache, out: &mut String, atom: &Atom, e: &Entry<'_>) {
+    {
+        let data = e.head_bytes;
+        let (path, query) = split_target(e.head.target.get(data));
+        match atom {
+            Atom::Lit(s) => out.push_str(s),
+            Atom::Remote => push_peer(out, e.peer),
+            Atom::Time => out.push_str(time.get()),
+            Atom::RequestLine => {
+                push_text(out, e.head.method.get(data));
+                out.push(' ');
+                push_text(out, e.head.target.get(data));
+                out.push(' ');
+                out.push_str(protocol(e.head.version));
+            }
+            Atom::Method => push_text(out, e.head.method.get(data)),
+            Atom::Path => push_text(out, path),
+            Atom::Query => push_text(out, query),
+            Atom::Protocol => out.push_str(protocol(e.head.version)),
+            Atom::Status => {
+                let _ = write!(out, "{}", e.status);
+            }
+            Atom::Bytes => {
+                let _ = write!(out, "{}", e.body_bytes);
+            }
+            Atom::BytesOrDash if e.body_bytes == 0 => out.push('-'),
+            Atom::BytesOrDash => {
+                let _ = write!(out, "{}", e.body_bytes);
+            }
+            Atom::Referer => push_text(out, header(e, "referer").unwrap_or(b"-")),
+            Atom::UserAgent => push_text(out, header(e, "user-agent").unwrap_or(b"-")),
+            Atom::Seconds => {
+                let _ = write!(out, "{}", e.duration.as_secs());
+            }
+            Atom::Millis => {
+                let _ = write!(out, "{:.3}", e.duration.as_secs_f64() * 1e3);
+            }
+            Atom::Micros => {
+                let _ = write!(out, "{}", e.duration.as_micros());
+            }
+            Atom::Header(name) => push_text(out, header(e, name).unwrap_or(b"-")),
+            Atom::Dash => out.push('-'),
+        }
+    }
+}
+
+fn json(time: &mut TimeCache, out: &mut String, e: &Entry<'_>) {
+    {
+        let data = e.head_bytes;
+        let (path, query) = split_target(e.head.target.get(data));
+        let mut peer = String::new();
+        push_peer(&mut peer, e.peer);
+        out.push_str("{\"time\":");
+        json_str(
+            out,
+            time.get().trim_matches(|c| c == '[' || c == ']').as_bytes(),
+        );
+        out.push_str(",\"remote_addr\":");
+        json_str(out, peer.as_bytes());
+        out.push_str(",\"method\":");
+        json_str(out, e.head.method.get(data));
+        out.push_str(",\"path\":");
+        json_str(out, path);
+        out.push_str(",\"query\":");
+        json_str(out, query);
+        out.push_str(",\"protocol\":");
+        json_str(out, protocol(e.head.version).as_bytes());
+        let _ = write!(
+            out,
+            ",\"status\":{},\"size\":{},\"duration_us\":{}",
+            e.status,
+            e.body_bytes,
+            e.duration.as_micros()
+        );
+        out.push_str(",\"referer\":");
+        json_str(out, header(e, "referer").unwrap_or(b""));
+        out.push_str(",\"user_agent\":");
+        json_str(out, header(e, "user-agent").unwrap_or(b""));
+        out.push('}');
+    }
+}
+
+impl Drop for AccessLogger {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+fn protocol(v: Version) -> &'static str {
+    match v {
+        Version::Http10 => "HTTP/1.0",
+        Version::Http11 => "HTTP/1.1",
+    }
+}
+
+fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
+    match target.iter().position(|&b| b == b'?') {
+        Some(i) => (&target[..i], &target[i + 1..]),
+        None => (target, b""),
+    }
+}
+
+/// The first value of request header `name` (lower case).
+fn header<'a>(e: &Entry<'a>, name: &str) -> Option<&'a [u8]> {
+    e.head
+        .headers
+        .iter()
+        .find(|h| {
+            h.name
+                .get(e.head_bytes)
+                .eq_ignore_ascii_case(name.as_bytes())
+        })
+        .map(|h| h.value.get(e.head_bytes))
+}
+
+fn push_peer(out: &mut String, peer: Peer) {
+    match peer {
+        Peer::Tcp(a) => {
+            let _ = write!(out, "{}", a.ip());
+        }
+        Peer::Unix => out.push_str("unix"),
+    }
+}
+
+/// Request bytes as log text: printable ASCII as is, anything else as `\xHH`, and `"` and
+/// `\` escaped, so a client cannot forge a line or a field.
+fn push_text(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+}
+
+/// A JSON string of latin-1 bytes (RFC 8259: `"`, `\` and control characters escaped).
+fn json_str(out: &mut String, bytes: &[u8]) {
+    out.push('"');
+    for &b in bytes {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\u{:04x}", u16::from(b));
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// Common Log Format time for `secs` since the epoch, in UTC.
+fn clf(secs: u64) -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "[{:02}/{}/{}:{:02}:{:02}:{:02} +0000]",
+        d,
+        MONTHS[(m - 1) as usize],
+        y,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Howard Hinnant's `civil_from_days`: (year, month 1..=12, day 1..=31).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_gunicorns_default_format() {
+        let Format::Atoms(atoms) = Format::parse(DEFAULT_FORMAT).unwrap() else {
+            panic!("not atoms");
+        };
+        assert_eq!(atoms[0], Atom::Remote);
+        assert!(atoms.contains(&Atom::RequestLine));
+        assert!(Format::parse("%(zz)s").is_err());
+        assert!(Format::parse("%(h").is_err());
+        assert!(matches!(Format::parse("json"), Ok(Format::Json)));
+        let Format::Atoms(a) = Format::parse("x %({X-Request-Id}i)s y").unwrap() else {
+            panic!("not atoms");
+        };
+        assert_eq!(a[1], Atom::Header("x-request-id".into()));
+    }
+
+    #[test]
+    fn clf_time_is_right() {
+        // 2026-11-30T04:52:06Z
+        assert_eq!(clf(1_796_014_326), "[30/Nov/2026:04:52:06 +0000]");
+        assert_eq!(clf(0), "[01/Jan/1970:00:00:00 +0000]");
+    }
+
+    #[test]
+    fn text_and_json_escape_what_could_forge_a_line() {
+        let mut s = String::new();
+        push_text(&mut s, b"a\"b\\c\nd\xff");
+        assert_eq!(s, "a\\\"b\\\\c\\x0ad\\xff");
+        let mut j = String::new();
+        json_str(&mut j, b"a\"b\n\x01\xe9");
+        assert_eq!(j, "\"a\\\"b\\n\\u0001\\u00e9\"");
+    }
+}

@@ -1,0 +1,131 @@
+//! The access log: one line per response, in gunicorn's format by default, any format of
+//! its atoms, or JSON; to standard error or a file. The app is tests/apps/regress.py.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const PROMPT: Duration = Duration::from_secs(5);
+
+fn request_with(target: &str, headers: &str) -> Vec<u8> {
+    format!("GET {target} HTTP/1.1\r\nHost: x\r\n{headers}Connection: close\r\n\r\n").into_bytes()
+}
+
+fn check_default_format(args: &[&str]) {
+    let s = Server::start("regress:app", args);
+    let r = s.request(&request_with(
+        "/hello?x=1",
+        "User-Agent: m0test-agent/1.0\r\nReferer: http://ref.example/\r\n",
+    ));
+    assert_eq!(r.status, 200);
+    let found = s.wait_for_log("m0test-agent/1.0", PROMPT);
+    let log = s.log_text();
+    assert!(found, "no access log line:\n{log}");
+    let line = log
+        .lines()
+        .find(|l| l.contains("m0test-agent/1.0"))
+        .unwrap();
+    // 127.0.0.1 - - [30/Nov/2026:04:52:06 +0000] "GET /hello?x=1 HTTP/1.1" 200 5 "http://ref.example/" "m0test-agent/1.0"
+    assert!(line.starts_with("127.0.0.1 - - ["), "{line}");
+    assert!(line.contains(" +0000] "), "{line}");
+    assert!(
+        line.ends_with(
+            r#""GET /hello?x=1 HTTP/1.1" 200 5 "http://ref.example/" "m0test-agent/1.0""#
+        ),
+        "{line}"
+    );
+}
+
+#[test]
+fn default_format_is_gunicorns_on_stderr() {
+    check_default_format(&["--access-log"]);
+}
+
+#[test]
+fn default_format_inline() {
+    check_default_format(&["--access-log", "--blocking-threads", "0"]);
+}
+
+#[test]
+fn off_by_default() {
+    let s = Server::start("regress:app", &[]);
+    let r = s.request(&request_with("/hello", "User-Agent: m0test-quiet\r\n"));
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!s.log_text().contains("m0test-quiet"), "{}", s.log_text());
+}
+
+#[test]
+fn json_lines_to_a_file_parse_back() {
+    let tmp = TempDir::new("access-json");
+    let file = tmp.file("access.log");
+    let mut s = Server::start(
+        "regress:app",
+        &["--access-log-file", &file, "--access-log-format", "json"],
+    );
+    let mut raw = request_with("/hello?q=a%20b", "User-Agent: say \"hi\"\r\n");
+    assert_eq!(s.request(&raw).status, 200);
+    raw = b"GET /nowhere HTTP/1.1\r\nHost: x\r\nUser-Agent: caf\xe9\r\nConnection: close\r\n\r\n"
+        .to_vec();
+    assert_eq!(s.request(&raw).status, 404);
+    s.stop();
+    let text = std::fs::read_to_string(&file).expect("the access log file");
+    let lines: Vec<Json> = text
+        .lines()
+        .map(|l| Json::parse(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert_eq!(lines[0]["method"].as_str(), Some("GET"));
+    assert_eq!(lines[0]["path"].as_str(), Some("/hello"));
+    assert_eq!(lines[0]["query"].as_str(), Some("q=a%20b"));
+    assert_eq!(lines[0]["status"].as_f64(), Some(200.0));
+    assert_eq!(lines[0]["size"].as_f64(), Some(5.0));
+    assert_eq!(lines[0]["user_agent"].as_str(), Some("say \"hi\""));
+    assert_eq!(lines[0]["remote_addr"].as_str(), Some("127.0.0.1"));
+    assert_eq!(lines[1]["status"].as_f64(), Some(404.0));
+    assert_eq!(lines[1]["user_agent"].as_str(), Some("caf\u{e9}"));
+}
+
+#[test]
+fn custom_format_with_a_request_header_and_the_duration() {
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--access-log",
+            "--access-log-format",
+            "rid=%({X-Request-Id}i)s us=%(D)s st=%(s)s m=%(m)s",
+        ],
+    );
+    let r = s.request(&request_with("/hello", "X-Request-Id: m0test-42\r\n"));
+    assert_eq!(r.status, 200);
+    assert!(s.wait_for_log("rid=m0test-42", PROMPT), "{}", s.log_text());
+    let log = s.log_text();
+    let line = log.lines().find(|l| l.contains("rid=m0test-42")).unwrap();
+    let us: u64 = line
+        .split("us=")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(us < 5_000_000, "{line}");
+    assert!(line.ends_with("st=200 m=GET"), "{line}");
+}
+
+#[test]
+fn a_bad_format_is_refused_naming_the_flag() {
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--port",
+            "0",
+            "--access-log",
+            "--access-log-format",
+            "%(nope)s",
+        ],
+        &[],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--access-log-format"), "{}", out.stderr);
+}
