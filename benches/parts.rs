@@ -201,6 +201,7 @@ fn main() {
         server_port: "8000".into(),
         multithread: false,
         multiprocess: false,
+        trusted: Default::default(),
     };
     Python::attach(|py| {
         let mut env = EnvBuilder::new(py, &info).expect("the environ builder");

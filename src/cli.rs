@@ -170,6 +170,16 @@ pub struct Cli {
           default_value = crate::access_log::DEFAULT_FORMAT)]
     pub access_log_format: String,
 
+    /// Peers whose Forwarded / X-Forwarded-For / X-Forwarded-Proto headers set REMOTE_ADDR
+    /// and wsgi.url_scheme: comma-separated addresses and CIDRs, or `*`; empty for none.
+    #[arg(
+        long,
+        env = "M0SERVE_FORWARDED_ALLOW_IPS",
+        default_value = "127.0.0.1,::1",
+        value_name = "LIST"
+    )]
+    pub forwarded_allow_ips: String,
+
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
     #[arg(long, env = "M0SERVE_STATS")]
     pub stats: bool,

@@ -124,6 +124,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub backlog: i32,
     pub pid_file: Option<PathBuf>,
+    pub trusted: crate::wsgi::proxy::Trusted,
     /// `--access-log`: where (`None`: standard error) and in which format.
     pub access_log: Option<(Option<PathBuf>, crate::access_log::Format)>,
     pub app_dir: PathBuf,
@@ -228,6 +229,7 @@ impl Config {
             max_connections,
             timeouts,
             backlog,
+            trusted: crate::wsgi::proxy::Trusted::parse(&cli.forwarded_allow_ips)?,
             access_log: if cli.access_log || cli.access_log_file.is_some() {
                 Some((
                     cli.access_log_file,

@@ -111,6 +111,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         server_port,
         multithread: config.blocking_threads > 1,
         multiprocess: config.workers > 1,
+        trusted: config.trusted.clone(),
     });
     // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
     // imports the app, then releases it for good while the worker runs.

@@ -136,7 +136,7 @@ const POLICIES: &[(&str, Policy)] = &[
     ("invalid/pp_01.http", Skip(PROXY_PROTOCOL)),
     ("invalid/pp_02.http", Skip(PROXY_PROTOCOL)),
     ("invalid/pp_03.http", Skip(PROXY_PROTOCOL)),
-    ("invalid/019.http", Skip("gunicorn's check of X-Forwarded-Proto against X-Forwarded-Ssl, made because it trusts 127.0.0.1 as a proxy by default: well-formed HTTP, and m0serve trusts no forwarding headers by default")),
+    ("invalid/019.http", Skip("gunicorn's check of X-Forwarded-Proto against X-Forwarded-Ssl, made because it trusts 127.0.0.1 as a proxy by default: well-formed HTTP; m0serve (which also trusts 127.0.0.1 by default) reads Forwarded and X-Forwarded-For/-Proto only, not X-Forwarded-Ssl, so there is no conflict to refuse")),
     // --- invalid cases the RFCs allow either way ---------------------------------
     ("invalid/003c.http", Either("`-bl` is a valid token method (RFC 9110 section 9.1); gunicorn refuses lower-case methods by default")),
     // --- invalid cases decided by a default size limit ---------------------------------

@@ -89,6 +89,10 @@ struct Keys {
     remote_addr: Py<PyString>,
     remote_port: Py<PyString>,
     pub wsgi_input: Py<PyString>,
+    url_scheme: Py<PyString>,
+    forwarded: Py<PyString>,
+    x_forwarded_for: Py<PyString>,
+    x_forwarded_proto: Py<PyString>,
 }
 
 /// One header position of the previous request: its name, key, and value.
@@ -111,6 +115,8 @@ pub struct EnvBuilder {
     header_keys: HashMap<Box<[u8]>, Option<Py<PyString>>, BuildHasherDefault<Fnv>>,
     last_ip: Option<(IpAddr, Py<PyString>)>,
     recent: Vec<Recent>,
+    trusted: super::proxy::Trusted,
+    https: Py<PyString>,
     scratch: Vec<u8>,
 }
 
@@ -173,6 +179,10 @@ impl EnvBuilder {
                 remote_addr: i("REMOTE_ADDR"),
                 remote_port: i("REMOTE_PORT"),
                 wsgi_input: i("wsgi.input"),
+                url_scheme: i("wsgi.url_scheme"),
+                forwarded: i("HTTP_FORWARDED"),
+                x_forwarded_for: i("HTTP_X_FORWARDED_FOR"),
+                x_forwarded_proto: i("HTTP_X_FORWARDED_PROTO"),
             },
             methods,
             http10: i("HTTP/1.0"),
@@ -181,6 +191,8 @@ impl EnvBuilder {
             header_keys: HashMap::default(),
             last_ip: None,
             recent: Vec::new(),
+            trusted: info.trusted.clone(),
+            https: i("https"),
             scratch: Vec::with_capacity(256),
         })
     }
@@ -247,12 +259,18 @@ impl EnvBuilder {
             }
         }
 
+        // Positions of the forwarding headers, noticed by key identity (interned keys).
+        let mut forwarding = false;
         for (pos, h) in head.headers.iter().enumerate() {
             let name = h.name.get(data);
             let value = h.value.get(data);
             let Some((key, value_str)) = self.header_entry(py, pos, name, value)? else {
                 continue;
             };
+            let kp = key.as_ptr();
+            forwarding |= kp == self.keys.forwarded.as_ptr()
+                || kp == self.keys.x_forwarded_for.as_ptr()
+                || kp == self.keys.x_forwarded_proto.as_ptr();
             let before = env.len();
             // SAFETY: `env`, `key` and `value_str` are live objects and the GIL is held;
             // PyDict_SetDefault returns a borrowed reference, or NULL with an exception set.
@@ -282,7 +300,48 @@ impl EnvBuilder {
             joined.extend_from_slice(value);
             env.set_item(key, latin1_str(py, &joined)?)?;
         }
+        if forwarding {
+            self.apply_forwarding(py, &env, req)?;
+        }
         Ok(env)
+    }
+
+    /// `--forwarded-allow-ips`: from a trusted peer, the forwarding headers set
+    /// `REMOTE_ADDR` and `wsgi.url_scheme` (`proxy.rs`).
+    fn apply_forwarding(
+        &self,
+        py: Python<'_>,
+        env: &Bound<'_, PyDict>,
+        req: &Request,
+    ) -> PyResult<()> {
+        let Peer::Tcp(addr) = req.peer else {
+            return Ok(());
+        };
+        if self.trusted.is_empty() || !self.trusted.contains(addr.ip()) {
+            return Ok(());
+        }
+        let data = &req.data;
+        let values = |name: &[u8]| -> Vec<&[u8]> {
+            req.head
+                .headers
+                .iter()
+                .filter(|h| h.name.get(data).eq_ignore_ascii_case(name))
+                .map(|h| h.value.get(data))
+                .collect()
+        };
+        let f = super::proxy::resolve(
+            &self.trusted,
+            &values(b"forwarded"),
+            &values(b"x-forwarded-for"),
+            &values(b"x-forwarded-proto"),
+        );
+        if let Some(client) = f.client {
+            env.set_item(self.keys.remote_addr.bind(py), PyString::new(py, &client))?;
+        }
+        if f.https == Some(true) {
+            env.set_item(self.keys.url_scheme.bind(py), self.https.bind(py))?;
+        }
+        Ok(())
     }
 
     /// The environ key and value for the header at `pos`, from the previous request's

@@ -5,6 +5,7 @@ pub mod environ;
 pub mod errors;
 pub mod file_wrapper;
 pub mod input;
+pub mod proxy;
 pub mod response;
 pub mod start_response;
 
@@ -30,6 +31,8 @@ pub struct ServerInfo {
     pub server_port: String,
     pub multithread: bool,
     pub multiprocess: bool,
+    /// `--forwarded-allow-ips`.
+    pub trusted: proxy::Trusted,
 }
 
 /// What the access log needs of the request being served, kept from its start.

@@ -1,0 +1,246 @@
+//! `--forwarded-allow-ips`: from the listed peers only (default 127.0.0.1), `Forwarded`
+//! (RFC 7239) or else `X-Forwarded-For` / `X-Forwarded-Proto` set `REMOTE_ADDR` and
+//! `wsgi.url_scheme`. From any other peer those headers are plain headers.
+//!
+//! The client is the rightmost address in the chain that is not itself a trusted proxy: a
+//! proxy appends the address it received from, so everything to the left of that was
+//! written by the client and may be forged. When every address is trusted, the leftmost is
+//! taken.
+
+use std::net::IpAddr;
+
+/// A parsed `--forwarded-allow-ips`.
+#[derive(Clone, Debug, Default)]
+pub struct Trusted {
+    any: bool,
+    nets: Vec<(IpAddr, u8)>,
+}
+
+impl Trusted {
+    /// A comma-separated list of addresses and CIDRs (`10.0.0.0/8`, `::1`), or `*` for any
+    /// peer.
+    pub fn parse(list: &str) -> Result<Trusted, String> {
+        let mut t = Trusted::default();
+        for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            if item == "*" {
+                t.any = true;
+                continue;
+            }
+            let bad = || format!("--forwarded-allow-ips: {item:?} is not an address or a CIDR");
+            let (addr, len) = match item.split_once('/') {
+                Some((a, l)) => (a, Some(l.parse::<u8>().map_err(|_| bad())?)),
+                None => (item, None),
+            };
+            let ip: IpAddr = addr
+                .trim_matches(|c| c == '[' || c == ']')
+                .parse()
+                .map_err(|_| bad())?;
+            let max = if ip.is_ipv4() { 32 } else { 128 };
+            let len = len.unwrap_or(max);
+            if len > max {
+                return Err(bad());
+            }
+            t.nets.push((ip, len));
+        }
+        Ok(t)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        !self.any && self.nets.is_empty()
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        if self.any {
+            return true;
+        }
+        let ip = canonical(ip);
+        self.nets
+            .iter()
+            .any(|&(net, len)| in_net(ip, canonical(net), len))
+    }
+}
+
+/// An IPv4-mapped IPv6 address as IPv4, so `127.0.0.1` matches `::ffff:127.0.0.1`.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn in_net(ip: IpAddr, net: IpAddr, len: u8) -> bool {
+    match (ip, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
+            u32::from(a) & mask == u32::from(n) & mask
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let mask = if len == 0 {
+                0
+            } else {
+                u128::MAX << (128 - len)
+            };
+            u128::from(a) & mask == u128::from(n) & mask
+        }
+        _ => false,
+    }
+}
+
+/// What a trusted peer's headers say about the client.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Forwarded {
+    pub client: Option<String>,
+    /// `Some(true)` for https, `Some(false)` for http.
+    pub https: Option<bool>,
+}
+
+/// From the raw header values (each as received, possibly repeated lines joined by the
+/// caller in order): `Forwarded` wins over the `X-Forwarded-*` pair when present.
+pub fn resolve(
+    trusted: &Trusted,
+    forwarded: &[&[u8]],
+    x_forwarded_for: &[&[u8]],
+    x_forwarded_proto: &[&[u8]],
+) -> Forwarded {
+    if !forwarded.is_empty() {
+        return from_forwarded(trusted, forwarded);
+    }
+    let mut out = Forwarded::default();
+    let chain: Vec<String> = x_forwarded_for
+        .iter()
+        .flat_map(|v| {
+            latin(v)
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .collect::<Vec<_>>()
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    out.client = pick_client(trusted, &chain);
+    if let Some(last) = x_forwarded_proto
+        .iter()
+        .flat_map(|v| {
+            latin(v)
+                .split(',')
+                .map(|s| s.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .rfind(|s| !s.is_empty())
+    {
+        out.https = scheme(&last);
+    }
+    out
+}
+
+fn from_forwarded(trusted: &Trusted, values: &[&[u8]]) -> Forwarded {
+    // RFC 7239 §4: forwarded-element *( "," forwarded-element ), each a ";" list of
+    // token=value pairs, values possibly quoted.
+    let mut fors = Vec::new();
+    let mut protos = Vec::new();
+    for v in values {
+        for element in latin(v).split(',') {
+            for pair in element.split(';') {
+                let Some((k, val)) = pair.split_once('=') else {
+                    continue;
+                };
+                let val = val.trim().trim_matches('"');
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "for" => fors.push(node_address(val)),
+                    "proto" => protos.push(val.to_ascii_lowercase()),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Forwarded {
+        client: pick_client(trusted, &fors),
+        https: protos.last().and_then(|p| scheme(p)),
+    }
+}
+
+/// RFC 7239 §6: `node = nodename [ ":" node-port ]`, an IPv6 nodename in brackets.
+fn node_address(node: &str) -> String {
+    if let Some(rest) = node.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("").to_string();
+    }
+    match node.split_once(':') {
+        Some((host, _port)) => host.to_string(),
+        None => node.to_string(),
+    }
+}
+
+fn pick_client(trusted: &Trusted, chain: &[String]) -> Option<String> {
+    let parsed: Vec<Option<IpAddr>> = chain.iter().map(|s| s.parse().ok()).collect();
+    for (s, ip) in chain.iter().zip(&parsed).rev() {
+        match ip {
+            Some(ip) if trusted.contains(*ip) => continue,
+            // An address that is not a trusted proxy: the client as far as we can tell.
+            Some(_) => return Some(s.clone()),
+            // "unknown", an obfuscated identifier: nothing to trust beyond it.
+            None => return None,
+        }
+    }
+    chain.first().filter(|_| parsed[0].is_some()).cloned()
+}
+
+fn scheme(s: &str) -> Option<bool> {
+    match s {
+        "https" => Some(true),
+        "http" => Some(false),
+        _ => None,
+    }
+}
+
+fn latin(b: &[u8]) -> String {
+    b.iter().map(|&c| c as char).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Trusted {
+        Trusted::parse(s).unwrap()
+    }
+
+    #[test]
+    fn parses_addresses_and_cidrs() {
+        let tr = t("127.0.0.1, 10.0.0.0/8, ::1, 2001:db8::/32");
+        assert!(tr.contains("127.0.0.1".parse().unwrap()));
+        assert!(tr.contains("10.200.3.4".parse().unwrap()));
+        assert!(!tr.contains("11.0.0.1".parse().unwrap()));
+        assert!(tr.contains("::1".parse().unwrap()));
+        assert!(tr.contains("2001:db8:5::9".parse().unwrap()));
+        assert!(tr.contains("::ffff:127.0.0.1".parse().unwrap()));
+        assert!(t("*").contains("8.8.8.8".parse().unwrap()));
+        assert!(Trusted::parse("300.1.1.1").is_err());
+        assert!(Trusted::parse("10.0.0.0/33").is_err());
+        assert!(t("").is_empty());
+    }
+
+    #[test]
+    fn the_client_is_the_rightmost_untrusted_address() {
+        let tr = t("127.0.0.1,10.0.0.0/8");
+        let f = resolve(&tr, &[], &[b"1.1.1.1, 203.0.113.7, 10.0.0.2"], &[b"https"]);
+        assert_eq!(f.client.as_deref(), Some("203.0.113.7"));
+        assert_eq!(f.https, Some(true));
+        let f = resolve(&tr, &[], &[b"10.0.0.3, 10.0.0.2"], &[]);
+        assert_eq!(f.client.as_deref(), Some("10.0.0.3"));
+        assert_eq!(f.https, None);
+    }
+
+    #[test]
+    fn forwarded_wins_and_is_parsed_per_rfc_7239() {
+        let tr = t("127.0.0.1");
+        let f = resolve(
+            &tr,
+            &[b"for=192.0.2.43, for=\"[2001:db8:cafe::17]:4711\";proto=https"],
+            &[b"9.9.9.9"],
+            &[b"http"],
+        );
+        assert_eq!(f.client.as_deref(), Some("2001:db8:cafe::17"));
+        assert_eq!(f.https, Some(true));
+        let f = resolve(&tr, &[b"for=unknown"], &[], &[]);
+        assert_eq!(f.client, None);
+    }
+}
