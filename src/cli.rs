@@ -37,6 +37,35 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_WORKERS", default_value_t = 1)]
     pub workers: usize,
 
+    /// Recycle a worker after it has served this many requests (0: never); its
+    /// replacement is ready before it drains.
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_REQUESTS",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    pub max_requests: u64,
+
+    /// Add a random 0..=J to each worker's --max-requests, so workers do not all recycle
+    /// at once.
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_REQUESTS_JITTER",
+        default_value_t = 0,
+        value_name = "J"
+    )]
+    pub max_requests_jitter: u64,
+
+    /// Recycle a worker whose resident memory passes this many MiB (0: never).
+    #[arg(
+        long,
+        env = "M0SERVE_WORKERS_MAX_RSS",
+        default_value_t = 0,
+        value_name = "MIB"
+    )]
+    pub workers_max_rss: u64,
+
     /// Seconds a graceful stop (SIGTERM, SIGINT, a reload) waits for requests in flight
     /// before it closes their connections.
     #[arg(

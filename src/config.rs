@@ -123,6 +123,9 @@ pub struct Config {
     pub max_connections: usize,
     pub timeouts: Timeouts,
     pub backlog: i32,
+    pub max_requests: u64,
+    pub max_requests_jitter: u64,
+    pub workers_max_rss: u64,
     pub pid_file: Option<PathBuf>,
     pub trusted: crate::wsgi::proxy::Trusted,
     /// `--access-log`: where (`None`: standard error) and in which format.
@@ -229,6 +232,9 @@ impl Config {
             max_connections,
             timeouts,
             backlog,
+            max_requests: cli.max_requests,
+            max_requests_jitter: cli.max_requests_jitter,
+            workers_max_rss: cli.workers_max_rss,
             trusted: crate::wsgi::proxy::Trusted::parse(&cli.forwarded_allow_ips)?,
             access_log: if cli.access_log || cli.access_log_file.is_some() {
                 Some((

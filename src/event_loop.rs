@@ -200,6 +200,9 @@ pub struct LoopOptions {
     /// `--max-connections`.
     pub max_connections: usize,
     pub timeouts: crate::config::Timeouts,
+    /// `--max-requests` (with its jitter drawn): after this many the worker asks the master
+    /// to be replaced; 0 for never.
+    pub max_requests: u64,
     pub stats: bool,
     pub static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
@@ -234,6 +237,9 @@ pub struct EventLoop {
     read_buffer_max: usize,
     max_connections: usize,
     timeouts: crate::config::Timeouts,
+    max_requests: u64,
+    /// The write end of the status pipe to the master ("M": replace me).
+    master_pipe: Option<std::os::fd::OwnedFd>,
     /// This pass's clock reading (one `clock_gettime` per pass, for the timeouts).
     now: Instant,
     sweep_every: Duration,
@@ -297,6 +303,8 @@ impl EventLoop {
             read_buffer_max: opts.limits.max_head + READ_BUFFER_SLACK_BYTES,
             max_connections: opts.max_connections.max(1),
             timeouts: opts.timeouts,
+            max_requests: opts.max_requests,
+            master_pipe: None,
             now: Instant::now(),
             sweep_every: sweep_interval(&opts.timeouts),
             next_sweep: Instant::now(),
@@ -818,7 +826,26 @@ impl EventLoop {
         if link.notify() {
             self.counters.handler_wakes += 1;
         }
+        if self.counters.requests == self.max_requests {
+            self.ask_to_be_replaced();
+        }
         Ok(())
+    }
+
+    /// `--max-requests` reached: tell the master, which starts a replacement and then
+    /// stops this worker gracefully; until then it serves on.
+    fn ask_to_be_replaced(&self) {
+        if let Some(fd) = &self.master_pipe {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a one-byte write from a live buffer to a descriptor we own; a full
+            // or closed pipe (the master is gone) leaves nothing to do.
+            unsafe { libc::write(fd.as_raw_fd(), b"M".as_ptr().cast(), 1) };
+        }
+    }
+
+    /// The status pipe to the master, for `--max-requests`.
+    pub fn set_master_pipe(&mut self, fd: std::os::fd::OwnedFd) {
+        self.master_pipe = Some(fd);
     }
 
     fn least_loaded(&self) -> usize {

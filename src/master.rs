@@ -58,14 +58,20 @@ const BOOT_BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// it kills them (the workers enforce the timeout themselves; this is the backstop).
 const KILL_MARGIN: Duration = Duration::from_secs(5);
 
+/// How often `--workers-max-rss` is checked.
+const RSS_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 /// How long workers get to exit after SIGQUIT before they are killed.
 const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One worker process.
 struct Worker {
     pid: libc::pid_t,
-    /// The read end of its ready pipe, until it reports ready or closes it.
+    /// The read end of its status pipe ("R": ready; "M": recycle me), until it closes.
     ready_pipe: Option<OwnedFd>,
+    /// Asked to be replaced (`--max-requests`, `--workers-max-rss`): it drains once its
+    /// replacement is ready.
+    recycling: bool,
     ready: bool,
     /// Told to drain (reload, fewer workers, recycling): its exit is expected.
     retiring: bool,
@@ -98,6 +104,7 @@ pub struct Master {
     notifier: Option<systemd::Notifier>,
     /// A reload is under way (told to systemd as `RELOADING=1`, ended with `READY=1`).
     reloading: bool,
+    next_rss_check: Instant,
     _pid_file: Option<PidFile>,
 }
 
@@ -152,6 +159,7 @@ pub fn run(config: Config) -> Result<(), String> {
         fatal: None,
         notifier,
         reloading: false,
+        next_rss_check: Instant::now(),
         _pid_file: pid_file,
     };
     log::info!(
@@ -200,7 +208,7 @@ impl Master {
     /// Starts, retires and announces workers so that `target` of the current generation
     /// run.
     fn converge(&mut self) {
-        let current = |w: &&Worker| w.generation == self.generation && !w.retiring;
+        let current = |w: &&Worker| w.generation == self.generation && !w.retiring && !w.recycling;
         let running = self.workers.iter().filter(current).count();
         let ready = self
             .workers
@@ -246,7 +254,21 @@ impl Master {
                 retire(w, "reload: its replacement is ready");
             }
         }
+        // Recycling: a worker that asked goes once the others and its replacement serve.
+        if ready >= self.target {
+            for w in self
+                .workers
+                .iter_mut()
+                .filter(|w| w.recycling && !w.retiring)
+            {
+                retire(w, "recycled: its replacement is ready");
+            }
+        }
         let now = Instant::now();
+        if self.config.workers_max_rss > 0 && now >= self.next_rss_check {
+            self.next_rss_check = now + RSS_CHECK_EVERY;
+            self.check_rss();
+        }
         if self.spawn_after.is_some_and(|t| now < t) {
             return;
         }
@@ -384,6 +406,27 @@ impl Master {
         }
     }
 
+    /// `--workers-max-rss`: a serving worker past the limit is recycled.
+    fn check_rss(&mut self) {
+        let limit_kib = self.config.workers_max_rss * 1024;
+        for w in self
+            .workers
+            .iter_mut()
+            .filter(|w| w.ready && !w.retiring && !w.recycling)
+        {
+            let rss = rss_kib(w.pid);
+            if rss > limit_kib {
+                log::info!(
+                    "worker {} uses {} MiB, over --workers-max-rss {}: recycling it",
+                    w.pid,
+                    rss / 1024,
+                    self.config.workers_max_rss
+                );
+                w.recycling = true;
+            }
+        }
+    }
+
     fn read_ready_pipes(&mut self) {
         let mut became_ready = false;
         for w in &mut self.workers {
@@ -517,6 +560,7 @@ impl Master {
         self.workers.push(Worker {
             pid,
             ready_pipe: Some(ready_read),
+            recycling: false,
             ready: false,
             retiring: false,
             generation: self.generation,
@@ -525,25 +569,49 @@ impl Master {
     }
 }
 
-/// Reads a worker's ready pipe without waiting; `true` when it just reported ready.
+/// Reads what a worker wrote on its status pipe, without waiting; `true` when it just
+/// reported ready.
 fn check_ready(w: &mut Worker) -> bool {
     let Some(p) = &w.ready_pipe else {
         return false;
     };
-    let mut b = [0u8; 1];
-    // SAFETY: reading one byte into a live buffer from a non-blocking descriptor we own.
-    let n = unsafe { libc::read(p.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
-    if n == 1 {
-        w.ready = true;
-        w.ready_pipe = None;
-        log::debug!("worker {} is ready", w.pid);
-        return true;
-    }
+    let mut buf = [0u8; 16];
+    // SAFETY: reading into a live buffer from a non-blocking descriptor we own.
+    let n = unsafe { libc::read(p.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
     if n == 0 {
-        // Closed without a byte: it is exiting; `reap` tells why.
+        // Closed: it is exiting; `reap` tells why.
         w.ready_pipe = None;
+        return false;
     }
-    false
+    let mut became_ready = false;
+    for &b in &buf[..n.max(0) as usize] {
+        match b {
+            b'R' if !w.ready => {
+                w.ready = true;
+                became_ready = true;
+                log::debug!("worker {} is ready", w.pid);
+            }
+            b'M' if !w.recycling && !w.retiring => {
+                log::info!("worker {} served --max-requests: recycling it", w.pid);
+                w.recycling = true;
+            }
+            _ => {}
+        }
+    }
+    became_ready
+}
+
+/// A process's resident memory, KiB (0 when it cannot be read).
+fn rss_kib(pid: libc::pid_t) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 fn retire(w: &mut Worker, why: &str) {

@@ -98,6 +98,17 @@ impl Inherited {
     }
 }
 
+/// A random number in `0..n` (for the jitter), from getrandom(2); 0 if it fails.
+fn random_below(n: u64) -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into the live buffer.
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if got != b.len() as isize || n == 0 {
+        return 0;
+    }
+    u64::from_ne_bytes(b) % n
+}
+
 pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     tune_malloc();
     let listener = Listener::from_inherited(inherited.listener_fd)
@@ -203,12 +214,18 @@ fn serve(
         body_buffer: config.body_buffer_size,
         max_connections: config.max_connections,
         timeouts: config.timeouts,
+        max_requests: if config.max_requests == 0 {
+            0
+        } else {
+            config.max_requests + random_below(config.max_requests_jitter + 1)
+        },
         stats: config.stats,
         static_response: config.static_response,
         graceful_timeout: config.graceful_timeout,
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.
+    let master_pipe = ready.try_clone().ok();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
@@ -217,7 +234,12 @@ fn serve(
                 let _ = ready_tx.send(r);
             };
             match EventLoop::new(poll, listener, signals, loop_shared, links, inline, opts) {
-                Ok(event_loop) => event_loop.run(ready),
+                Ok(mut event_loop) => {
+                    if let Some(fd) = master_pipe {
+                        event_loop.set_master_pipe(fd);
+                    }
+                    event_loop.run(ready)
+                }
                 Err(e) => ready(Err(format!("cannot start the event loop: {e}"))),
             }
         })

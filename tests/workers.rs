@@ -318,3 +318,65 @@ fn a_second_sighup_during_a_slow_reload_keeps_the_serving_workers() {
     });
     assert!(replaced, "{:?}\n{}", s.worker_pids(), s.log_text());
 }
+
+#[test]
+fn max_requests_recycles_workers_without_failing_a_request() {
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--workers",
+            "2",
+            "--max-requests",
+            "25",
+            "--max-requests-jitter",
+            "5",
+        ],
+    );
+    let first = s.wait_for_workers(2, PROMPT);
+    // Requests keep coming while replacements start (a worker serves on until its
+    // replacement is ready): none may fail, and new workers must take over.
+    let mut seen = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut i = 0;
+    while seen.len() < 4 && Instant::now() < deadline {
+        let r = try_get(&s, "/pid", PROMPT).unwrap_or_else(|e| {
+            panic!("request {i} failed while recycling: {e}\n{}", s.log_text())
+        });
+        assert_eq!(r.status, 200);
+        seen.insert(r.body_text().parse::<u32>().unwrap());
+        i += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        seen.len() >= 4,
+        "{i} requests with --max-requests 25 were served by {seen:?} only\n{}",
+        s.log_text()
+    );
+    assert!(
+        s.log_text().contains("served --max-requests: recycling it"),
+        "{}",
+        s.log_text()
+    );
+    assert!(
+        s.worker_pids().iter().any(|p| !first.contains(p)),
+        "no worker was replaced"
+    );
+}
+
+#[test]
+fn workers_max_rss_recycles_a_worker_over_the_limit() {
+    // Every worker is over 1 MiB: each is replaced once its replacement is ready.
+    let s = Server::start("regress:app", &["--workers-max-rss", "1"]);
+    let first = s.wait_for_workers(1, PROMPT);
+    let replaced = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        !now.is_empty() && now.iter().all(|p| !first.contains(p))
+    });
+    assert!(replaced, "{:?}\n{}", s.worker_pids(), s.log_text());
+    assert!(
+        s.log_text().contains("over --workers-max-rss 1"),
+        "{}",
+        s.log_text()
+    );
+    assert_served(&s, PROMPT, "while workers are recycled for memory");
+}
