@@ -18,8 +18,8 @@ use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::http::parse::{Head, Version};
@@ -118,28 +118,50 @@ impl Format {
 
 /// Where lines go: shared by every handler of a worker.
 pub struct Sink {
-    file: Option<File>,
+    /// The file and its path, or `None` for standard error. The lock is taken once per
+    /// flush (a 16 KiB batch), and by `reopen`.
+    file: Option<(Mutex<File>, PathBuf)>,
+}
+
+fn open_append(path: &Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o644)
+        .open(path)
 }
 
 impl Sink {
     /// A file opened for appending, or standard error.
     pub fn open(path: Option<&Path>) -> io::Result<Sink> {
         let file = match path {
-            Some(p) => Some(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .mode(0o644)
-                    .open(p)?,
-            ),
+            Some(p) => Some((Mutex::new(open_append(p)?), p.to_path_buf())),
             None => None,
         };
         Ok(Sink { file })
     }
 
+    /// SIGUSR1: opens the file's path again (after a log rotation moved the old file).
+    pub fn reopen(&self) {
+        let Some((file, path)) = &self.file else {
+            return;
+        };
+        match open_append(path) {
+            Ok(new) => {
+                if let Ok(mut f) = file.lock() {
+                    *f = new;
+                }
+            }
+            Err(e) => crate::log::warn!("cannot reopen {}: {e}", path.display()),
+        }
+    }
+
     fn write(&self, bytes: &[u8]) {
         let res = match &self.file {
-            Some(f) => (&*f).write_all(bytes),
+            Some((f, _)) => match f.lock() {
+                Ok(mut f) => f.write_all(bytes),
+                Err(_) => Ok(()),
+            },
             None => io::stderr().lock().write_all(bytes),
         };
         if let Err(e) = res {

@@ -240,6 +240,8 @@ pub struct EventLoop {
     max_requests: u64,
     /// The write end of the status pipe to the master ("M": replace me).
     master_pipe: Option<std::os::fd::OwnedFd>,
+    /// The access log's sink, reopened on SIGUSR1.
+    access_log: Option<Arc<crate::access_log::Shared>>,
     /// This pass's clock reading (one `clock_gettime` per pass, for the timeouts).
     now: Instant,
     sweep_every: Duration,
@@ -305,6 +307,7 @@ impl EventLoop {
             timeouts: opts.timeouts,
             max_requests: opts.max_requests,
             master_pipe: None,
+            access_log: None,
             now: Instant::now(),
             sweep_every: sweep_interval(&opts.timeouts),
             next_sweep: Instant::now(),
@@ -538,6 +541,11 @@ impl EventLoop {
                     }
                     if got.stats {
                         self.report();
+                    }
+                    if got.reopen {
+                        if let Some(log) = &self.access_log {
+                            log.sink.reopen();
+                        }
                     }
                     if let Some(sig) = got.stop {
                         self.begin_shutdown(sig);
@@ -846,6 +854,11 @@ impl EventLoop {
     /// The status pipe to the master, for `--max-requests`.
     pub fn set_master_pipe(&mut self, fd: std::os::fd::OwnedFd) {
         self.master_pipe = Some(fd);
+    }
+
+    /// The access log, for SIGUSR1.
+    pub fn set_access_log(&mut self, log: Option<Arc<crate::access_log::Shared>>) {
+        self.access_log = log;
     }
 
     fn least_loaded(&self) -> usize {

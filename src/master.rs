@@ -42,6 +42,7 @@ pub const MASTER_SIGNALS: &[libc::c_int] = &[
     libc::SIGHUP,
     libc::SIGTTIN,
     libc::SIGTTOU,
+    libc::SIGUSR1,
     libc::SIGUSR2,
     libc::SIGCHLD,
 ];
@@ -367,6 +368,10 @@ impl Master {
         }
         if got.stats {
             self.signal_all(libc::SIGUSR2);
+        }
+        if got.reopen {
+            log::info!("received SIGUSR1: the workers reopen their log files");
+            self.signal_all(libc::SIGUSR1);
         }
     }
 

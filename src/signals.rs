@@ -1,6 +1,7 @@
 //! Signals delivered through a self-pipe: to a worker's event loop (SIGINT/SIGTERM stop
-//! gracefully, SIGQUIT at once, SIGUSR2 prints the pipeline counters) and to the master's
-//! supervision loop (the same, plus SIGHUP, SIGTTIN, SIGTTOU and SIGCHLD).
+//! gracefully, SIGQUIT at once, SIGUSR1 reopens the access log file, SIGUSR2 prints the
+//! pipeline counters) and to the master's supervision loop (the same, plus SIGHUP,
+//! SIGTTIN, SIGTTOU and SIGCHLD).
 //!
 //! The server owns the signals, not Python: the interpreter is initialised without its own
 //! handlers, and these async-signal-safe handlers only write the signal number into a pipe
@@ -61,6 +62,7 @@ impl SignalPipe {
             libc::SIGINT,
             libc::SIGTERM,
             libc::SIGQUIT,
+            libc::SIGUSR1,
             libc::SIGUSR2,
         ])?;
         for sig in [libc::SIGHUP, libc::SIGTTIN, libc::SIGTTOU] {
@@ -109,6 +111,7 @@ impl SignalPipe {
                     for &b in &buf[..n] {
                         match i32::from(b) {
                             libc::SIGUSR2 => got.stats = true,
+                            libc::SIGUSR1 => got.reopen = true,
                             libc::SIGQUIT => got.quit = true,
                             libc::SIGHUP => got.reload = true,
                             libc::SIGTTIN => got.more += 1,
@@ -134,6 +137,8 @@ pub struct Received {
     pub quit: bool,
     /// SIGUSR2: print the pipeline counters.
     pub stats: bool,
+    /// SIGUSR1: reopen log files (after a rotation).
+    pub reopen: bool,
     /// SIGHUP (master): reload the workers.
     pub reload: bool,
     /// SIGTTIN / SIGTTOU (master): one worker more / fewer, per signal.

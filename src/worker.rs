@@ -226,6 +226,7 @@ fn serve(
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.
     let master_pipe = ready.try_clone().ok();
+    let loop_access_log = access_log.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
@@ -238,6 +239,7 @@ fn serve(
                     if let Some(fd) = master_pipe {
                         event_loop.set_master_pipe(fd);
                     }
+                    event_loop.set_access_log(loop_access_log);
                     event_loop.run(ready)
                 }
                 Err(e) => ready(Err(format!("cannot start the event loop: {e}"))),

@@ -129,3 +129,47 @@ fn a_bad_format_is_refused_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--access-log-format"), "{}", out.stderr);
 }
+
+#[test]
+fn sigusr1_reopens_the_log_file_after_a_rotation() {
+    let tmp = TempDir::new("access-rotate");
+    let file = tmp.file("access.log");
+    let rotated = tmp.file("access.log.1");
+    let s = Server::start(
+        "regress:app",
+        &["--access-log-file", &file, "--workers", "2"],
+    );
+    s.wait_for_workers(2, PROMPT);
+    let hit = |agent: &str| {
+        let r = s.request(&request_with("/hello", &format!("User-Agent: {agent}\r\n")));
+        assert_eq!(r.status, 200);
+    };
+    hit("m0test-before");
+    assert!(
+        wait_until(PROMPT, || read_or_empty(&file).contains("m0test-before")),
+        "the first line never reached the file"
+    );
+    std::fs::rename(&file, &rotated).unwrap();
+    s.signal(libc::SIGUSR1);
+    assert!(
+        s.wait_for_log("reopen their log files", PROMPT),
+        "{}",
+        s.log_text()
+    );
+    // Both workers must have reopened: send enough for each to log at least once.
+    std::thread::sleep(Duration::from_millis(200));
+    for i in 0..20 {
+        hit(&format!("m0test-after-{i}"));
+    }
+    assert!(
+        wait_until(PROMPT, || read_or_empty(&file)
+            .matches("m0test-after-")
+            .count()
+            == 20),
+        "not every line after the rotation reached the new file:\nnew: {}\nold: {}",
+        read_or_empty(&file),
+        read_or_empty(&rotated)
+    );
+    assert!(read_or_empty(&rotated).contains("m0test-before"));
+    assert!(!read_or_empty(&rotated).contains("m0test-after-"));
+}
