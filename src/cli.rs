@@ -37,6 +37,17 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_WORKERS", default_value_t = 1)]
     pub workers: usize,
 
+    /// Seconds a request may run in the app; past it, its handler thread's Python stack is
+    /// written to the log and the worker is recycled gracefully (0: no limit). Not in
+    /// inline mode.
+    #[arg(
+        long,
+        env = "M0SERVE_TIMEOUT",
+        default_value_t = 0.0,
+        value_name = "SECS"
+    )]
+    pub timeout: f64,
+
     /// Recycle a worker after it has served this many requests (0: never); its
     /// replacement is ready before it drains.
     #[arg(

@@ -123,6 +123,8 @@ pub struct Config {
     pub max_connections: usize,
     pub timeouts: Timeouts,
     pub backlog: i32,
+    /// `--timeout`: `None` for no limit.
+    pub timeout: Option<Duration>,
     pub max_requests: u64,
     pub max_requests_jitter: u64,
     pub workers_max_rss: u64,
@@ -232,6 +234,11 @@ impl Config {
             max_connections,
             timeouts,
             backlog,
+            timeout: if cli.timeout == 0.0 {
+                None
+            } else {
+                Some(seconds("--timeout", cli.timeout, 0.05, DAY)?)
+            },
             max_requests: cli.max_requests,
             max_requests_jitter: cli.max_requests_jitter,
             workers_max_rss: cli.workers_max_rss,

@@ -153,6 +153,10 @@ pub struct HandlerLink {
     wake_check: bool,
     /// Next slot of `shared.gone` to write.
     gone_next: usize,
+    /// Since when the handler has been on its current request (`--timeout`), and whether
+    /// that request was already reported.
+    busy_since: Option<Instant>,
+    timeout_reported: bool,
 }
 
 impl HandlerLink {
@@ -170,6 +174,8 @@ impl HandlerLink {
             queued: 0,
             wake_check: false,
             gone_next: 0,
+            busy_since: None,
+            timeout_reported: false,
         }
     }
 
@@ -203,6 +209,8 @@ pub struct LoopOptions {
     /// `--max-requests` (with its jitter drawn): after this many the worker asks the master
     /// to be replaced; 0 for never.
     pub max_requests: u64,
+    /// `--timeout`.
+    pub timeout: Option<Duration>,
     pub stats: bool,
     pub static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
@@ -238,6 +246,7 @@ pub struct EventLoop {
     max_connections: usize,
     timeouts: crate::config::Timeouts,
     max_requests: u64,
+    timeout: Option<Duration>,
     /// The write end of the status pipe to the master ("M": replace me).
     master_pipe: Option<std::os::fd::OwnedFd>,
     /// The access log's sink, reopened on SIGUSR1.
@@ -306,10 +315,11 @@ impl EventLoop {
             max_connections: opts.max_connections.max(1),
             timeouts: opts.timeouts,
             max_requests: opts.max_requests,
+            timeout: opts.timeout,
             master_pipe: None,
             access_log: None,
             now: Instant::now(),
-            sweep_every: sweep_interval(&opts.timeouts),
+            sweep_every: sweep_interval(&opts.timeouts, opts.timeout),
             next_sweep: Instant::now(),
             date: DateCache::new(),
             deadline: None,
@@ -826,6 +836,10 @@ impl EventLoop {
             self.counters.ring_full += 1;
             return Err(req);
         }
+        if link.queued == 0 {
+            link.busy_since = Some(self.now);
+            link.timeout_reported = false;
+        }
         link.queued += 1;
         self.total_queued += 1;
         conn.in_flight += 1;
@@ -922,7 +936,12 @@ impl EventLoop {
     fn on_response(&mut self, h: usize, resp: Response) {
         let end = !matches!(resp.part, Part::Partial);
         if end {
-            self.handlers[h].queued -= 1;
+            let now = self.now;
+            let link = &mut self.handlers[h];
+            link.queued -= 1;
+            // The handler goes on to its next request, if it has one.
+            link.busy_since = (link.queued > 0).then_some(now);
+            link.timeout_reported = false;
             self.total_queued -= 1;
         }
         let slot = resp.conn.slot;
@@ -1102,6 +1121,9 @@ impl EventLoop {
     fn sweep(&mut self) {
         let now = self.now;
         self.next_sweep = now + self.sweep_every;
+        if let Some(limit) = self.timeout {
+            self.check_stuck(now, limit);
+        }
         let t = self.timeouts;
         for slot in 0..self.slots.len() as u32 {
             let Some(conn) = self.conn_mut(slot) else {
@@ -1158,6 +1180,41 @@ impl EventLoop {
             }
         }
         self.flush_dirty();
+    }
+
+    /// `--timeout`: a handler on one request for longer than the limit gets its Python stack
+    /// written to the log (`faulthandler`, registered on `python::stack_dump_signal()` at
+    /// start), and the worker asks the master to replace it (it drains once the
+    /// replacement is ready).
+    fn check_stuck(&mut self, now: Instant, limit: Duration) {
+        let mut stuck = Vec::new();
+        for link in &mut self.handlers {
+            let (Some(since), Some(join)) = (link.busy_since, &link.join) else {
+                continue;
+            };
+            if link.timeout_reported || now.saturating_duration_since(since) <= limit {
+                continue;
+            }
+            link.timeout_reported = true;
+            let name = join.thread().name().unwrap_or("m0s-handler").to_string();
+            stuck.push((
+                name,
+                now.saturating_duration_since(since),
+                join.as_pthread_t(),
+            ));
+        }
+        for (name, ran, thread) in stuck {
+            log::error!(
+                "a request on {name} has run for {:.1} s, past --timeout {:.1} s: the Python \
+                 stacks follow; this worker will be replaced",
+                ran.as_secs_f64(),
+                limit.as_secs_f64()
+            );
+            // SAFETY: pthread_kill on a live thread of this process (its JoinHandle is
+            // held); the signal's handler is faulthandler's, which only writes tracebacks.
+            unsafe { libc::pthread_kill(thread, crate::python::stack_dump_signal()) };
+            self.ask_to_be_replaced();
+        }
     }
 
     fn expire_lingering(&mut self) {
@@ -1266,7 +1323,8 @@ pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
 
 /// How often the timeouts are checked: a quarter of the shortest, within
 /// `SWEEP_MIN..=SWEEP_MAX`.
-fn sweep_interval(t: &crate::config::Timeouts) -> Duration {
+fn sweep_interval(t: &crate::config::Timeouts, timeout: Option<Duration>) -> Duration {
     let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
+    let shortest = timeout.map_or(shortest, |d| shortest.min(d));
     (shortest / 4).clamp(SWEEP_MIN, SWEEP_MAX)
 }

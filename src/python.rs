@@ -137,6 +137,23 @@ pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyA
 }
 
 /// Flushes Python's stdout and stderr (the app's prints) before the process exits.
+/// The signal `--timeout` raises on a stuck handler thread: `faulthandler` writes every
+/// thread's Python stack to standard error from its handler, without the GIL (which the
+/// stuck thread may hold).
+pub fn stack_dump_signal() -> libc::c_int {
+    libc::SIGRTMIN() + 2
+}
+
+/// `--timeout`: registers `faulthandler` on `stack_dump_signal()` (all threads).
+pub fn register_stack_dump(py: Python<'_>) -> PyResult<()> {
+    let fh = py.import("faulthandler")?;
+    let kwargs = pyo3::types::PyDict::new(py);
+    kwargs.set_item("all_threads", true)?;
+    kwargs.set_item("chain", false)?;
+    fh.call_method("register", (stack_dump_signal(),), Some(&kwargs))?;
+    Ok(())
+}
+
 /// Applies the decrefs pyo3 deferred for references dropped off the GIL (the loop thread
 /// drops each `msg::PyBytesRef` once it is written). pyo3 drains its pool whenever a thread
 /// attaches, even when already attached: with nothing pending this is a flag check.

@@ -128,6 +128,11 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // imports the app, then releases it for good while the worker runs.
     Python::attach(|py| {
         let app = python::load_app(py, &config.app, &config.app_dir)?;
+        if config.timeout.is_some() {
+            python::register_stack_dump(py).map_err(|e| {
+                format!("--timeout: cannot register faulthandler for stack dumps: {e}")
+            })?;
+        }
         let interp = python::describe(py);
         // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread.
         let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
@@ -214,6 +219,7 @@ fn serve(
         body_buffer: config.body_buffer_size,
         max_connections: config.max_connections,
         timeouts: config.timeouts,
+        timeout: config.timeout.filter(|_| config.blocking_threads > 0),
         max_requests: if config.max_requests == 0 {
             0
         } else {

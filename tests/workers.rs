@@ -380,3 +380,30 @@ fn workers_max_rss_recycles_a_worker_over_the_limit() {
     );
     assert_served(&s, PROMPT, "while workers are recycled for memory");
 }
+
+#[test]
+fn a_request_past_the_timeout_gets_its_python_stack_logged_and_the_worker_replaced() {
+    let tmp = TempDir::new("timeout");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &["--timeout", "0.5"]);
+    let first = s.wait_for_workers(1, PROMPT);
+    let mut c = s.connect();
+    c.set_io_timeout(PROMPT);
+    c.send(&get(&format!("/slow?secs=2&mark={mark}")));
+    assert!(s.wait_for_log("past --timeout", PROMPT), "{}", s.log_text());
+    // faulthandler's dump: the stuck thread's stack, down to the app's function.
+    assert!(
+        s.wait_for_log("in r_slow", PROMPT),
+        "no Python stack:\n{}",
+        s.log_text()
+    );
+    // The stuck request still completes (the worker drains), and a new worker takes over.
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "slow done", "{}", r.status_line());
+    let replaced = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 1 && now[0] != first[0]
+    });
+    assert!(replaced, "{:?}\n{}", s.worker_pids(), s.log_text());
+    assert_served(&s, PROMPT, "after the stuck worker was replaced");
+}
