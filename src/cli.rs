@@ -28,6 +28,20 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_PORT", default_value_t = 8000)]
     pub port: u16,
 
+    /// Where to listen, repeatable (instead of --host/--port/--uds): `HOST:PORT`,
+    /// `[V6]:PORT`, `unix:PATH`, or `fd://N` for a socket already open as descriptor N.
+    #[arg(
+        long,
+        env = "M0SERVE_BIND",
+        value_name = "ADDRESS",
+        value_delimiter = ','
+    )]
+    pub bind: Vec<String>,
+
+    /// Permissions of the Unix sockets m0serve binds, in octal (e.g. 660).
+    #[arg(long, env = "M0SERVE_UDS_PERMISSIONS", value_name = "MODE")]
+    pub uds_permissions: Option<String>,
+
     /// Bind a Unix domain socket at PATH instead of TCP.
     #[arg(long, env = "M0SERVE_UDS", value_name = "PATH")]
     pub uds: Option<PathBuf>,

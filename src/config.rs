@@ -22,6 +22,39 @@ pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
 pub enum Listen {
     Tcp(SocketAddr),
     Unix(PathBuf),
+    /// A listening socket already open as this descriptor (`fd://N`).
+    Fd(i32),
+}
+
+impl Listen {
+    /// `HOST:PORT`, `[V6]:PORT`, `unix:PATH` or `fd://N` (`--bind`).
+    pub fn parse(s: &str) -> Result<Listen, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(format!("--bind {s:?}: no path after unix:"));
+            }
+            return Ok(Listen::Unix(PathBuf::from(path)));
+        }
+        if let Some(n) = s.strip_prefix("fd://") {
+            return n
+                .parse::<i32>()
+                .ok()
+                .filter(|&fd| fd >= 0)
+                .map(Listen::Fd)
+                .ok_or_else(|| format!("--bind {s:?}: not a descriptor number"));
+        }
+        s.parse::<SocketAddr>().map(Listen::Tcp).map_err(|_| {
+            format!("--bind {s:?}: expected HOST:PORT, [V6]:PORT, unix:PATH or fd://N")
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Listen::Tcp(a) => a.to_string(),
+            Listen::Unix(p) => format!("unix:{}", p.display()),
+            Listen::Fd(fd) => format!("fd://{fd}"),
+        }
+    }
 }
 
 /// `module:attr` or `module:factory()`.
@@ -113,7 +146,9 @@ fn within(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub app: AppSpec,
-    pub listen: Listen,
+    pub listen: Vec<Listen>,
+    /// `--uds-permissions`.
+    pub uds_permissions: Option<u32>,
     pub workers: usize,
     pub blocking_threads: usize,
     pub graceful_timeout: std::time::Duration,
@@ -139,27 +174,51 @@ pub struct Config {
 }
 
 impl Config {
-    /// The listen address as the user gave it, for messages.
+    /// The listen addresses as the user gave them, for messages.
     pub fn describe_listen(&self) -> String {
-        match &self.listen {
-            Listen::Tcp(a) => a.to_string(),
-            Listen::Unix(p) => format!("unix:{}", p.display()),
-        }
+        let all: Vec<String> = self.listen.iter().map(Listen::describe).collect();
+        all.join(", ")
     }
 
     pub fn from_cli(cli: Cli) -> Result<Config, String> {
         let app = AppSpec::parse(&cli.app)?;
-        let listen = match cli.uds {
-            Some(path) => Listen::Unix(path),
-            None => {
-                let ip: IpAddr = cli
-                    .host
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse()
-                    .map_err(|_| format!("--host {:?}: not an IPv4 or IPv6 address", cli.host))?;
-                Listen::Tcp(SocketAddr::new(ip, cli.port))
+        let listen = if !cli.bind.is_empty() {
+            if cli.bind.len() > crate::event_loop::MAX_LISTENERS {
+                return Err(format!(
+                    "--bind: at most {} addresses",
+                    crate::event_loop::MAX_LISTENERS
+                ));
             }
+            cli.bind
+                .iter()
+                .map(|b| Listen::parse(b.trim()))
+                .collect::<Result<Vec<_>, _>>()?
+        } else {
+            vec![match cli.uds {
+                Some(path) => Listen::Unix(path),
+                None => {
+                    let ip: IpAddr = cli
+                        .host
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse()
+                        .map_err(|_| {
+                            format!("--host {:?}: not an IPv4 or IPv6 address", cli.host)
+                        })?;
+                    Listen::Tcp(SocketAddr::new(ip, cli.port))
+                }
+            }]
+        };
+        let uds_permissions = match &cli.uds_permissions {
+            Some(m) => Some(
+                u32::from_str_radix(m.trim(), 8)
+                    .ok()
+                    .filter(|&m| m <= 0o777)
+                    .ok_or_else(|| {
+                        format!("--uds-permissions {m:?}: expected an octal mode such as 660")
+                    })?,
+            ),
+            None => None,
         };
         if cli.workers == 0 || cli.workers > MAX_WORKERS {
             return Err(format!(
@@ -221,6 +280,7 @@ impl Config {
         Ok(Config {
             app,
             listen,
+            uds_permissions,
             workers: cli.workers,
             blocking_threads: cli.blocking_threads,
             graceful_timeout,

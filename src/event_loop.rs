@@ -32,10 +32,13 @@ use crate::ring::{Consumer, Producer};
 use crate::signals::SignalPipe;
 use crate::stats::{self, HandlerCounters, LoopCounters};
 
-const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 const SIGNALS: Token = Token(2);
-const FIRST_CONN: usize = 3;
+/// Listeners take tokens `FIRST_LISTENER..FIRST_LISTENER + MAX_LISTENERS`, connections
+/// the tokens from `FIRST_CONN` on.
+const FIRST_LISTENER: usize = 3;
+pub const MAX_LISTENERS: usize = 64;
+const FIRST_CONN: usize = FIRST_LISTENER + MAX_LISTENERS;
 
 /// Connections one accept pass takes when other workers share the listening socket. Every
 /// worker is woken for a new connection; taking a few each per pass (and the rest on the
@@ -224,7 +227,8 @@ struct Slot {
 
 pub struct EventLoop {
     poll: Poll,
-    listener: Option<Listener>,
+    /// Every socket this worker accepts on (`--bind`, repeatable); empty once stopping.
+    listeners: Vec<Listener>,
     signals: SignalPipe,
     shared: Arc<LoopShared>,
     handlers: Vec<HandlerLink>,
@@ -282,7 +286,7 @@ pub struct EventLoop {
 impl EventLoop {
     pub fn new(
         poll: Poll,
-        mut listener: Listener,
+        mut listeners: Vec<Listener>,
         mut signals: SignalPipe,
         shared: Arc<LoopShared>,
         handlers: Vec<HandlerLink>,
@@ -290,14 +294,22 @@ impl EventLoop {
         opts: LoopOptions,
     ) -> io::Result<EventLoop> {
         let registry = poll.registry();
-        match &mut listener {
-            Listener::Tcp(l) => registry.register(l, LISTENER, Interest::READABLE)?,
-            Listener::Unix(l, ..) => registry.register(l, LISTENER, Interest::READABLE)?,
+        if listeners.len() > MAX_LISTENERS {
+            return Err(io::Error::other(format!(
+                "more than {MAX_LISTENERS} listeners"
+            )));
+        }
+        for (i, listener) in listeners.iter_mut().enumerate() {
+            let token = Token(FIRST_LISTENER + i);
+            match listener {
+                Listener::Tcp(l) => registry.register(l, token, Interest::READABLE)?,
+                Listener::Unix(l, ..) => registry.register(l, token, Interest::READABLE)?,
+            }
         }
         registry.register(&mut signals.read, SIGNALS, Interest::READABLE)?;
         Ok(EventLoop {
             poll,
-            listener: Some(listener),
+            listeners,
             signals,
             shared,
             handlers,
@@ -541,7 +553,7 @@ impl EventLoop {
         for ev in events.iter() {
             self.counters.events += 1;
             match ev.token() {
-                LISTENER => self.accept(),
+                Token(t) if (FIRST_LISTENER..FIRST_CONN).contains(&t) => self.accept(),
                 WAKER => {}
                 SIGNALS => {
                     let got = self.signals.drain();
@@ -597,10 +609,17 @@ impl EventLoop {
         s.conn.as_deref_mut()
     }
 
+    /// Takes new connections from every listener, a batch from each.
     fn accept(&mut self) {
         self.accept_more = false;
+        for i in 0..self.listeners.len() {
+            self.accept_from(i);
+        }
+    }
+
+    fn accept_from(&mut self, i: usize) {
         for _ in 0..self.accept_batch {
-            let Some(listener) = &self.listener else {
+            let Some(listener) = self.listeners.get(i) else {
                 return;
             };
             if self.conns >= self.max_connections {
@@ -1268,7 +1287,7 @@ impl EventLoop {
         // Relaxed: handlers read it when encoding a response; a response encoded just
         // before still closes, because the loop closes a draining connection after it.
         self.shared.draining.store(true, Ordering::Relaxed);
-        if let Some(mut l) = self.listener.take() {
+        for mut l in std::mem::take(&mut self.listeners) {
             let _ = match &mut l {
                 Listener::Tcp(l) => self.poll.registry().deregister(l),
                 Listener::Unix(l, ..) => self.poll.registry().deregister(l),

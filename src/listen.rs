@@ -18,8 +18,15 @@ impl Listener {
     /// Binds and listens with a `backlog`-long accept queue (`--backlog`; the default 1024
     /// matches gunicorn's and Granian's: the std default of 128 overflows under a burst of
     /// connections from a load generator).
-    pub fn bind(listen: &Listen, backlog: i32) -> io::Result<Listener> {
+    pub fn bind(listen: &Listen, backlog: i32, uds_mode: Option<u32>) -> io::Result<Listener> {
         match listen {
+            Listen::Fd(fd) => {
+                // `fd://N`: ours from here; it must be a listening socket already.
+                let l = Listener::from_inherited(*fd)?;
+                // SAFETY: fcntl on the descriptor just taken over.
+                unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+                Ok(l)
+            }
             Listen::Tcp(addr) => {
                 // std sets SO_REUSEADDR on Unix, so a restart does not wait out TIME_WAIT.
                 let l = std::net::TcpListener::bind(addr)?;
@@ -36,6 +43,10 @@ impl Listener {
                     }
                 }
                 let l = std::os::unix::net::UnixListener::bind(path)?;
+                if let Some(mode) = uds_mode {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+                }
                 syscall!(listen(l.as_raw_fd(), backlog))?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Unix(

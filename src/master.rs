@@ -47,7 +47,7 @@ pub const MASTER_SIGNALS: &[libc::c_int] = &[
     libc::SIGCHLD,
 ];
 
-/// Set in a worker's environment by the master: `LISTENER_FD,READY_FD`.
+/// Set in a worker's environment by the master: `LISTENER_FD;LISTENER_FD...,READY_FD`.
 pub const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
 
 /// First wait before replacing a worker that died before it was ready; doubles per
@@ -82,7 +82,7 @@ struct Worker {
 
 pub struct Master {
     config: Config,
-    listener: Listener,
+    listeners: Vec<Listener>,
     signals: SignalPipe,
     exe: PathBuf,
     args: Vec<OsString>,
@@ -129,11 +129,24 @@ impl Drop for PidFile {
 /// Binds, starts the workers and supervises them until a stop; the process's exit code.
 pub fn run(config: Config) -> Result<(), String> {
     let notifier = systemd::Notifier::from_env();
-    let listener = match systemd::take_listen_fd()? {
-        Some(fd) => Listener::from_inherited(fd)
-            .map_err(|e| format!("cannot use the socket systemd passed: {e}"))?,
-        None => Listener::bind(&config.listen, config.backlog)
-            .map_err(|e| format!("cannot bind {}: {e}", config.describe_listen()))?,
+    let passed = systemd::take_listen_fds()?;
+    let listeners = if passed.is_empty() {
+        config
+            .listen
+            .iter()
+            .map(|l| {
+                Listener::bind(l, config.backlog, config.uds_permissions)
+                    .map_err(|e| format!("cannot bind {}: {e}", l.describe()))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        passed
+            .iter()
+            .map(|&fd| {
+                Listener::from_inherited(fd)
+                    .map_err(|e| format!("cannot use the socket systemd passed as {fd}: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?
     };
     let pid_file = match &config.pid_file {
         Some(path) => Some(PidFile::write(path)?),
@@ -146,7 +159,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let mut m = Master {
         target: config.workers,
         config,
-        listener,
+        listeners,
         signals,
         exe,
         args: std::env::args_os().collect(),
@@ -167,7 +180,7 @@ pub fn run(config: Config) -> Result<(), String> {
         "master starting {} worker(s) for {} on {}",
         m.target,
         m.config.app,
-        m.listener.describe()
+        m.describe_listeners()
     );
     m.supervise()
 }
@@ -283,7 +296,9 @@ impl Master {
         }
         if !self.announced && ready >= self.target {
             self.announced = true;
-            log::info!("listening on {}", self.listener.describe());
+            for l in &self.listeners {
+                log::info!("listening on {}", l.describe());
+            }
             self.notify(&format!(
                 "READY=1\nMAINPID={}\nSTATUS={}",
                 std::process::id(),
@@ -388,6 +403,11 @@ impl Master {
         self.stop_deadline = Some(Instant::now() + self.config.graceful_timeout + KILL_MARGIN);
     }
 
+    fn describe_listeners(&self) -> String {
+        let all: Vec<String> = self.listeners.iter().map(Listener::describe).collect();
+        all.join(", ")
+    }
+
     fn notify(&self, state: &str) {
         if let Some(n) = &self.notifier {
             n.send(state);
@@ -399,7 +419,7 @@ impl Master {
         format!(
             "serving {} on {} with {} worker(s)",
             self.config.app,
-            self.listener.describe(),
+            self.describe_listeners(),
             self.target
         )
     }
@@ -501,7 +521,8 @@ impl Master {
         // SAFETY: pipe2 just returned these descriptors; each is owned once here.
         let (ready_read, ready_write) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let listener_fd = self.listener.raw_fd();
+        let listener_fds: Vec<RawFd> = self.listeners.iter().map(Listener::raw_fd).collect();
+        let fd_list: Vec<String> = listener_fds.iter().map(|f| f.to_string()).collect();
         let exe = CString::new(self.exe.as_os_str().as_bytes())
             .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
         let args: Vec<CString> = self
@@ -511,7 +532,8 @@ impl Master {
             .collect::<Result<_, _>>()
             .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
         let env = CString::new(format!(
-            "{WORKER_ENV}={listener_fd},{}",
+            "{WORKER_ENV}={},{}",
+            fd_list.join(";"),
             ready_write.as_raw_fd()
         ))
         .map_err(|_| io::Error::other("bad worker environment"))?;
@@ -545,7 +567,7 @@ impl Master {
                     &exe,
                     &argv,
                     &envp,
-                    listener_fd,
+                    &listener_fds,
                     ready_write.as_raw_fd(),
                     master_pid,
                     &old_mask,
@@ -636,7 +658,7 @@ unsafe fn exec_worker(
     exe: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-    listener_fd: RawFd,
+    listener_fds: &[RawFd],
     ready_fd: RawFd,
     master_pid: libc::pid_t,
     mask: &libc::sigset_t,
@@ -655,7 +677,9 @@ unsafe fn exec_worker(
             libc::_exit(1);
         }
         // Leave these two open across exec (everything else the master holds is CLOEXEC).
-        libc::fcntl(listener_fd, libc::F_SETFD, 0);
+        for &fd in listener_fds {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+        }
         libc::fcntl(ready_fd, libc::F_SETFD, 0);
         libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
         libc::_exit(127);

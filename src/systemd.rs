@@ -14,38 +14,36 @@ use std::time::Duration;
 /// The first descriptor systemd passes (`SD_LISTEN_FDS_START`).
 const LISTEN_FDS_START: RawFd = 3;
 
-/// The listening socket systemd passed to this process, if any. Only the first one is
-/// used; more are reported and left alone.
-pub fn take_listen_fd() -> Result<Option<RawFd>, String> {
+/// The listening sockets systemd passed to this process (descriptors 3, 4, ...), if any.
+pub fn take_listen_fds() -> Result<Vec<RawFd>, String> {
     let pid = std::env::var("LISTEN_PID").ok();
     let fds = std::env::var("LISTEN_FDS").ok();
     std::env::remove_var("LISTEN_PID");
     std::env::remove_var("LISTEN_FDS");
     std::env::remove_var("LISTEN_FDNAMES");
     let (Some(pid), Some(fds)) = (pid, fds) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     // Meant for another process (a parent that did not clean up): not ours.
     if pid.trim().parse::<u32>().ok() != Some(std::process::id()) {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let n: i32 = fds
         .trim()
         .parse()
         .map_err(|_| format!("LISTEN_FDS={fds:?}: not a number"))?;
-    if n < 1 {
-        return Ok(None);
+    let max = crate::event_loop::MAX_LISTENERS as i32;
+    if n > max {
+        return Err(format!("LISTEN_FDS={n}: at most {max} sockets"));
     }
-    if n > 1 {
-        crate::log::warn!(
-            "systemd passed {n} sockets; m0serve listens on the first only (descriptor 3)"
-        );
+    let fds: Vec<RawFd> = (0..n.max(0)).map(|i| LISTEN_FDS_START + i).collect();
+    for &fd in &fds {
+        // systemd leaves the passed descriptors inheritable; the master hands them to the
+        // workers itself.
+        // SAFETY: fcntl on a descriptor systemd passed to this process.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    // systemd leaves the passed descriptors inheritable; the master hands its listener to
-    // the workers itself.
-    // SAFETY: fcntl on a descriptor systemd passed to this process.
-    unsafe { libc::fcntl(LISTEN_FDS_START, libc::F_SETFD, libc::FD_CLOEXEC) };
-    Ok(Some(LISTEN_FDS_START))
+    Ok(fds)
 }
 
 /// The service manager's notification socket, if this process runs under one.

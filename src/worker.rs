@@ -56,7 +56,7 @@ fn tune_malloc() {
 
 /// What a worker gets from the master across its exec.
 pub struct Inherited {
-    listener_fd: RawFd,
+    listener_fds: Vec<RawFd>,
     /// One byte is written here once the worker serves.
     ready: OwnedFd,
 }
@@ -71,20 +71,21 @@ impl Inherited {
         };
         std::env::remove_var(crate::master::WORKER_ENV);
         let value = value.to_string_lossy().into_owned();
-        let parse = |s: Option<&str>| s.and_then(|s| s.parse::<RawFd>().ok()).filter(|&f| f > 2);
-        let mut parts = value.split(',');
-        match (parse(parts.next()), parse(parts.next())) {
-            (Some(listener_fd), Some(ready)) => {
+        let parse = |s: &str| s.parse::<RawFd>().ok().filter(|&f| f > 2);
+        let (listeners, ready) = value.split_once(',').unwrap_or((&value, ""));
+        let listener_fds: Option<Vec<RawFd>> = listeners.split(';').map(parse).collect();
+        match (listener_fds.filter(|l| !l.is_empty()), parse(ready)) {
+            (Some(listener_fds), Some(ready)) => {
                 // The master left both open across its exec; nothing the app starts
                 // (a subprocess, a fork) may inherit them: a daemonised child would keep
                 // the port bound after the server exits.
-                for fd in [listener_fd, ready] {
+                for &fd in listener_fds.iter().chain([&ready]) {
                     // SAFETY: fcntl on descriptors this process was handed; a failure
                     // leaves the descriptor inheritable, which is no worse than before.
                     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
                 }
                 Ok(Some(Inherited {
-                    listener_fd,
+                    listener_fds,
                     // SAFETY: the master left this pipe's write end open across the exec for
                     // this process alone to own.
                     ready: unsafe { OwnedFd::from_raw_fd(ready) },
@@ -111,12 +112,19 @@ fn random_below(n: u64) -> u64 {
 
 pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     tune_malloc();
-    let listener = Listener::from_inherited(inherited.listener_fd)
-        .map_err(|e| format!("cannot use the listening socket from the master: {e}"))?;
+    let listeners = inherited
+        .listener_fds
+        .iter()
+        .map(|&fd| Listener::from_inherited(fd))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("cannot use the listening sockets from the master: {e}"))?;
     let signals =
         SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     python::initialize()?;
-    let (server_name, server_port) = listener.server_name_port();
+    let (server_name, server_port) = listeners
+        .first()
+        .map(Listener::server_name_port)
+        .unwrap_or_else(|| ("localhost".into(), "0".into()));
     let info = Arc::new(ServerInfo {
         server_name,
         server_port,
@@ -140,7 +148,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             .collect();
         let ready = inherited.ready;
         let result =
-            py.detach(move || serve(&config, listener, signals, info, apps, interp, ready));
+            py.detach(move || serve(&config, listeners, signals, info, apps, interp, ready));
         python::flush_stdio(py);
         result
     })
@@ -148,7 +156,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
 
 fn serve(
     config: &Config,
-    listener: Listener,
+    listeners: Vec<Listener>,
     signals: SignalPipe,
     info: Arc<ServerInfo>,
     apps: Vec<Py<PyAny>>,
@@ -240,7 +248,7 @@ fn serve(
             let ready = move |r: Result<(), String>| {
                 let _ = ready_tx.send(r);
             };
-            match EventLoop::new(poll, listener, signals, loop_shared, links, inline, opts) {
+            match EventLoop::new(poll, listeners, signals, loop_shared, links, inline, opts) {
                 Ok(mut event_loop) => {
                     if let Some(fd) = master_pipe {
                         event_loop.set_master_pipe(fd);
