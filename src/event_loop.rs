@@ -159,6 +159,8 @@ pub struct HandlerLink {
     /// Since when the handler has been on its current request (`--timeout`), and whether
     /// that request was already reported.
     busy_since: Option<Instant>,
+    /// When it last handed the loop a response message (the watchdog's "progress").
+    last_progress: Option<Instant>,
     timeout_reported: bool,
 }
 
@@ -178,6 +180,7 @@ impl HandlerLink {
             wake_check: false,
             gone_next: 0,
             busy_since: None,
+            last_progress: None,
             timeout_reported: false,
         }
     }
@@ -214,6 +217,8 @@ pub struct LoopOptions {
     pub max_requests: u64,
     /// `--timeout`.
     pub timeout: Option<Duration>,
+    /// The systemd watchdog through the master: how often to send it a heartbeat.
+    pub heartbeat: Option<Duration>,
     pub stats: bool,
     pub static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
@@ -251,6 +256,8 @@ pub struct EventLoop {
     timeouts: crate::config::Timeouts,
     max_requests: u64,
     timeout: Option<Duration>,
+    heartbeat: Option<Duration>,
+    next_heartbeat: Instant,
     /// The write end of the status pipe to the master ("M": replace me).
     master_pipe: Option<std::os::fd::OwnedFd>,
     /// The access log's sink, reopened on SIGUSR1.
@@ -328,10 +335,12 @@ impl EventLoop {
             timeouts: opts.timeouts,
             max_requests: opts.max_requests,
             timeout: opts.timeout,
+            heartbeat: opts.heartbeat,
+            next_heartbeat: Instant::now(),
             master_pipe: None,
             access_log: None,
             now: Instant::now(),
-            sweep_every: sweep_interval(&opts.timeouts, opts.timeout),
+            sweep_every: sweep_interval(&opts.timeouts, opts.timeout, opts.heartbeat),
             next_sweep: Instant::now(),
             date: DateCache::new(),
             deadline: None,
@@ -520,7 +529,8 @@ impl EventLoop {
     fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut next = self.deadline;
-        if self.conns > 0 {
+        // Idle with no connections the loop sleeps until an event, unless heartbeats are due.
+        if self.conns > 0 || self.heartbeat.is_some() {
             next = Some(next.map_or(self.next_sweep, |d| d.min(self.next_sweep)));
         }
         if let Some(t) = self.fresh_deadline {
@@ -873,6 +883,27 @@ impl EventLoop {
         Ok(())
     }
 
+    /// The systemd watchdog: "H" to the master while this loop runs (it is running this)
+    /// and every handler is idle or has handed back a response message within four
+    /// heartbeat periods (the master's watchdog interval).
+    fn heartbeat(&self, now: Instant, every: Duration) {
+        let stuck = self.handlers.iter().any(|h| {
+            h.queued > 0
+                && h.busy_since.is_some_and(|since| {
+                    let last = h.last_progress.map_or(since, |p| p.max(since));
+                    now.saturating_duration_since(last) > every * 4
+                })
+        });
+        if stuck {
+            return;
+        }
+        if let Some(fd) = &self.master_pipe {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a one-byte write from a live buffer to a descriptor we own.
+            unsafe { libc::write(fd.as_raw_fd(), b"H".as_ptr().cast(), 1) };
+        }
+    }
+
     /// `--max-requests` reached: tell the master, which starts a replacement and then
     /// stops this worker gracefully; until then it serves on.
     fn ask_to_be_replaced(&self) {
@@ -954,6 +985,7 @@ impl EventLoop {
 
     fn on_response(&mut self, h: usize, resp: Response) {
         let end = !matches!(resp.part, Part::Partial);
+        self.handlers[h].last_progress = Some(self.now);
         if end {
             let now = self.now;
             let link = &mut self.handlers[h];
@@ -1142,6 +1174,12 @@ impl EventLoop {
         self.next_sweep = now + self.sweep_every;
         if let Some(limit) = self.timeout {
             self.check_stuck(now, limit);
+        }
+        if let Some(every) = self.heartbeat {
+            if now >= self.next_heartbeat {
+                self.next_heartbeat = now + every;
+                self.heartbeat(now, every);
+            }
         }
         let t = self.timeouts;
         for slot in 0..self.slots.len() as u32 {
@@ -1342,8 +1380,13 @@ pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
 
 /// How often the timeouts are checked: a quarter of the shortest, within
 /// `SWEEP_MIN..=SWEEP_MAX`.
-fn sweep_interval(t: &crate::config::Timeouts, timeout: Option<Duration>) -> Duration {
+fn sweep_interval(
+    t: &crate::config::Timeouts,
+    timeout: Option<Duration>,
+    heartbeat: Option<Duration>,
+) -> Duration {
     let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
     let shortest = timeout.map_or(shortest, |d| shortest.min(d));
+    let shortest = heartbeat.map_or(shortest, |d| shortest.min(d * 4));
     (shortest / 4).clamp(SWEEP_MIN, SWEEP_MAX)
 }

@@ -47,7 +47,8 @@ pub const MASTER_SIGNALS: &[libc::c_int] = &[
     libc::SIGCHLD,
 ];
 
-/// Set in a worker's environment by the master: `LISTENER_FD;LISTENER_FD...,READY_FD`.
+/// Set in a worker's environment by the master: `LISTENER_FD;LISTENER_FD...,READY_FD,HEARTBEAT_MS`
+/// (`HEARTBEAT_MS` 0: no heartbeats).
 pub const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
 
 /// First wait before replacing a worker that died before it was ready; doubles per
@@ -73,6 +74,8 @@ struct Worker {
     /// Asked to be replaced (`--max-requests`, `--workers-max-rss`): it drains once its
     /// replacement is ready.
     recycling: bool,
+    /// Its last heartbeat ("H" on the status pipe: its loop and handlers make progress).
+    heartbeat: Instant,
     ready: bool,
     /// Told to drain (reload, fewer workers, recycling): its exit is expected.
     retiring: bool,
@@ -105,6 +108,10 @@ pub struct Master {
     notifier: Option<systemd::Notifier>,
     /// A reload is under way (told to systemd as `RELOADING=1`, ended with `READY=1`).
     reloading: bool,
+    /// `WATCHDOG_USEC`: `WATCHDOG=1` goes out every half of it, while every serving
+    /// worker's heartbeat is fresh.
+    watchdog: Option<Duration>,
+    next_watchdog: Instant,
     next_rss_check: Instant,
     _pid_file: Option<PidFile>,
 }
@@ -173,6 +180,8 @@ pub fn run(config: Config) -> Result<(), String> {
         fatal: None,
         notifier,
         reloading: false,
+        watchdog: systemd::take_watchdog(),
+        next_watchdog: Instant::now(),
         next_rss_check: Instant::now(),
         _pid_file: pid_file,
     };
@@ -279,6 +288,12 @@ impl Master {
             }
         }
         let now = Instant::now();
+        if let Some(every) = self.watchdog {
+            if self.announced && now >= self.next_watchdog {
+                self.next_watchdog = now + every / 2;
+                self.feed_watchdog(now, every);
+            }
+        }
         if self.config.workers_max_rss > 0 && now >= self.next_rss_check {
             self.next_rss_check = now + RSS_CHECK_EVERY;
             self.check_rss();
@@ -316,6 +331,9 @@ impl Master {
     fn next_timeout(&self) -> Duration {
         let now = Instant::now();
         let mut next = Duration::from_secs(1);
+        if self.watchdog.is_some() {
+            next = next.min(self.next_watchdog.saturating_duration_since(now));
+        }
         for t in [self.spawn_after, self.stop_deadline].into_iter().flatten() {
             next = next.min(t.saturating_duration_since(now));
         }
@@ -431,6 +449,24 @@ impl Master {
         }
     }
 
+    /// `WATCHDOG=1`, only while every serving worker has sent a heartbeat within the
+    /// watchdog interval: a worker whose loop or handler threads stopped making progress
+    /// lets the service manager's watchdog fire.
+    fn feed_watchdog(&self, now: Instant, every: Duration) {
+        let stale: Vec<libc::pid_t> = self
+            .workers
+            .iter()
+            .filter(|w| w.ready && !w.retiring)
+            .filter(|w| now.saturating_duration_since(w.heartbeat) > every)
+            .map(|w| w.pid)
+            .collect();
+        if stale.is_empty() {
+            self.notify("WATCHDOG=1");
+        } else {
+            log::warn!("no progress from worker(s) {stale:?}: not feeding the systemd watchdog");
+        }
+    }
+
     /// `--workers-max-rss`: a serving worker past the limit is recycled.
     fn check_rss(&mut self) {
         let limit_kib = self.config.workers_max_rss * 1024;
@@ -532,9 +568,10 @@ impl Master {
             .collect::<Result<_, _>>()
             .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
         let env = CString::new(format!(
-            "{WORKER_ENV}={},{}",
+            "{WORKER_ENV}={},{},{}",
             fd_list.join(";"),
-            ready_write.as_raw_fd()
+            ready_write.as_raw_fd(),
+            self.watchdog.map_or(0, |w| (w / 4).as_millis().max(1))
         ))
         .map_err(|_| io::Error::other("bad worker environment"))?;
         // Everything the child touches is prepared before the fork: between fork and exec
@@ -588,6 +625,7 @@ impl Master {
             pid,
             ready_pipe: Some(ready_read),
             recycling: false,
+            heartbeat: Instant::now(),
             ready: false,
             retiring: false,
             generation: self.generation,
@@ -613,6 +651,7 @@ fn check_ready(w: &mut Worker) -> bool {
     let mut became_ready = false;
     for &b in &buf[..n.max(0) as usize] {
         match b {
+            b'H' => w.heartbeat = Instant::now(),
             b'R' if !w.ready => {
                 w.ready = true;
                 became_ready = true;

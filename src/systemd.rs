@@ -82,6 +82,20 @@ impl Notifier {
     }
 }
 
+/// `WATCHDOG_USEC` (for this process, per `WATCHDOG_PID` when set), taken out of the
+/// environment: how often the service manager wants `WATCHDOG=1`.
+pub fn take_watchdog() -> Option<Duration> {
+    let usec = std::env::var("WATCHDOG_USEC").ok();
+    let pid = std::env::var("WATCHDOG_PID").ok();
+    std::env::remove_var("WATCHDOG_USEC");
+    std::env::remove_var("WATCHDOG_PID");
+    if pid.is_some_and(|p| p.trim().parse::<u32>().ok() != Some(std::process::id())) {
+        return None;
+    }
+    let usec: u64 = usec?.trim().parse().ok().filter(|&u| u > 0)?;
+    Some(Duration::from_micros(usec))
+}
+
 /// `CLOCK_MONOTONIC` now, in microseconds (`MONOTONIC_USEC=` with `RELOADING=1`).
 pub fn monotonic_usec() -> u64 {
     let mut ts = libc::timespec {

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pyo3::prelude::*;
 
@@ -57,6 +58,9 @@ fn tune_malloc() {
 /// What a worker gets from the master across its exec.
 pub struct Inherited {
     listener_fds: Vec<RawFd>,
+    /// For the systemd watchdog: how often to tell the master that this worker's threads
+    /// make progress.
+    heartbeat: Option<Duration>,
     /// One byte is written here once the worker serves.
     ready: OwnedFd,
 }
@@ -72,7 +76,9 @@ impl Inherited {
         std::env::remove_var(crate::master::WORKER_ENV);
         let value = value.to_string_lossy().into_owned();
         let parse = |s: &str| s.parse::<RawFd>().ok().filter(|&f| f > 2);
-        let (listeners, ready) = value.split_once(',').unwrap_or((&value, ""));
+        let mut fields = value.split(',');
+        let (listeners, ready) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
+        let heartbeat_ms: u64 = fields.next().and_then(|h| h.parse().ok()).unwrap_or(0);
         let listener_fds: Option<Vec<RawFd>> = listeners.split(';').map(parse).collect();
         match (listener_fds.filter(|l| !l.is_empty()), parse(ready)) {
             (Some(listener_fds), Some(ready)) => {
@@ -86,6 +92,7 @@ impl Inherited {
                 }
                 Ok(Some(Inherited {
                     listener_fds,
+                    heartbeat: (heartbeat_ms > 0).then(|| Duration::from_millis(heartbeat_ms)),
                     // SAFETY: the master left this pipe's write end open across the exec for
                     // this process alone to own.
                     ready: unsafe { OwnedFd::from_raw_fd(ready) },
@@ -147,8 +154,12 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             .map(|_| app.clone_ref(py))
             .collect();
         let ready = inherited.ready;
-        let result =
-            py.detach(move || serve(&config, listeners, signals, info, apps, interp, ready));
+        let heartbeat = inherited.heartbeat;
+        let result = py.detach(move || {
+            serve(
+                &config, listeners, signals, info, apps, interp, ready, heartbeat,
+            )
+        });
         python::flush_stdio(py);
         result
     })
@@ -162,6 +173,7 @@ fn serve(
     apps: Vec<Py<PyAny>>,
     interp: String,
     ready: OwnedFd,
+    heartbeat: Option<Duration>,
 ) -> Result<(), String> {
     let poll = mio::Poll::new().map_err(|e| format!("cannot create the poller: {e}"))?;
     let waker = mio::Waker::new(poll.registry(), mio::Token(1))
@@ -228,6 +240,7 @@ fn serve(
         max_connections: config.max_connections,
         timeouts: config.timeouts,
         timeout: config.timeout.filter(|_| config.blocking_threads > 0),
+        heartbeat,
         max_requests: if config.max_requests == 0 {
             0
         } else {

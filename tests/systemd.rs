@@ -202,3 +202,66 @@ fn bad_backlog_is_refused_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--backlog"), "{}", out.stderr);
 }
+
+/// Notifications that arrive within `window`.
+fn collect_for(sock: &UnixDatagram, window: Duration) -> Vec<String> {
+    let mut out = Vec::new();
+    let end = std::time::Instant::now() + window;
+    let mut buf = [0u8; 4096];
+    while let Some(left) = end.checked_duration_since(std::time::Instant::now()) {
+        if left.is_zero() {
+            break;
+        }
+        sock.set_read_timeout(Some(left)).unwrap();
+        match sock.recv(&mut buf) {
+            Ok(n) => out.push(String::from_utf8_lossy(&buf[..n]).into_owned()),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+#[test]
+fn feeds_the_watchdog_only_while_every_handler_makes_progress() {
+    let tmp = TempDir::new("watchdog");
+    let path = tmp.file("notify.sock");
+    let mark = tmp.file("mark");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    let s = Server::builder("regress:app")
+        .env("NOTIFY_SOCKET", &path)
+        .env("WATCHDOG_USEC", "400000")
+        .start();
+    let mut seen = Vec::new();
+    expect_notification(&sock, "READY=1", &mut seen);
+    // Idle: WATCHDOG=1 every 0.2 s.
+    let idle = collect_for(&sock, Duration::from_millis(1200));
+    let fed = idle.iter().filter(|m| m.contains("WATCHDOG=1")).count();
+    assert!(fed >= 3, "idle, only {fed} WATCHDOG=1 in 1.2 s: {idle:?}");
+    // A handler stuck in one request for 2.8 s: the watchdog goes unfed.
+    let mut c = s.connect();
+    c.set_io_timeout(PROMPT);
+    c.send(&get(&format!("/slow?secs=2.8&mark={mark}")));
+    if let Err(m) = wait_for_file_containing(&mark, "started", PROMPT) {
+        panic!("the slow request never started: {m:?}");
+    }
+    // The first second covers the handler's grace (four heartbeats) and the master's
+    // (one watchdog interval); what was sent then is read and set aside.
+    let _ = collect_for(&sock, Duration::from_millis(1000));
+    let stuck = collect_for(&sock, Duration::from_millis(800));
+    assert!(
+        stuck.iter().all(|m| !m.contains("WATCHDOG=1")),
+        "the watchdog was fed while a handler was stuck: {stuck:?}"
+    );
+    assert!(
+        s.log_text().contains("not feeding the systemd watchdog"),
+        "{}",
+        s.log_text()
+    );
+    assert_eq!(c.read_response().body_text(), "slow done");
+    // Progress again: fed again.
+    let after = collect_for(&sock, Duration::from_millis(1200));
+    assert!(
+        after.iter().any(|m| m.contains("WATCHDOG=1")),
+        "never fed again: {after:?}"
+    );
+}
