@@ -117,6 +117,13 @@ fn random_below(n: u64) -> u64 {
     u64::from_ne_bytes(b) % n
 }
 
+/// The worker's line to the master: the status pipe ("R" ready, "M" replace me, "H"
+/// heartbeat) and how often to send heartbeats.
+struct ToMaster {
+    pipe: OwnedFd,
+    heartbeat: Option<Duration>,
+}
+
 pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     tune_malloc();
     let listeners = inherited
@@ -153,13 +160,12 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
             .map(|_| app.clone_ref(py))
             .collect();
-        let ready = inherited.ready;
-        let heartbeat = inherited.heartbeat;
-        let result = py.detach(move || {
-            serve(
-                &config, listeners, signals, info, apps, interp, ready, heartbeat,
-            )
-        });
+        let to_master = ToMaster {
+            pipe: inherited.ready,
+            heartbeat: inherited.heartbeat,
+        };
+        let result =
+            py.detach(move || serve(&config, listeners, signals, info, apps, interp, to_master));
         python::flush_stdio(py);
         result
     })
@@ -172,9 +178,12 @@ fn serve(
     info: Arc<ServerInfo>,
     apps: Vec<Py<PyAny>>,
     interp: String,
-    ready: OwnedFd,
-    heartbeat: Option<Duration>,
+    to_master: ToMaster,
 ) -> Result<(), String> {
+    let ToMaster {
+        pipe: ready,
+        heartbeat,
+    } = to_master;
     let poll = mio::Poll::new().map_err(|e| format!("cannot create the poller: {e}"))?;
     let waker = mio::Waker::new(poll.registry(), mio::Token(1))
         .map_err(|e| format!("cannot create the loop waker: {e}"))?;
