@@ -212,7 +212,7 @@ pub struct Cli {
     pub write_timeout: f64,
 
     /// Write an access log line per response (to standard error, or --access-log-file).
-    #[arg(long, env = "M0SERVE_ACCESS_LOG")]
+    #[arg(long, env = "M0SERVE_ACCESS_LOG", value_parser = clap::builder::BoolishValueParser::new())]
     pub access_log: bool,
 
     /// Write the access log to PATH, appending (implies --access-log).
@@ -235,12 +235,12 @@ pub struct Cli {
     pub forwarded_allow_ips: String,
 
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
-    #[arg(long, env = "M0SERVE_STATS")]
+    #[arg(long, env = "M0SERVE_STATS", value_parser = clap::builder::BoolishValueParser::new())]
     pub stats: bool,
 
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
-    #[arg(long, env = "M0SERVE_STATIC_RESPONSE")]
+    #[arg(long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub static_response: bool,
 
     /// Error log level.

@@ -156,11 +156,19 @@ fn as_pid_1_it_reaps_orphans_and_stops_gracefully_on_sigterm() {
         eprintln!("skipped: needs unshare(1) and root for a PID namespace");
         return;
     }
+    // Configured through M0SERVE_* variables, as a container would be.
     let s = Server::builder("regress:app")
         .wrapped(&["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"])
+        .env("M0SERVE_WORKERS", "2")
+        .env("M0SERVE_ACCESS_LOG", "1")
         .start();
     // The master is unshare's child (PID 1 inside the namespace).
     let master = s.wait_for_workers(1, PROMPT)[0];
+    assert_eq!(
+        child_pids(master).len(),
+        2,
+        "M0SERVE_WORKERS=2 did not give two workers"
+    );
     let status = std::fs::read_to_string(format!("/proc/{master}/status")).unwrap();
     let nspid = status
         .lines()
@@ -190,7 +198,8 @@ fn as_pid_1_it_reaps_orphans_and_stops_gracefully_on_sigterm() {
         s.log_text()
     );
     assert!(
-        s.log_text().contains("stopping 1 worker(s) gracefully"),
+        s.log_text().contains("stopping 2 worker(s) gracefully")
+            && s.log_text().contains("\"GET /orphan HTTP/1.1\" 200"),
         "{}",
         s.log_text()
     );
