@@ -234,6 +234,11 @@ pub struct Cli {
     )]
     pub forwarded_allow_ips: String,
 
+    /// Check the configuration and import the app, then exit: 0 when both are good, else 1
+    /// with a message naming the flag, module or attribute at fault. Serves nothing.
+    #[arg(long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
+    pub check_config: bool,
+
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
     #[arg(long, env = "M0SERVE_STATS", value_parser = clap::builder::BoolishValueParser::new())]
     pub stats: bool,

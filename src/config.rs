@@ -164,6 +164,8 @@ pub struct Config {
     pub max_requests_jitter: u64,
     pub workers_max_rss: u64,
     pub pid_file: Option<PathBuf>,
+    /// `--check-config`: check, import the app, exit.
+    pub check_only: bool,
     pub trusted: crate::wsgi::proxy::Trusted,
     /// `--access-log`: where (`None`: standard error) and in which format.
     pub access_log: Option<(Option<PathBuf>, crate::access_log::Format)>,
@@ -312,6 +314,7 @@ impl Config {
                 None
             },
             pid_file: cli.pid_file,
+            check_only: cli.check_config,
             app_dir,
             log_level: cli.log_level,
             stats: cli.stats,

@@ -51,6 +51,29 @@ pub mod worker;
 #[cfg(not(loom))]
 pub mod wsgi;
 
+/// `--check-config`: the flags are valid (they parsed), and the app imports and is
+/// callable. Nothing is bound and no worker starts.
+#[cfg(not(loom))]
+fn check(config: &config::Config) -> Result<String, String> {
+    use pyo3::prelude::*;
+    python::initialize()?;
+    Python::attach(|py| {
+        let app = python::load_app(py, &config.app, &config.app_dir)?;
+        if !app.bind(py).is_callable() {
+            return Err(format!(
+                "{}: the application object is not callable",
+                config.app
+            ));
+        }
+        Ok(format!(
+            "{} imports and is callable ({}); would listen on {}",
+            config.app,
+            python::describe(py),
+            config.describe_listen()
+        ))
+    })
+}
+
 /// Runs the server with the process's command line; returns the exit code.
 #[cfg(not(loom))]
 pub fn run() -> i32 {
@@ -66,6 +89,18 @@ pub fn run() -> i32 {
         }
     };
     log::set_level(config.log_level);
+    if config.check_only {
+        return match check(&config) {
+            Ok(what) => {
+                println!("m0serve: configuration OK; {what}");
+                0
+            }
+            Err(e) => {
+                eprintln!("m0serve: error: {e}");
+                1
+            }
+        };
+    }
     // A worker is this program re-executed by the master, with the listener's and the
     // ready pipe's descriptors named in its environment.
     let result = match worker::Inherited::from_env() {

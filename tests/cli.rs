@@ -423,3 +423,59 @@ fn sigterm_closes_a_connection_that_never_sends_a_request_after_a_grace() {
         t.elapsed()
     );
 }
+
+#[test]
+fn check_config_imports_the_app_and_exits_without_serving() {
+    let apps = apps_dir();
+    let dir = apps.to_str().unwrap();
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--app-dir",
+            dir,
+            "--workers",
+            "3",
+            "--check-config",
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stdout.contains("configuration OK"), "{}", out.stdout);
+    assert!(
+        !out.stderr.contains("listening on"),
+        "it served:\n{}",
+        out.stderr
+    );
+
+    let out = run_to_exit(
+        &["hello:nope", "--app-dir", dir, "--check-config"],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("nope"), "{}", out.stderr);
+
+    let out = run_to_exit(
+        &["broken_import:app", "--app-dir", dir, "--check-config"],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(out.stderr.contains("broken_import"), "{}", out.stderr);
+
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--app-dir",
+            dir,
+            "--check-config",
+            "--max-headers",
+            "0",
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--max-headers"), "{}", out.stderr);
+}
