@@ -1,9 +1,13 @@
-//! The command line, as typed (clap derive). Every flag also reads `M0SERVE_<FLAG>`.
-//! Validation into a [`crate::config::Config`] happens in `config.rs`.
+//! The command line, as typed (clap derive). Every flag also reads `M0SERVE_<FLAG>`, and
+//! `--config FILE` holds more flags, one per line. Precedence, lowest first: default, the
+//! file, the environment, the command line. Validation into a [`crate::config::Config`]
+//! happens in `config.rs`.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::log::Level;
 
@@ -13,7 +17,10 @@ use crate::log::Level;
     version,
     about = "A WSGI (PEP 3333) application server: Rust event loop, embedded CPython",
     after_help = "Every option can also be set through an environment variable named \
-                  M0SERVE_<OPTION> (e.g. M0SERVE_PORT=9000); the command line wins."
+                  M0SERVE_<OPTION> (e.g. M0SERVE_PORT=9000), or in a --config file (one \
+                  flag per line); the command line wins over both, the environment over \
+                  the file.",
+    args_override_self = true
 )]
 pub struct Cli {
     /// The WSGI application: `module:attr`, or `module:factory()` to call a factory.
@@ -248,6 +255,16 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub static_response: bool,
 
+    /// Read more flags from FILE: one per line as on the command line (`--workers 4`,
+    /// `--access-log`); blank lines and lines starting with `#` are skipped.
+    #[arg(long, env = "M0SERVE_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Print the resolved configuration, each value with where it came from (default,
+    /// file, environment, flag), and exit.
+    #[arg(long)]
+    pub print_config: bool,
+
     /// Error log level.
     #[arg(long, env = "M0SERVE_LOG_LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,
@@ -256,12 +273,114 @@ pub struct Cli {
 /// Parses the process's arguments. `Err(code)` after clap printed help, the version or an
 /// error naming the flag at fault.
 pub fn parse() -> Result<Cli, i32> {
-    Cli::try_parse().map_err(|e| {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let fail = |e: clap::Error| {
         // clap's message names the flag and suggests the right one; exit 2 for usage errors,
         // 0 for --help/--version.
         let _ = e.print();
         e.exit_code()
-    })
+    };
+    let first = Cli::command().try_get_matches_from(&argv).map_err(fail)?;
+    let file_args = match first.get_one::<PathBuf>("config") {
+        Some(path) => match file_flags(path, &first) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("m0serve: error: --config {}: {e}", path.display());
+                return Err(2);
+            }
+        },
+        None => Vec::new(),
+    };
+    // The file's flags go first, so the command line's override them; a flag the
+    // environment sets was left out of them, so the environment wins over the file.
+    let mut all = vec![argv[0].clone()];
+    all.extend(file_args.iter().map(OsString::from));
+    all.extend(argv[1..].iter().cloned());
+    let matches = Cli::command().try_get_matches_from(&all).map_err(fail)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(fail)?;
+    if cli.print_config {
+        print_config(&matches, &first);
+        return Err(0);
+    }
+    Ok(cli)
+}
+
+/// The flags in a `--config` file, without those the environment or the command line set
+/// (per `first`, the matches without the file).
+fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let cmd = Cli::command();
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (flag, value) = match line.split_once(|c: char| c == '=' || c.is_whitespace()) {
+            Some((f, v)) => (f.trim(), Some(v.trim().trim_matches('"'))),
+            None => (line, None),
+        };
+        let Some(long) = flag.strip_prefix("--") else {
+            return Err(format!("line {}: {line:?} is not a --flag", n + 1));
+        };
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(long)) else {
+            return Err(format!("line {}: unknown flag --{long}", n + 1));
+        };
+        if long == "config" {
+            return Err(format!("line {}: --config cannot be nested", n + 1));
+        }
+        let id = arg.get_id().as_str();
+        if matches!(
+            first.value_source(id),
+            Some(ValueSource::EnvVariable | ValueSource::CommandLine)
+        ) {
+            continue;
+        }
+        out.push(format!("--{long}"));
+        if let Some(v) = value.filter(|v| !v.is_empty()) {
+            out.push(v.to_string());
+        }
+    }
+    Ok(out)
+}
+
+/// `--print-config`: every option's value and where it came from.
+fn print_config(matches: &ArgMatches, first: &ArgMatches) {
+    let cmd = Cli::command();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if matches!(id, "help" | "version" | "print_config") {
+            continue;
+        }
+        let name = arg
+            .get_long()
+            .map_or_else(|| id.to_uppercase(), |l| format!("--{l}"));
+        let value = matches
+            .get_raw(id)
+            .map(|vals| {
+                vals.map(|v| v.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let source = match matches.value_source(id) {
+            Some(ValueSource::DefaultValue) => "default".to_string(),
+            Some(ValueSource::EnvVariable) => format!(
+                "environment ({})",
+                arg.get_env()
+                    .map_or_else(String::new, |e| e.to_string_lossy().into_owned())
+            ),
+            Some(ValueSource::CommandLine) => {
+                if first.value_source(id) == Some(ValueSource::CommandLine) {
+                    "flag".to_string()
+                } else {
+                    "file".to_string()
+                }
+            }
+            _ => "unset".to_string(),
+        };
+        println!("{name} = {value:?}  # {source}");
+    }
 }
 
 /// A byte count: digits, optionally followed by K, M or G (powers of 1024).

@@ -479,3 +479,86 @@ fn check_config_imports_the_app_and_exits_without_serving() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--max-headers"), "{}", out.stderr);
 }
+
+#[test]
+fn config_file_flags_yield_to_the_environment_and_the_command_line() {
+    let tmp = TempDir::new("config-file");
+    let file = tmp.file("m0serve.conf");
+    std::fs::write(
+        &file,
+        "# m0serve flags, one per line\n--workers 2\n\n--access-log\n--max-headers 50\n\
+         --keep-alive-timeout=7\n--port 0\n",
+    )
+    .unwrap();
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--config",
+            &file,
+            "--port",
+            "5555",
+            "--print-config",
+        ],
+        &[("M0SERVE_MAX_HEADERS", "60")],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let line = |flag: &str| {
+        out.stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{flag} = ")))
+            .unwrap_or_else(|| panic!("no {flag} in:\n{}", out.stdout))
+            .to_string()
+    };
+    assert_eq!(line("--workers"), "--workers = \"2\"  # file");
+    assert_eq!(
+        line("--keep-alive-timeout"),
+        "--keep-alive-timeout = \"7\"  # file"
+    );
+    assert_eq!(
+        line("--max-headers"),
+        "--max-headers = \"60\"  # environment (M0SERVE_MAX_HEADERS)"
+    );
+    assert_eq!(line("--port"), "--port = \"5555\"  # flag");
+    assert!(
+        line("--backlog").ends_with("# default"),
+        "{}",
+        line("--backlog")
+    );
+
+    // And a server started with it runs as the file says.
+    let s = Server::builder("regress:app")
+        .args(&["--config", &file])
+        .start();
+    s.wait_for_workers(2, Duration::from_secs(10));
+    let r = s.request(
+        b"GET /hello HTTP/1.1\r\nHost: x\r\nUser-Agent: m0test-conf\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        s.wait_for_log("m0test-conf", Duration::from_secs(5)),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[test]
+fn a_bad_config_file_is_refused_naming_the_line() {
+    let tmp = TempDir::new("config-bad");
+    let file = tmp.file("bad.conf");
+    std::fs::write(&file, "--workers 2\n--no-such-flag 1\n").unwrap();
+    let out = run_to_exit(&["hello:app", "--config", &file], &[], EXIT_TIMEOUT);
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("line 2") && out.stderr.contains("--no-such-flag"),
+        "{}",
+        out.stderr
+    );
+    let out = run_to_exit(
+        &["hello:app", "--config", "/nonexistent/m0.conf"],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--config"), "{}", out.stderr);
+}
