@@ -265,6 +265,10 @@ pub struct Cli {
     #[arg(long)]
     pub print_config: bool,
 
+    /// Print docs/configuration.md (every option, generated from this definition).
+    #[arg(long, hide = true)]
+    pub print_flags_markdown: bool,
+
     /// Error log level.
     #[arg(long, env = "M0SERVE_LOG_LEVEL", value_enum, default_value = "info")]
     pub log_level: Level,
@@ -280,6 +284,10 @@ pub fn parse() -> Result<Cli, i32> {
         let _ = e.print();
         e.exit_code()
     };
+    if argv.iter().any(|a| a == "--print-flags-markdown") {
+        print!("{}", flags_markdown());
+        return Err(0);
+    }
     let first = Cli::command().try_get_matches_from(&argv).map_err(fail)?;
     let file_args = match first.get_one::<PathBuf>("config") {
         Some(path) => match file_flags(path, &first) {
@@ -342,6 +350,49 @@ fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>,
         }
     }
     Ok(out)
+}
+
+/// docs/configuration.md, from the clap definition itself (a test keeps the file equal to
+/// this, so it cannot go stale).
+pub fn flags_markdown() -> String {
+    let mut out = String::from(
+        "# Configuration\n\n\
+         Every option of `m0serve`, generated from its command-line definition \
+         (`m0serve --print-flags-markdown`; a test checks this file against it). Each can be \
+         given on the command line, in the environment variable shown, or in a `--config` \
+         file (one flag per line); the command line wins over the environment, which wins \
+         over the file. `m0serve --print-config` shows the values in effect and where each \
+         came from.\n\n| option | environment | default | what it does |\n|---|---|---|---|\n",
+    );
+    let cmd = Cli::command();
+    for arg in cmd.get_arguments() {
+        if arg.is_hide_set() || matches!(arg.get_id().as_str(), "help" | "version") {
+            continue;
+        }
+        let name = match arg.get_long() {
+            Some(l) => match arg.get_value_names() {
+                Some(v) if arg.get_action().takes_values() => format!("`--{l} {}`", v[0]),
+                _ => format!("`--{l}`"),
+            },
+            None => format!("`{}` (positional)", arg.get_id().as_str().to_uppercase()),
+        };
+        let env = arg
+            .get_env()
+            .map_or_else(String::new, |e| format!("`{}`", e.to_string_lossy()));
+        let default = arg
+            .get_default_values()
+            .iter()
+            .map(|d| format!("`{}`", d.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let help = arg
+            .get_long_help()
+            .or(arg.get_help())
+            .map(|h| h.to_string().replace('\n', " ").replace('|', "\\|"))
+            .unwrap_or_default();
+        out.push_str(&format!("| {name} | {env} | {default} | {help} |\n"));
+    }
+    out
 }
 
 /// `--print-config`: every option's value and where it came from.

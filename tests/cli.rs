@@ -562,3 +562,16 @@ fn a_bad_config_file_is_refused_naming_the_line() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--config"), "{}", out.stderr);
 }
+
+#[test]
+fn docs_configuration_md_is_what_the_binary_generates() {
+    let out = run_to_exit(&["--print-flags-markdown"], &[], EXIT_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/configuration.md");
+    let file = std::fs::read_to_string(path).expect("docs/configuration.md");
+    assert!(
+        file == out.stdout,
+        "docs/configuration.md is stale: regenerate it with \
+         `target/debug/m0serve --print-flags-markdown > docs/configuration.md`"
+    );
+}
