@@ -31,6 +31,14 @@ pub const DEFAULT_FORMAT: &str = r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s 
 /// A handler's buffered lines are written once they pass this size.
 const FLUSH_BYTES: usize = 16 * 1024;
 
+/// A buffered line older than this is written before the handler's next request runs (so a
+/// slow request does not hold the previous requests' lines back).
+pub const FLUSH_AGE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Writes to standard error (a pipe, often shared by the workers) go in runs of whole lines
+/// no longer than this: pipes keep writes up to `PIPE_BUF` (4096) whole.
+const PIPE_WRITE_MAX: usize = 4096;
+
 /// One piece of a format: literal text, or a fact of the response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Atom {
@@ -162,7 +170,30 @@ impl Sink {
                 Ok(mut f) => f.write_all(bytes),
                 Err(_) => Ok(()),
             },
-            None => io::stderr().lock().write_all(bytes),
+            None => {
+                let mut err = io::stderr().lock();
+                let mut rest = bytes;
+                let mut res = Ok(());
+                while !rest.is_empty() && res.is_ok() {
+                    // The longest run of whole lines within PIPE_WRITE_MAX (or one long
+                    // line whole, when a single line is longer).
+                    let window = &rest[..rest.len().min(PIPE_WRITE_MAX)];
+                    let cut = if rest.len() <= PIPE_WRITE_MAX {
+                        rest.len()
+                    } else {
+                        match window.iter().rposition(|&b| b == b'\n') {
+                            Some(i) => i + 1,
+                            None => rest
+                                .iter()
+                                .position(|&b| b == b'\n')
+                                .map_or(rest.len(), |i| i + 1),
+                        }
+                    };
+                    res = err.write_all(&rest[..cut]);
+                    rest = &rest[cut..];
+                }
+                res
+            }
         };
         if let Err(e) = res {
             crate::log::warn!("cannot write the access log: {e}");
@@ -191,6 +222,8 @@ pub struct Shared {
 pub struct AccessLogger {
     shared: Arc<Shared>,
     buf: Vec<u8>,
+    /// When the oldest buffered line was added.
+    oldest: Option<std::time::Instant>,
     line: String,
     time: TimeCache,
 }
@@ -203,6 +236,7 @@ impl AccessLogger {
         AccessLogger {
             shared,
             buf: Vec::with_capacity(FLUSH_BYTES + 1024),
+            oldest: None,
             line: String::with_capacity(512),
             time: TimeCache(u64::MAX, String::new()),
         }
@@ -220,6 +254,9 @@ impl AccessLogger {
             }
         }
         line.push('\n');
+        if self.buf.is_empty() {
+            self.oldest = Some(std::time::Instant::now());
+        }
         self.buf.extend_from_slice(line.as_bytes());
         self.line = line;
         if self.buf.len() >= FLUSH_BYTES {
@@ -232,6 +269,14 @@ impl AccessLogger {
         if !self.buf.is_empty() {
             self.shared.sink.write(&self.buf);
             self.buf.clear();
+        }
+        self.oldest = None;
+    }
+
+    /// Writes the buffer if its oldest line has waited `FLUSH_AGE` (before a request runs).
+    pub fn flush_if_old(&mut self) {
+        if self.oldest.is_some_and(|t| t.elapsed() >= FLUSH_AGE) {
+            self.flush();
         }
     }
 }

@@ -260,6 +260,19 @@ impl Config {
         let max_connections =
             within("--max-connections", cli.max_connections as u64, 1, 1 << 20)? as usize;
         let backlog = within("--backlog", u64::from(cli.backlog), 1, 65535)? as i32;
+        within("--max-requests", cli.max_requests, 0, 1 << 40)?;
+        within("--max-requests-jitter", cli.max_requests_jitter, 0, 1 << 40)?;
+        within("--workers-max-rss", cli.workers_max_rss, 0, 1 << 30)?;
+        if let Some(Listen::Fd(fd)) = listen
+            .iter()
+            .find(|l| matches!(l, Listen::Fd(fd) if *fd < 3))
+        {
+            return Err(format!(
+                "--bind fd://{fd}: descriptors 0, 1 and 2 are standard input, output and error"
+            ));
+        }
+        // Checked even when the access log is off, so a typo is found before it is needed.
+        let access_log_format = crate::access_log::Format::parse(&cli.access_log_format)?;
         const DAY: f64 = 86_400.0;
         let timeouts = Timeouts {
             header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
@@ -306,10 +319,7 @@ impl Config {
             workers_max_rss: cli.workers_max_rss,
             trusted: crate::wsgi::proxy::Trusted::parse(&cli.forwarded_allow_ips)?,
             access_log: if cli.access_log || cli.access_log_file.is_some() {
-                Some((
-                    cli.access_log_file,
-                    crate::access_log::Format::parse(&cli.access_log_format)?,
-                ))
+                Some((cli.access_log_file, access_log_format))
             } else {
                 None
             },

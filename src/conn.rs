@@ -204,6 +204,8 @@ pub struct Conn {
     pub continue_pending: bool,
     /// Requests parsed on this connection so far.
     pub requests: u32,
+    /// Its client's departure was reported to the handler (`client_disconnected`).
+    pub gone_marked: bool,
     /// The current request's body, past `--body-buffer-size`, being spooled.
     spool: Option<Spool>,
     /// When the connection last became ready for a new request head (accepted, or its
@@ -241,6 +243,7 @@ impl Conn {
             pending_error: None,
             continue_pending: false,
             requests: 0,
+            gone_marked: false,
             spool: None,
             since: now,
             read_at: now,

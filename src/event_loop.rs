@@ -400,9 +400,6 @@ impl EventLoop {
         loop {
             self.counters.passes += 1;
             self.now = Instant::now();
-            if self.now >= self.next_sweep {
-                self.sweep();
-            }
             if !self.lingering.is_empty() {
                 self.expire_lingering();
             }
@@ -426,8 +423,12 @@ impl EventLoop {
             }
             if !events.is_empty() {
                 self.handle_events(&events);
+                // Timeouts are judged after what is ready has been read, so that a request
+                // that arrived while the loop was busy is not taken for silence.
+                self.maybe_sweep();
                 continue;
             }
+            self.maybe_sweep();
             // No spin here before sleeping: measured side by side on 2 cores (wrk on the
             // same cores), a 127-pause spin for the next response cost 2 µs of CPU per
             // request and gained nothing (BENCHMARKS.md, "loop spin").
@@ -596,9 +597,19 @@ impl EventLoop {
                     if ev.is_read_closed() {
                         conn.peer_closed_hint = true;
                     }
+                    // The client left (or half-closed) while a request runs: tell the app
+                    // now, even when the connection reads no further (`Connection: close`).
+                    let gone = ((ev.is_read_closed() || ev.is_error())
+                        && conn.in_flight > 0
+                        && !std::mem::replace(&mut conn.gone_marked, true))
+                    .then_some((conn.handler, conn.me));
                     // Most edges are for input; only a connection with bytes waiting for
                     // its socket has anything to flush.
-                    if !conn.wq.is_empty() {
+                    let pending_output = !conn.wq.is_empty();
+                    if let Some((h, me)) = gone {
+                        self.mark_gone(h, me);
+                    }
+                    if pending_output {
                         self.flush_one(slot);
                     }
                     self.advance(slot);
@@ -768,7 +779,7 @@ impl EventLoop {
                             return true;
                         }
                         conn.last_request = true;
-                        if conn.in_flight > 0 {
+                        if conn.in_flight > 0 && !std::mem::replace(&mut conn.gone_marked, true) {
                             // The client half-closed or left while its request runs: what
                             // `m0serve.client_disconnected()` tells the app.
                             self.mark_gone(conn.handler, conn.me);
@@ -940,6 +951,8 @@ impl EventLoop {
     fn service_rings(&mut self, py: Option<Python<'_>>) {
         if let (Some(py), Some(inline)) = (py, self.inline.as_mut()) {
             inline.run(py);
+            // The app may have run for a while: stamps from here on use the time now.
+            self.now = Instant::now();
         }
         for h in 0..self.handlers.len() {
             let mut popped = false;
@@ -1098,6 +1111,8 @@ impl EventLoop {
             .chunks_in_flight
             .fetch_sub(1, Ordering::Release);
         self.handlers[h].wake_check = true;
+        // A stream to a slow reader moves on: the handler makes progress (watchdog).
+        self.handlers[h].last_progress = Some(self.now);
     }
 
     fn flush_dirty(&mut self) {
@@ -1131,6 +1146,7 @@ impl EventLoop {
     /// After the queue emptied: a closing connection starts its lingering close.
     fn after_output(&mut self, slot: u32) {
         let draining = self.deadline.is_some();
+        let now = self.now;
         let Some(conn) = self.conn_mut(slot) else {
             return;
         };
@@ -1138,6 +1154,11 @@ impl EventLoop {
             return;
         }
         if !conn.closing {
+            if conn.in_flight == 0 {
+                // The keep-alive (and next header) timeout counts from here, once the last
+                // response is written, not from when it was queued.
+                conn.since = now;
+            }
             if draining && conn.is_idle() {
                 // A graceful stop closes keep-alive connections once they are idle.
                 self.close(slot);
@@ -1162,6 +1183,13 @@ impl EventLoop {
                     .push_back((Instant::now() + LINGER_TIMEOUT, me));
             }
             _ => self.close(slot),
+        }
+    }
+
+    fn maybe_sweep(&mut self) {
+        self.now = Instant::now();
+        if self.now >= self.next_sweep {
+            self.sweep();
         }
     }
 

@@ -338,3 +338,58 @@ fn a_spool_abandoned_mid_body_is_released() {
         "the spool of an abandoned body stayed open"
     );
 }
+
+#[test]
+fn the_app_learns_a_connection_close_client_left() {
+    // With `Connection: close` the loop reads nothing more from the connection; the end of
+    // stream must still reach the app.
+    let tmp = TempDir::new("client-gone-close");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &[]);
+    let mut c = s.connect();
+    c.send(
+        format!("GET /watch?secs=5&mark={mark} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    if let Err(m) = wait_for_file_containing(&mark, "started", PROMPT) {
+        panic!("the request never started: {m:?}");
+    }
+    drop(c);
+    if let Err(m) = wait_for_file_containing(&mark, "noticed", PROMPT) {
+        panic!("the app never learnt that its client left: {m:?}");
+    }
+}
+
+#[test]
+fn the_keep_alive_timeout_counts_from_when_the_response_was_written() {
+    let s = Server::start("regress:app", &["--keep-alive-timeout", "1"]);
+    let mut c = s.connect();
+    c.send(&get("/big-list?size=8388608"));
+    // Read the 8 MiB slowly, over ~2 s: longer than the keep-alive timeout.
+    let start = Instant::now();
+    let mut data = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    c.stream.set_read_timeout(Some(PROMPT)).unwrap();
+    let mut want = usize::MAX;
+    while data.len() < want {
+        use std::io::Read;
+        let n = c.stream.read(&mut buf).expect("the response keeps coming");
+        assert!(n > 0, "closed after {} bytes", data.len());
+        data.extend_from_slice(&buf[..n]);
+        if want == usize::MAX {
+            if let Some(i) = find(&data, b"\r\n\r\n") {
+                want = i + 4 + (8 << 20);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(15));
+    }
+    assert_eq!(data.len(), want, "more than the response arrived");
+    assert!(
+        start.elapsed() > Duration::from_millis(1200),
+        "read too fast to test"
+    );
+    // Right after the last byte the connection is still usable.
+    c.send(&get("/hello"));
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "hello", "{}", r.status_line());
+}

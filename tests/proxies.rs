@@ -37,14 +37,26 @@ fn a_forged_address_left_of_the_proxy_is_not_believed() {
 }
 
 #[test]
-fn the_forwarded_header_wins_and_is_parsed_per_rfc_7239() {
+fn the_forwarded_header_is_parsed_per_rfc_7239_when_x_forwarded_is_absent() {
     let s = Server::start("echo:app", &[]);
     let e = echo_with(
         &s,
-        "Forwarded: for=\"[2001:db8:cafe::17]:4711\";proto=https\r\nX-Forwarded-For: 9.9.9.9\r\n",
+        "Forwarded: for=\"[2001:db8:cafe::17]:4711\";proto=https\r\n",
     );
     assert_eq!(e.must("REMOTE_ADDR"), "2001:db8:cafe::17");
     assert_eq!(e.wsgi("url_scheme").as_str(), Some("https"));
+}
+
+#[test]
+fn a_forwarded_header_passed_through_by_a_proxy_that_sets_x_forwarded_is_ignored() {
+    // nginx sets X-Forwarded-For and passes the client's own Forwarded header through.
+    let s = Server::start("echo:app", &[]);
+    let e = echo_with(
+        &s,
+        "Forwarded: for=6.6.6.6;proto=https\r\nX-Forwarded-For: 203.0.113.7\r\n",
+    );
+    assert_eq!(e.must("REMOTE_ADDR"), "203.0.113.7");
+    assert_eq!(e.wsgi("url_scheme").as_str(), Some("http"));
 }
 
 #[test]

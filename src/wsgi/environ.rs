@@ -314,10 +314,13 @@ impl EnvBuilder {
         env: &Bound<'_, PyDict>,
         req: &Request,
     ) -> PyResult<()> {
-        let Peer::Tcp(addr) = req.peer else {
-            return Ok(());
+        // A peer on a Unix socket is a local process the socket's permissions let in (a
+        // proxy on the same host): trusted unless the list is empty.
+        let trusted = match req.peer {
+            Peer::Tcp(addr) => self.trusted.contains(addr.ip()),
+            Peer::Unix => !self.trusted.is_empty(),
         };
-        if self.trusted.is_empty() || !self.trusted.contains(addr.ip()) {
+        if !trusted {
             return Ok(());
         }
         let data = &req.data;

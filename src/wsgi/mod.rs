@@ -122,7 +122,8 @@ impl Bridge {
     /// Serves one request; every outcome ends in exactly one final part on the sink, or,
     /// inline, in `Served::Suspended` until `resume` ends it.
     pub fn serve(&mut self, py: Python<'_>, req: Request) -> Served {
-        if self.log.is_some() {
+        if let Some(log) = self.log.as_mut() {
+            log.flush_if_old();
             self.current = Some(LogCtx {
                 peer: req.peer,
                 head_bytes: req.data[..req.head.head_len].to_vec(),

@@ -1,6 +1,11 @@
-//! `--forwarded-allow-ips`: from the listed peers only (default 127.0.0.1), `Forwarded`
-//! (RFC 7239) or else `X-Forwarded-For` / `X-Forwarded-Proto` set `REMOTE_ADDR` and
-//! `wsgi.url_scheme`. From any other peer those headers are plain headers.
+//! `--forwarded-allow-ips`: from the listed peers only (default 127.0.0.1, and peers on a
+//! Unix socket), `X-Forwarded-For` / `X-Forwarded-Proto`, or, when neither is present,
+//! `Forwarded` (RFC 7239), set `REMOTE_ADDR` and `wsgi.url_scheme`. From any other peer
+//! those headers are plain headers.
+//!
+//! The `X-Forwarded-*` pair comes first because it is what common proxies set (nginx's
+//! usual configuration): a proxy that sets them but passes `Forwarded` through untouched
+//! would otherwise let the client choose its own address with `Forwarded`.
 //!
 //! The client is the rightmost address in the chain that is not itself a trusted proxy: a
 //! proxy appends the address it received from, so everything to the left of that was
@@ -40,6 +45,17 @@ impl Trusted {
             if len > max {
                 return Err(bad());
             }
+            // An IPv4-mapped IPv6 net is kept as the IPv4 net it is (addresses are compared
+            // in that form), its prefix shortened by the 96 mapped bits.
+            let (ip, len) = match canonical(ip) {
+                IpAddr::V4(v4) if ip.is_ipv6() => {
+                    if len < 96 {
+                        return Err(bad());
+                    }
+                    (IpAddr::V4(v4), len - 96)
+                }
+                other => (other, len),
+            };
             t.nets.push((ip, len));
         }
         Ok(t)
@@ -102,7 +118,7 @@ pub fn resolve(
     x_forwarded_for: &[&[u8]],
     x_forwarded_proto: &[&[u8]],
 ) -> Forwarded {
-    if !forwarded.is_empty() {
+    if x_forwarded_for.is_empty() && x_forwarded_proto.is_empty() {
         return from_forwarded(trusted, forwarded);
     }
     let mut out = Forwarded::default();
@@ -134,28 +150,39 @@ pub fn resolve(
 
 fn from_forwarded(trusted: &Trusted, values: &[&[u8]]) -> Forwarded {
     // RFC 7239 §4: forwarded-element *( "," forwarded-element ), each a ";" list of
-    // token=value pairs, values possibly quoted.
-    let mut fors = Vec::new();
-    let mut protos = Vec::new();
+    // token=value pairs, values possibly quoted. Each element is one hop: its `for` and its
+    // `proto` go together.
+    let mut hops: Vec<(String, Option<String>)> = Vec::new();
     for v in values {
         for element in latin(v).split(',') {
+            let (mut node, mut proto) = (None, None);
             for pair in element.split(';') {
                 let Some((k, val)) = pair.split_once('=') else {
                     continue;
                 };
                 let val = val.trim().trim_matches('"');
                 match k.trim().to_ascii_lowercase().as_str() {
-                    "for" => fors.push(node_address(val)),
-                    "proto" => protos.push(val.to_ascii_lowercase()),
+                    "for" => node = Some(node_address(val)),
+                    "proto" => proto = Some(val.to_ascii_lowercase()),
                     _ => {}
                 }
             }
+            if let Some(node) = node {
+                hops.push((node, proto));
+            }
         }
     }
-    Forwarded {
-        client: pick_client(trusted, &fors),
-        https: protos.last().and_then(|p| scheme(p)),
-    }
+    let chain: Vec<String> = hops.iter().map(|(n, _)| n.clone()).collect();
+    let client = pick_client(trusted, &chain);
+    // The scheme the chosen client's hop was received on.
+    let https = client.as_ref().and_then(|c| {
+        hops.iter()
+            .rev()
+            .find(|(n, _)| n == c)
+            .and_then(|(_, p)| p.as_deref())
+            .and_then(scheme)
+    });
+    Forwarded { client, https }
 }
 
 /// RFC 7239 §6: `node = nodename [ ":" node-port ]`, an IPv6 nodename in brackets.
@@ -230,17 +257,39 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_wins_and_is_parsed_per_rfc_7239() {
+    fn forwarded_is_used_without_x_forwarded_and_parsed_per_rfc_7239() {
         let tr = t("127.0.0.1");
         let f = resolve(
             &tr,
             &[b"for=192.0.2.43, for=\"[2001:db8:cafe::17]:4711\";proto=https"],
-            &[b"9.9.9.9"],
-            &[b"http"],
+            &[],
+            &[],
         );
         assert_eq!(f.client.as_deref(), Some("2001:db8:cafe::17"));
         assert_eq!(f.https, Some(true));
         let f = resolve(&tr, &[b"for=unknown"], &[], &[]);
         assert_eq!(f.client, None);
+        // The client's own element cannot choose the scheme of the proxy's hop.
+        let f = resolve(
+            &tr,
+            &[b"for=1.1.1.1;proto=https, for=203.0.113.9"],
+            &[],
+            &[],
+        );
+        assert_eq!(f.client.as_deref(), Some("203.0.113.9"));
+        assert_eq!(f.https, None);
+        // With X-Forwarded-For present, a Forwarded header the proxy passed through is
+        // ignored.
+        let f = resolve(&tr, &[b"for=6.6.6.6;proto=https"], &[b"203.0.113.7"], &[]);
+        assert_eq!(f.client.as_deref(), Some("203.0.113.7"));
+        assert_eq!(f.https, None);
+    }
+
+    #[test]
+    fn mapped_ipv4_nets_are_kept_as_ipv4() {
+        let tr = t("::ffff:127.0.0.0/104");
+        assert!(tr.contains("127.3.4.5".parse().unwrap()));
+        assert!(!tr.contains("128.0.0.1".parse().unwrap()));
+        assert!(Trusted::parse("::ffff:127.0.0.0/90").is_err());
     }
 }
