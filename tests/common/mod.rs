@@ -745,6 +745,11 @@ impl Conn {
     pub fn connect(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect_timeout(&addr, IO_TIMEOUT)
             .unwrap_or_else(|e| panic!("connect to {addr}: {e}"));
+        Conn::from_stream(stream)
+    }
+
+    /// Wraps a connected stream (made some other way, e.g. from a chosen local address).
+    pub fn from_stream(stream: TcpStream) -> Conn {
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
         stream.set_nodelay(true).unwrap();
