@@ -126,6 +126,11 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_PID_FILE", value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 
+    /// The virtualenv whose site-packages the app imports from (default: VIRTUAL_ENV, else
+    /// the virtualenv this binary is installed in, else the interpreter it was built with).
+    #[arg(long, env = "M0SERVE_VENV", value_name = "PATH")]
+    pub venv: Option<PathBuf>,
+
     /// Directory put first on `sys.path` before the app is imported.
     #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
     pub app_dir: PathBuf,

@@ -287,6 +287,15 @@ impl Config {
                 cli.blocking_threads
             ));
         }
+        if let Some(venv) = &cli.venv {
+            if !venv.join("pyvenv.cfg").is_file() {
+                return Err(format!(
+                    "--venv {}: not a virtualenv (no pyvenv.cfg)",
+                    venv.display()
+                ));
+            }
+            crate::python::set_venv(std::path::absolute(venv).unwrap_or_else(|_| venv.clone()));
+        }
         let app_dir = std::path::absolute(&cli.app_dir)
             .map_err(|e| format!("--app-dir {:?}: {e}", cli.app_dir))?;
         if !app_dir.is_dir() {

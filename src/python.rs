@@ -2,9 +2,12 @@
 //!
 //! The interpreter is initialised through `PyConfig` so that Python installs no signal
 //! handlers (the server owns the signals: see `signals.rs`) and so that its path
-//! configuration starts from the right interpreter: the virtualenv's `bin/python` when
-//! `VIRTUAL_ENV` is set (CPython then reads that venv's `pyvenv.cfg`, and `sys.prefix` and
-//! `site-packages` are the venv's), else the interpreter the binary was built against.
+//! configuration starts from the right interpreter: a virtualenv's `bin/python` (CPython
+//! then reads that venv's `pyvenv.cfg`, and `sys.prefix` and `site-packages` are the
+//! venv's), else the interpreter the binary was built against. The virtualenv is, first
+//! found first: `--venv`, `VIRTUAL_ENV`, or the one this binary itself lives in (its
+//! `bin/`'s parent holds a `pyvenv.cfg`: installed there with pip, it uses that
+//! environment whether or not it is activated).
 
 use std::ffi::CString;
 use std::mem::MaybeUninit;
@@ -16,15 +19,40 @@ use pyo3::types::PyList;
 
 use crate::config::AppSpec;
 
+/// `--venv`, for `program_name` (set once at start, before Python).
+static VENV_FLAG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Records `--venv PATH` (before `initialize`).
+pub fn set_venv(path: PathBuf) {
+    let _ = VENV_FLAG.set(path);
+}
+
+/// A virtualenv's interpreter, if `venv` is one.
+fn venv_python(venv: &Path) -> Option<PathBuf> {
+    ["python3", "python"]
+        .into_iter()
+        .map(|name| venv.join("bin").join(name))
+        .find(|p| p.exists())
+}
+
 /// Where the interpreter's path configuration starts, and why.
 pub fn program_name() -> (PathBuf, &'static str) {
+    if let Some(p) = VENV_FLAG.get().and_then(|v| venv_python(v)) {
+        return (p, "--venv");
+    }
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
-        let venv = PathBuf::from(venv);
-        for name in ["python3", "python"] {
-            let p = venv.join("bin").join(name);
-            if p.exists() {
-                return (p, "VIRTUAL_ENV");
-            }
+        if let Some(p) = venv_python(Path::new(&venv)) {
+            return (p, "VIRTUAL_ENV");
+        }
+    }
+    // Installed into a virtualenv (`pip install`): <venv>/bin/m0serve.
+    if let Some(venv) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent()?.parent().map(Path::to_path_buf))
+        .filter(|venv| venv.join("pyvenv.cfg").is_file())
+    {
+        if let Some(p) = venv_python(&venv) {
+            return (p, "the virtualenv this binary is in");
         }
     }
     match option_env!("M0SERVE_BUILD_PYTHON") {
@@ -71,14 +99,20 @@ pub fn initialize() -> Result<(), String> {
     Ok(())
 }
 
-/// `sys.version` and `sys.prefix`, for the startup line.
+/// `sys.version`, `sys.prefix` and why that environment, for the startup line.
 pub fn describe(py: Python<'_>) -> String {
     let get = || -> PyResult<String> {
         let sys = py.import("sys")?;
         let version: String = sys.getattr("version")?.extract()?;
         let prefix: String = sys.getattr("prefix")?.extract()?;
         let version = version.split_whitespace().next().unwrap_or("").to_string();
-        Ok(format!("Python {version} ({prefix})"))
+        let (_, why) = program_name();
+        let why = match why {
+            "build" => "the interpreter m0serve was built with",
+            "PATH" => "python3 on PATH",
+            other => other,
+        };
+        Ok(format!("Python {version} ({prefix}, from {why})"))
     };
     get().unwrap_or_else(|_| "Python".into())
 }

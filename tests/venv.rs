@@ -31,39 +31,7 @@ fn binary_runs_without_ld_library_path() {
 
 #[test]
 fn imports_from_the_virtualenv_named_by_virtual_env() {
-    let root = scratch_dir("venv");
-    let venv = root.join("venv");
-    let status = Command::new("python3")
-        .args(["-m", "venv", "--without-pip"])
-        .arg(&venv)
-        .status()
-        .unwrap();
-    assert!(status.success(), "python3 -m venv failed");
-    let site = Command::new(venv.join("bin/python"))
-        .args([
-            "-c",
-            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
-        ])
-        .output()
-        .unwrap();
-    let site = PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
-    std::fs::create_dir_all(&site).unwrap();
-    // A module that exists only inside the virtualenv.
-    std::fs::write(
-        site.join("m0serve_venv_marker.py"),
-        "MARK = 'from-the-venv'\n",
-    )
-    .unwrap();
-    let app_dir = root.join("app");
-    std::fs::create_dir_all(&app_dir).unwrap();
-    std::fs::write(
-        app_dir.join("venvapp.py"),
-        "import sys, m0serve_venv_marker\n\
-         def app(environ, start_response):\n\
-         \x20   start_response('200 OK', [('Content-Type', 'text/plain')])\n\
-         \x20   return [('%s|%s' % (sys.prefix, m0serve_venv_marker.MARK)).encode()]\n",
-    )
-    .unwrap();
+    let (venv, app_dir) = venv_with_marker("venv");
 
     let mut server = Server::builder("venvapp:app")
         .without_app_dir_flag()
@@ -71,22 +39,7 @@ fn imports_from_the_virtualenv_named_by_virtual_env() {
         .arg(app_dir.to_str().unwrap())
         .env("VIRTUAL_ENV", venv.to_str().unwrap())
         .start();
-    let resp = server.get("/");
-    assert_eq!(resp.status, 200, "{}", server.stderr_text());
-    let body = String::from_utf8(resp.body.clone()).unwrap();
-    let (prefix, mark) = body.split_once('|').unwrap();
-    assert_eq!(mark, "from-the-venv");
-    assert_eq!(
-        std::fs::canonicalize(prefix).unwrap(),
-        std::fs::canonicalize(&venv).unwrap(),
-        "sys.prefix is the virtualenv"
-    );
-    // The startup line names the environment in use.
-    assert!(
-        server.stderr_text().contains(venv.to_str().unwrap()),
-        "{}",
-        server.stderr_text()
-    );
+    assert_serves_from(&server, &venv, "VIRTUAL_ENV");
     server.stop();
 
     // Without VIRTUAL_ENV the module is not importable, and the error names it.
@@ -107,5 +60,95 @@ fn imports_from_the_virtualenv_named_by_virtual_env() {
         "{}",
         out.stderr
     );
-    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_dir_all(venv.parent().unwrap());
+}
+
+/// A fresh virtualenv holding a module only it has, and an app dir whose app reports
+/// `sys.prefix` and that module's mark: (venv, app dir).
+fn venv_with_marker(tag: &str) -> (PathBuf, PathBuf) {
+    let root = scratch_dir(tag);
+    let venv = root.join("venv");
+    let status = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(status.success(), "python3 -m venv failed");
+    let site = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let site = PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(
+        site.join("m0serve_venv_marker.py"),
+        "MARK = 'from-the-venv'\n",
+    )
+    .unwrap();
+    let app_dir = root.join("app");
+    std::fs::create_dir_all(&app_dir).unwrap();
+    std::fs::write(
+        app_dir.join("venvapp.py"),
+        "import sys, m0serve_venv_marker\n\
+         def app(environ, start_response):\n\
+         \x20   start_response('200 OK', [('Content-Type', 'text/plain')])\n\
+         \x20   return [('%s|%s' % (sys.prefix, m0serve_venv_marker.MARK)).encode()]\n",
+    )
+    .unwrap();
+    (venv, app_dir)
+}
+
+fn assert_serves_from(server: &Server, venv: &std::path::Path, why: &str) {
+    let resp = server.get("/");
+    assert_eq!(resp.status, 200, "{}", server.stderr_text());
+    let body = String::from_utf8(resp.body.clone()).unwrap();
+    let (prefix, mark) = body.split_once('|').unwrap();
+    assert_eq!(mark, "from-the-venv");
+    assert_eq!(
+        std::fs::canonicalize(prefix).unwrap(),
+        std::fs::canonicalize(venv).unwrap()
+    );
+    assert!(
+        server.stderr_text().contains(&format!("from {why}")),
+        "{}",
+        server.stderr_text()
+    );
+}
+
+#[test]
+fn venv_flag_chooses_the_virtualenv() {
+    let (venv, app_dir) = venv_with_marker("venv-flag");
+    let server = Server::builder("venvapp:app")
+        .without_app_dir_flag()
+        .args(&[
+            "--app-dir",
+            app_dir.to_str().unwrap(),
+            "--venv",
+            venv.to_str().unwrap(),
+        ])
+        .start();
+    assert_serves_from(&server, &venv, "--venv");
+    let out = common::run_to_exit(
+        &["venvapp:app", "--venv", "/nonexistent-venv"],
+        &[],
+        std::time::Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("--venv"), "{}", out.stderr);
+}
+
+#[test]
+fn a_binary_installed_in_a_virtualenv_uses_it_without_activation() {
+    let (venv, app_dir) = venv_with_marker("venv-installed");
+    let installed = venv.join("bin/m0serve");
+    std::fs::copy(common::bin(), &installed).unwrap();
+    let server = Server::builder("venvapp:app")
+        .binary(installed.to_str().unwrap())
+        .without_app_dir_flag()
+        .args(&["--app-dir", app_dir.to_str().unwrap()])
+        .start();
+    assert_serves_from(&server, &venv, "the virtualenv this binary is in");
 }

@@ -139,9 +139,17 @@ pub struct ServerBuilder {
     app_dir_flag: bool,
     /// A command the server runs under (`unshare ...`, `systemd-socket-activate ...`).
     wrapper: Vec<String>,
+    /// Another copy of the binary to run (one installed in a virtualenv).
+    binary: Option<String>,
 }
 
 impl ServerBuilder {
+    /// Runs this copy of the binary instead of the build's.
+    pub fn binary(mut self, path: &str) -> Self {
+        self.binary = Some(path.to_string());
+        self
+    }
+
     /// Runs the server under `cmd` (the binary and its arguments follow it).
     pub fn wrapped(mut self, cmd: &[&str]) -> Self {
         self.wrapper = cmd.iter().map(|s| s.to_string()).collect();
@@ -176,13 +184,14 @@ impl ServerBuilder {
     }
 
     fn command(&self) -> Command {
+        let program = self.binary.as_deref().unwrap_or(bin());
         let mut cmd = match self.wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
-                c.args(rest).arg(bin());
+                c.args(rest).arg(program);
                 c
             }
-            None => Command::new(bin()),
+            None => Command::new(program),
         };
         cmd.arg(&self.app);
         if self.port_flag {
@@ -350,6 +359,7 @@ impl Server {
             port_flag: true,
             app_dir_flag: true,
             wrapper: vec![],
+            binary: None,
         }
     }
 
