@@ -658,7 +658,10 @@ fn check_ready(w: &mut Worker) -> bool {
                 log::debug!("worker {} is ready", w.pid);
             }
             b'M' if !w.recycling && !w.retiring => {
-                log::info!("worker {} served --max-requests: recycling it", w.pid);
+                log::info!(
+                    "worker {} asked to be replaced (--max-requests or --timeout): recycling it",
+                    w.pid
+                );
                 w.recycling = true;
             }
             _ => {}

@@ -364,8 +364,10 @@ fn the_app_learns_a_connection_close_client_left() {
 fn the_keep_alive_timeout_counts_from_when_the_response_was_written() {
     let s = Server::start("regress:app", &["--keep-alive-timeout", "1"]);
     let mut c = s.connect();
-    c.send(&get("/big-list?size=8388608"));
-    // Read the 8 MiB slowly, over ~2 s: longer than the keep-alive timeout.
+    c.send(&get("/big-list?size=16777216"));
+    // Read slowly for 1.5 s (longer than the keep-alive timeout, while the server still has
+    // bytes queued), then the rest at once: what the kernel buffered after the server's
+    // last write goes in milliseconds, so the next request follows that write closely.
     let start = Instant::now();
     let mut data = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -378,17 +380,21 @@ fn the_keep_alive_timeout_counts_from_when_the_response_was_written() {
         data.extend_from_slice(&buf[..n]);
         if want == usize::MAX {
             if let Some(i) = find(&data, b"\r\n\r\n") {
-                want = i + 4 + (8 << 20);
+                want = i + 4 + (16 << 20);
             }
         }
-        std::thread::sleep(Duration::from_millis(15));
+        if start.elapsed() < Duration::from_millis(1500) {
+            std::thread::sleep(Duration::from_millis(15));
+        }
     }
     assert_eq!(data.len(), want, "more than the response arrived");
     assert!(
         start.elapsed() > Duration::from_millis(1200),
         "read too fast to test"
     );
-    // Right after the last byte the connection is still usable.
+    // Half a keep-alive timeout after the last byte the connection is still usable: the
+    // timeout started when the response was written, not when it was queued 1.5 s ago.
+    std::thread::sleep(Duration::from_millis(500));
     c.send(&get("/hello"));
     let r = c.read_response();
     assert_eq!(r.body_text(), "hello", "{}", r.status_line());
