@@ -10,19 +10,6 @@ use std::time::{Duration, Instant};
 /// How long a server that works may take to do what a test waits for.
 const PROMPT: Duration = Duration::from_secs(4);
 
-fn exit_code(s: &mut Server, within: Duration, what: &str) -> i32 {
-    let st = s
-        .wait_exit(within)
-        .unwrap_or_else(|| panic!("{what}: the server did not exit within {within:?}"));
-    st.code().unwrap_or_else(|| {
-        panic!(
-            "{what}: the server ended with {}\n{}",
-            describe_status(&st),
-            s.log_text()
-        )
-    })
-}
-
 // ---------------------------------------------------------------------------
 // Cancellation
 // ---------------------------------------------------------------------------

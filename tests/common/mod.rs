@@ -595,6 +595,21 @@ pub fn run_to_exit(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Ou
 }
 
 /// The exit code, or a description of the signal that ended the process.
+/// Waits for the server to exit and returns its exit code; panics (with its log) when it
+/// does not exit in time or dies of a signal.
+pub fn exit_code(s: &mut Server, within: Duration, what: &str) -> i32 {
+    let st = s
+        .wait_exit(within)
+        .unwrap_or_else(|| panic!("{what}: the server did not exit within {within:?}"));
+    st.code().unwrap_or_else(|| {
+        panic!(
+            "{what}: the server ended with {}\n{}",
+            describe_status(&st),
+            s.log_text()
+        )
+    })
+}
+
 pub fn describe_status(s: &ExitStatus) -> String {
     match (s.code(), s.signal()) {
         (Some(c), _) => format!("exit code {c}"),
