@@ -169,6 +169,7 @@ fn main() {
     // holding the head bytes, the spans, the peer).
     let peer = Peer::Tcp("127.0.0.1:50000".parse().expect("an address"));
     let conn = ConnRef { slot: 7, gen: 1 };
+    let queued_at = std::time::Instant::now();
     let record = |req: &[u8]| -> Request {
         let head = parse_head(req, &limits)
             .expect("a valid request")
@@ -182,6 +183,7 @@ fn main() {
             spooled: None,
             head,
             peer,
+            queued_at,
         }
     };
     rows.push(bench(

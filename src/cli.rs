@@ -246,6 +246,34 @@ pub struct Cli {
     )]
     pub forwarded_allow_ips: String,
 
+    /// Serve Prometheus metrics (`/metrics`, and `/healthz`) on this port, answered by the
+    /// workers' loops without the GIL and added up across workers (docs/operations.md).
+    #[arg(long, env = "M0SERVE_METRICS_PORT", value_name = "PORT")]
+    pub metrics_port: Option<u16>,
+
+    /// The address the metrics port listens on.
+    #[arg(
+        long,
+        env = "M0SERVE_METRICS_ADDRESS",
+        default_value = "127.0.0.1",
+        value_name = "ADDRESS"
+    )]
+    pub metrics_address: String,
+
+    /// Restart the workers when a `.py` file under --app-dir changes (development only).
+    #[arg(long, env = "M0SERVE_RELOAD", value_parser = clap::builder::BoolishValueParser::new())]
+    pub reload: bool,
+
+    /// With --reload: paths (relative to --app-dir) or file names matching these glob
+    /// patterns are not watched, repeatable or comma-separated (e.g. `tests/*`).
+    #[arg(
+        long,
+        env = "M0SERVE_RELOAD_IGNORE",
+        value_name = "PATTERN",
+        value_delimiter = ','
+    )]
+    pub reload_ignore: Vec<String>,
+
     /// Check the configuration and import the app, then exit: 0 when both are good, else 1
     /// with a message naming the flag, module or attribute at fault. Serves nothing.
     #[arg(long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]

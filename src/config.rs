@@ -173,6 +173,10 @@ pub struct Config {
     pub log_level: Level,
     pub stats: bool,
     pub static_response: bool,
+    /// `--metrics-port` (with `--metrics-address`).
+    pub metrics: Option<SocketAddr>,
+    /// `--reload`, with its `--reload-ignore` patterns.
+    pub reload: Option<Vec<String>>,
 }
 
 impl Config {
@@ -296,6 +300,26 @@ impl Config {
             }
             crate::python::set_venv(std::path::absolute(venv).unwrap_or_else(|_| venv.clone()));
         }
+        let metrics = match cli.metrics_port {
+            Some(port) => {
+                let ip: IpAddr = cli
+                    .metrics_address
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse()
+                    .map_err(|_| {
+                        format!(
+                            "--metrics-address {:?}: not an IPv4 or IPv6 address",
+                            cli.metrics_address
+                        )
+                    })?;
+                Some(SocketAddr::new(ip, port))
+            }
+            None => None,
+        };
+        if let Some(bad) = cli.reload_ignore.iter().find(|p| p.contains('\0')) {
+            return Err(format!("--reload-ignore {bad:?}: contains a NUL byte"));
+        }
         let app_dir = std::path::absolute(&cli.app_dir)
             .map_err(|e| format!("--app-dir {:?}: {e}", cli.app_dir))?;
         if !app_dir.is_dir() {
@@ -338,6 +362,14 @@ impl Config {
             log_level: cli.log_level,
             stats: cli.stats,
             static_response: cli.static_response,
+            metrics,
+            reload: cli.reload.then(|| {
+                cli.reload_ignore
+                    .iter()
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect()
+            }),
         })
     }
 }

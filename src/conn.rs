@@ -206,6 +206,8 @@ pub struct Conn {
     pub requests: u32,
     /// Its client's departure was reported to the handler (`client_disconnected`).
     pub gone_marked: bool,
+    /// It came to the metrics port: the loop answers its requests itself.
+    pub metrics: bool,
     /// The current request's body, past `--body-buffer-size`, being spooled.
     spool: Option<Spool>,
     /// When the connection last became ready for a new request head (accepted, or its
@@ -244,6 +246,7 @@ impl Conn {
             continue_pending: false,
             requests: 0,
             gone_marked: false,
+            metrics: false,
             spool: None,
             since: now,
             read_at: now,
@@ -449,6 +452,7 @@ impl Conn {
             spooled: None,
             head,
             peer: self.peer,
+            queued_at: self.read_at,
         };
         match framing {
             BodyFraming::None => return Ok(Some(req)),

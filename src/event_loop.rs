@@ -32,6 +32,8 @@ use crate::ring::{Consumer, Producer};
 use crate::signals::SignalPipe;
 use crate::stats::{self, HandlerCounters, LoopCounters};
 
+/// `--metrics-port`'s listener.
+const METRICS: Token = Token(0);
 const WAKER: Token = Token(1);
 const SIGNALS: Token = Token(2);
 /// Listeners take tokens `FIRST_LISTENER..FIRST_LISTENER + MAX_LISTENERS`, connections
@@ -288,6 +290,12 @@ pub struct EventLoop {
     inline_setup: Option<InlineSetup>,
     /// Inline mode: the app's side, run between passes.
     inline: Option<Inline>,
+    /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
+    /// section of the counters.
+    metrics_listener: Option<Listener>,
+    metrics: Option<crate::metrics::Recorder>,
+    /// Of `conns`, those that came to the metrics port.
+    metrics_conns: usize,
 }
 
 impl EventLoop {
@@ -359,7 +367,32 @@ impl EventLoop {
             graceful_timeout: opts.graceful_timeout,
             inline_setup: inline,
             inline: None,
+            metrics_listener: None,
+            metrics: None,
+            metrics_conns: 0,
         })
+    }
+
+    /// `--metrics-port`: serve scrapes from `listener`, count into `recorder`.
+    pub fn set_metrics(
+        &mut self,
+        mut listener: Listener,
+        recorder: crate::metrics::Recorder,
+    ) -> io::Result<()> {
+        match &mut listener {
+            Listener::Tcp(l) => self
+                .poll
+                .registry()
+                .register(l, METRICS, Interest::READABLE)?,
+            Listener::Unix(l, ..) => {
+                self.poll
+                    .registry()
+                    .register(l, METRICS, Interest::READABLE)?
+            }
+        }
+        self.metrics_listener = Some(listener);
+        self.metrics = Some(recorder);
+        Ok(())
     }
 
     /// Runs until a graceful stop completes (or its deadline passes); stops the handlers.
@@ -565,6 +598,7 @@ impl EventLoop {
             self.counters.events += 1;
             match ev.token() {
                 Token(t) if (FIRST_LISTENER..FIRST_CONN).contains(&t) => self.accept(),
+                METRICS => self.accept_metrics(),
                 WAKER => {}
                 SIGNALS => {
                     let got = self.signals.drain();
@@ -658,7 +692,7 @@ impl EventLoop {
                 Listener::Unix(l, ..) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
             };
             match accepted {
-                Ok((sock, peer)) => self.add_conn(sock, peer),
+                Ok((sock, peer)) => self.add_conn(sock, peer, false),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -675,7 +709,56 @@ impl EventLoop {
         self.accept_more = true;
     }
 
-    fn add_conn(&mut self, sock: Sock, peer: Peer) {
+    /// Takes the scrapes waiting on the metrics port (few, so all of them).
+    fn accept_metrics(&mut self) {
+        loop {
+            let Some(Listener::Tcp(l)) = &self.metrics_listener else {
+                return;
+            };
+            if self.conns >= self.max_connections {
+                return;
+            }
+            match l.accept() {
+                Ok((s, addr)) => {
+                    let _ = s.set_nodelay(true);
+                    self.add_conn(Sock::Tcp(s), Peer::Tcp(addr), true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        log::warn!("accept on the metrics port failed: {e}");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The metrics' connections gauge, after a connection came or went.
+    fn count_connections(&self) {
+        if let Some(m) = &self.metrics {
+            m.section().set_connections(self.conns - self.metrics_conns);
+        }
+    }
+
+    /// A scrape's request: the loop answers it itself, from the shared counters.
+    fn answer_metrics(&mut self, conn: &mut Conn, req: &Request) {
+        let Some(m) = &self.metrics else {
+            return;
+        };
+        let out = crate::metrics::http_answer(
+            m.region(),
+            req.head.target.get(&req.data),
+            req.head.keep_alive,
+            req.head.method.get(&req.data) == b"HEAD",
+            self.date.get(),
+        );
+        conn.queue(out);
+        self.dirty.push(conn.me.slot);
+    }
+
+    /// `metrics`: it came to the metrics port.
+    fn add_conn(&mut self, sock: Sock, peer: Peer, metrics: bool) {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -695,8 +778,11 @@ impl EventLoop {
             self.free.push(slot);
             return;
         }
+        conn.metrics = metrics;
         self.slots[slot as usize].conn = Some(conn);
         self.conns += 1;
+        self.metrics_conns += usize::from(metrics);
+        self.count_connections();
     }
 
     /// Reads, parses and dispatches what a connection has, until the socket would block or
@@ -757,6 +843,8 @@ impl EventLoop {
                     conn.continue_pending = false;
                     if self.static_response {
                         self.answer_static(conn, &req);
+                    } else if conn.metrics {
+                        self.answer_metrics(conn, &req);
                     } else {
                         conn.ready = Some(req);
                     }
@@ -827,6 +915,9 @@ impl EventLoop {
                 ),
             };
             log::debug!("answering {status} to {:?}: {why}", conn.peer);
+            if let Some(m) = &self.metrics {
+                m.section().count_status(status);
+            }
             let resp = error_response(status, reason, self.date.get());
             conn.queue(resp);
             self.dirty.push(conn.me.slot);
@@ -864,7 +955,8 @@ impl EventLoop {
     // The request goes back by value when the ring is full: boxing it to shrink the `Err`
     // would cost an allocation per request on the common path.
     #[allow(clippy::result_large_err)]
-    fn dispatch(&mut self, conn: &mut Conn, req: Request) -> Result<(), Request> {
+    fn dispatch(&mut self, conn: &mut Conn, mut req: Request) -> Result<(), Request> {
+        req.queued_at = self.now;
         // Requests of one connection stay on one handler so responses come back in order.
         let h = if conn.in_flight > 0 {
             conn.handler
@@ -1325,6 +1417,10 @@ impl EventLoop {
         s.gen = s.gen.wrapping_add(1);
         self.free.push(slot);
         self.conns -= 1;
+        if conn.metrics {
+            self.metrics_conns -= 1;
+        }
+        self.count_connections();
         conn.drop_queue(&mut |h| self.return_credit(h as usize));
         if conn.in_flight > 0 {
             self.cancel(conn.handler, conn.me);
@@ -1353,7 +1449,12 @@ impl EventLoop {
         // Relaxed: handlers read it when encoding a response; a response encoded just
         // before still closes, because the loop closes a draining connection after it.
         self.shared.draining.store(true, Ordering::Relaxed);
-        for mut l in std::mem::take(&mut self.listeners) {
+        // Scrapes go to the workers still serving (a reload's new ones).
+        let metrics = self.metrics_listener.take();
+        for mut l in std::mem::take(&mut self.listeners)
+            .into_iter()
+            .chain(metrics)
+        {
             let _ = match &mut l {
                 Listener::Tcp(l) => self.poll.registry().deregister(l),
                 Listener::Unix(l, ..) => self.poll.registry().deregister(l),

@@ -25,6 +25,8 @@ pub struct HandlerSetup {
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
     pub access_log: Option<Arc<crate::access_log::Shared>>,
+    /// `--metrics-port`: this thread's section of the shared counters.
+    pub metrics: Option<crate::metrics::Recorder>,
 }
 
 pub fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
@@ -43,6 +45,7 @@ fn run(setup: HandlerSetup) {
         app,
         info,
         access_log,
+        metrics,
     } = setup;
     Python::attach(|py| {
         let mut bridge = match Bridge::new(
@@ -52,7 +55,10 @@ fn run(setup: HandlerSetup) {
             shared.clone(),
             loop_shared,
             &info,
-            access_log,
+            crate::wsgi::Observers {
+                access_log,
+                metrics,
+            },
         ) {
             Ok(b) => b,
             Err(e) => {

@@ -36,6 +36,7 @@ pub struct InlineSetup {
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
     pub access_log: Option<Arc<crate::access_log::Shared>>,
+    pub metrics: Option<crate::metrics::Recorder>,
 }
 
 /// The app's side of inline mode, owned by the loop thread.
@@ -62,6 +63,7 @@ impl Inline {
             app,
             info,
             access_log,
+            metrics,
         } = setup;
         let out = Rc::new(RefCell::new(VecDeque::new()));
         let bridge = Bridge::new(
@@ -71,7 +73,10 @@ impl Inline {
             shared.clone(),
             loop_shared,
             &info,
-            access_log,
+            crate::wsgi::Observers {
+                access_log,
+                metrics,
+            },
         )?;
         Ok((
             Inline {

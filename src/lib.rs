@@ -30,6 +30,8 @@ pub mod log;
 #[cfg(not(loom))]
 pub mod master;
 #[cfg(not(loom))]
+pub mod metrics;
+#[cfg(not(loom))]
 pub mod msg;
 pub mod park;
 #[cfg(not(loom))]

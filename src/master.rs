@@ -47,8 +47,9 @@ pub const MASTER_SIGNALS: &[libc::c_int] = &[
     libc::SIGCHLD,
 ];
 
-/// Set in a worker's environment by the master: `LISTENER_FD;LISTENER_FD...,READY_FD,HEARTBEAT_MS`
-/// (`HEARTBEAT_MS` 0: no heartbeats).
+/// Set in a worker's environment by the master:
+/// `LISTENER_FD;LISTENER_FD...,READY_FD,HEARTBEAT_MS,METRICS_LISTENER_FD,METRICS_FD,SLOT`
+/// (`HEARTBEAT_MS` 0: no heartbeats; the metrics fields `-` without `--metrics-port`).
 pub const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
 
 /// First wait before replacing a worker that died before it was ready; doubles per
@@ -81,6 +82,10 @@ struct Worker {
     retiring: bool,
     /// The reload generation it was started for.
     generation: u64,
+    /// Its slot in the shared metrics (`--metrics-port`).
+    metrics_slot: Option<usize>,
+    /// Retired because fewer workers are wanted: its exit is no restart.
+    scaled_down: bool,
 }
 
 pub struct Master {
@@ -113,6 +118,8 @@ pub struct Master {
     watchdog: Option<Duration>,
     next_watchdog: Instant,
     next_rss_check: Instant,
+    /// `--metrics-port`: the counters every worker writes, and the socket they serve them on.
+    metrics: Option<(crate::metrics::Region, Listener)>,
     _pid_file: Option<PidFile>,
 }
 
@@ -155,6 +162,19 @@ pub fn run(config: Config) -> Result<(), String> {
             })
             .collect::<Result<Vec<_>, _>>()?
     };
+    let metrics = match config.metrics {
+        Some(addr) => {
+            let listener = Listener::bind(&crate::config::Listen::Tcp(addr), config.backlog, None)
+                .map_err(|e| format!("--metrics-port: cannot bind {addr}: {e}"))?;
+            // Room for a reload's two generations and a few SIGTTINs; a worker past them
+            // runs without metrics (and says so).
+            let slots = (config.workers * 4).max(64);
+            let region = crate::metrics::Region::create(slots, config.blocking_threads.max(1))
+                .map_err(|e| format!("--metrics-port: cannot create the shared counters: {e}"))?;
+            Some((region, listener))
+        }
+        None => None,
+    };
     let pid_file = match &config.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -183,6 +203,7 @@ pub fn run(config: Config) -> Result<(), String> {
         watchdog: systemd::take_watchdog(),
         next_watchdog: Instant::now(),
         next_rss_check: Instant::now(),
+        metrics,
         _pid_file: pid_file,
     };
     log::info!(
@@ -247,6 +268,7 @@ impl Master {
                 .rev()
                 .find(|w| w.generation == self.generation && !w.retiring)
             {
+                w.scaled_down = true;
                 retire(w, "one worker fewer");
             }
         }
@@ -313,6 +335,9 @@ impl Master {
             self.announced = true;
             for l in &self.listeners {
                 log::info!("listening on {}", l.describe());
+            }
+            if let Some((_, l)) = &self.metrics {
+                log::info!("metrics on {}/metrics", l.describe());
             }
             self.notify(&format!(
                 "READY=1\nMAINPID={}\nSTATUS={}",
@@ -512,6 +537,9 @@ impl Master {
                 continue;
             };
             let mut w = self.workers.swap_remove(i);
+            if let (Some((region, _)), Some(slot)) = (&self.metrics, w.metrics_slot) {
+                region.release(slot, self.stop_deadline.is_none() && !w.scaled_down);
+            }
             // It may have reported ready just before it exited.
             if check_ready(&mut w) {
                 self.ever_ready = true;
@@ -559,6 +587,26 @@ impl Master {
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         let listener_fds: Vec<RawFd> = self.listeners.iter().map(Listener::raw_fd).collect();
         let fd_list: Vec<String> = listener_fds.iter().map(|f| f.to_string()).collect();
+        // `--metrics-port`: the lowest slot no live worker holds.
+        let metrics_slot = self.metrics.as_ref().and_then(|(region, _)| {
+            (0..region.slots()).find(|s| self.workers.iter().all(|w| w.metrics_slot != Some(*s)))
+        });
+        let metrics_env = match (&self.metrics, metrics_slot) {
+            (Some((region, listener)), Some(slot)) => {
+                format!("{},{},{slot}", listener.raw_fd(), region.raw_fd())
+            }
+            (Some(_), None) => {
+                log::warn!("no metrics slot is free: this worker's requests are not counted");
+                "-,-,-".to_string()
+            }
+            (None, _) => "-,-,-".to_string(),
+        };
+        // Descriptors the worker keeps across its exec.
+        let mut keep_fds = listener_fds.clone();
+        if let (Some((region, listener)), Some(_)) = (&self.metrics, metrics_slot) {
+            keep_fds.push(listener.raw_fd());
+            keep_fds.push(region.raw_fd());
+        }
         let exe = CString::new(self.exe.as_os_str().as_bytes())
             .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
         let args: Vec<CString> = self
@@ -568,7 +616,7 @@ impl Master {
             .collect::<Result<_, _>>()
             .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
         let env = CString::new(format!(
-            "{WORKER_ENV}={},{},{}",
+            "{WORKER_ENV}={},{},{},{metrics_env}",
             fd_list.join(";"),
             ready_write.as_raw_fd(),
             self.watchdog.map_or(0, |w| (w / 4).as_millis().max(1))
@@ -604,7 +652,7 @@ impl Master {
                     &exe,
                     &argv,
                     &envp,
-                    &listener_fds,
+                    &keep_fds,
                     ready_write.as_raw_fd(),
                     master_pid,
                     &old_mask,
@@ -621,6 +669,9 @@ impl Master {
         forked?;
         drop(ready_write);
         log::debug!("started worker {pid}");
+        if let (Some((region, _)), Some(slot)) = (&self.metrics, metrics_slot) {
+            region.claim(slot, pid);
+        }
         self.workers.push(Worker {
             pid,
             ready_pipe: Some(ready_read),
@@ -629,6 +680,8 @@ impl Master {
             ready: false,
             retiring: false,
             generation: self.generation,
+            metrics_slot,
+            scaled_down: false,
         });
         Ok(())
     }
@@ -690,7 +743,7 @@ fn retire(w: &mut Worker, why: &str) {
     unsafe { libc::kill(w.pid, libc::SIGTERM) };
 }
 
-/// The child's side of `spawn`: keep the two descriptors across exec, die with the master,
+/// The child's side of `spawn`: keep the worker's descriptors across exec, die with the master,
 /// and become a worker. Never returns.
 ///
 /// # Safety
@@ -700,7 +753,7 @@ unsafe fn exec_worker(
     exe: &CString,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
-    listener_fds: &[RawFd],
+    keep_fds: &[RawFd],
     ready_fd: RawFd,
     master_pid: libc::pid_t,
     mask: &libc::sigset_t,
@@ -718,8 +771,8 @@ unsafe fn exec_worker(
         if libc::getppid() != master_pid {
             libc::_exit(1);
         }
-        // Leave these two open across exec (everything else the master holds is CLOEXEC).
-        for &fd in listener_fds {
+        // Leave these open across exec (everything else the master holds is CLOEXEC).
+        for &fd in keep_fds {
             libc::fcntl(fd, libc::F_SETFD, 0);
         }
         libc::fcntl(ready_fd, libc::F_SETFD, 0);

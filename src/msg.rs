@@ -52,6 +52,8 @@ pub struct Request {
     /// head only).
     pub spooled: Option<crate::spool::SpooledBody>,
     pub peer: Peer,
+    /// When the loop pushed it into a handler's ring (the pass's clock), for the metrics.
+    pub queued_at: std::time::Instant,
 }
 
 impl Request {

@@ -63,6 +63,8 @@ pub struct Inherited {
     heartbeat: Option<Duration>,
     /// One byte is written here once the worker serves.
     ready: OwnedFd,
+    /// `--metrics-port`: the metrics socket, the shared counters, and this worker's slot.
+    metrics: Option<(RawFd, RawFd, usize)>,
 }
 
 impl Inherited {
@@ -79,13 +81,26 @@ impl Inherited {
         let mut fields = value.split(',');
         let (listeners, ready) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
         let heartbeat_ms: u64 = fields.next().and_then(|h| h.parse().ok()).unwrap_or(0);
+        let metrics = match (fields.next(), fields.next(), fields.next()) {
+            (Some(l), Some(r), Some(slot)) => match (parse(l), parse(r), slot.parse().ok()) {
+                (Some(l), Some(r), Some(slot)) => Some((l, r, slot)),
+                _ => None,
+            },
+            _ => None,
+        };
         let listener_fds: Option<Vec<RawFd>> = listeners.split(';').map(parse).collect();
         match (listener_fds.filter(|l| !l.is_empty()), parse(ready)) {
             (Some(listener_fds), Some(ready)) => {
                 // The master left both open across its exec; nothing the app starts
                 // (a subprocess, a fork) may inherit them: a daemonised child would keep
                 // the port bound after the server exits.
-                for &fd in listener_fds.iter().chain([&ready]) {
+                let metrics_fds = metrics.iter().flat_map(|&(l, r, _)| [l, r]);
+                for fd in listener_fds
+                    .iter()
+                    .copied()
+                    .chain([ready])
+                    .chain(metrics_fds)
+                {
                     // SAFETY: fcntl on descriptors this process was handed; a failure
                     // leaves the descriptor inheritable, which is no worse than before.
                     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -96,6 +111,7 @@ impl Inherited {
                     // SAFETY: the master left this pipe's write end open across the exec for
                     // this process alone to own.
                     ready: unsafe { OwnedFd::from_raw_fd(ready) },
+                    metrics,
                 }))
             }
             _ => Err(format!(
@@ -118,10 +134,24 @@ fn random_below(n: u64) -> u64 {
 }
 
 /// The worker's line to the master: the status pipe ("R" ready, "M" replace me, "H"
-/// heartbeat) and how often to send heartbeats.
+/// heartbeat), how often to send heartbeats, and the shared metrics.
 struct ToMaster {
     pipe: OwnedFd,
     heartbeat: Option<Duration>,
+    metrics: Option<Metrics>,
+}
+
+/// `--metrics-port`: the socket scrapes come to, the counters, and this worker's slot.
+struct Metrics {
+    listener: Listener,
+    region: Arc<crate::metrics::Region>,
+    slot: usize,
+}
+
+impl Metrics {
+    fn handler(&self, h: usize) -> crate::metrics::Recorder {
+        crate::metrics::Recorder::for_handler(self.region.clone(), self.slot, h)
+    }
 }
 
 pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
@@ -132,6 +162,18 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         .map(|&fd| Listener::from_inherited(fd))
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| format!("cannot use the listening sockets from the master: {e}"))?;
+    let metrics = match inherited.metrics {
+        Some((listener, region, slot)) => Some(Metrics {
+            listener: Listener::from_inherited(listener)
+                .map_err(|e| format!("cannot use the metrics socket from the master: {e}"))?,
+            region: Arc::new(
+                crate::metrics::Region::open(region)
+                    .map_err(|e| format!("cannot map the shared metrics: {e}"))?,
+            ),
+            slot,
+        }),
+        None => None,
+    };
     let signals =
         SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     python::initialize()?;
@@ -163,6 +205,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         let to_master = ToMaster {
             pipe: inherited.ready,
             heartbeat: inherited.heartbeat,
+            metrics,
         };
         let result =
             py.detach(move || serve(&config, listeners, signals, info, apps, interp, to_master));
@@ -183,6 +226,7 @@ fn serve(
     let ToMaster {
         pipe: ready,
         heartbeat,
+        metrics,
     } = to_master;
     let poll = mio::Poll::new().map_err(|e| format!("cannot create the poller: {e}"))?;
     let waker = mio::Waker::new(poll.registry(), mio::Token(1))
@@ -217,6 +261,7 @@ fn serve(
             app: apps.pop().ok_or("no application object")?,
             info: info.clone(),
             access_log: access_log.clone(),
+            metrics: metrics.as_ref().map(|m| m.handler(0)),
         });
     }
     for (idx, app) in apps.into_iter().enumerate() {
@@ -232,6 +277,7 @@ fn serve(
             app,
             info: info.clone(),
             access_log: access_log.clone(),
+            metrics: metrics.as_ref().map(|m| m.handler(idx)),
         })
         .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
         links.push(HandlerLink::new(
@@ -276,6 +322,13 @@ fn serve(
                         event_loop.set_master_pipe(fd);
                     }
                     event_loop.set_access_log(loop_access_log);
+                    if let Some(m) = metrics {
+                        let recorder = crate::metrics::Recorder::for_loop(m.region, m.slot);
+                        if let Err(e) = event_loop.set_metrics(m.listener, recorder) {
+                            ready(Err(format!("cannot serve --metrics-port: {e}")));
+                            return;
+                        }
+                    }
                     event_loop.run(ready)
                 }
                 Err(e) => ready(Err(format!("cannot start the event loop: {e}"))),

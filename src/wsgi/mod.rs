@@ -43,11 +43,26 @@ struct LogCtx {
     started: std::time::Instant,
 }
 
+/// What watches a bridge's requests: the access log and the metrics (each optional).
+pub struct Observers {
+    pub access_log: Option<Arc<crate::access_log::Shared>>,
+    pub metrics: Option<crate::metrics::Recorder>,
+}
+
+/// `--metrics-port`: when the request being served was queued and taken.
+struct Timing {
+    queued_at: std::time::Instant,
+    taken_at: std::time::Instant,
+}
+
 pub struct Bridge {
     app: Py<PyAny>,
     /// `--access-log`: this handler's logger, and the request being served.
     log: Option<AccessLogger>,
     current: Option<LogCtx>,
+    /// `--metrics-port`: this thread's counters, and the request being served.
+    metrics: Option<crate::metrics::Recorder>,
+    timing: Option<Timing>,
     ex: Rc<Exchange>,
     env: EnvBuilder,
     next_id: u64,
@@ -90,8 +105,12 @@ impl Bridge {
         shared: Arc<HandlerShared>,
         loop_shared: Arc<LoopShared>,
         info: &ServerInfo,
-        access_log: Option<Arc<crate::access_log::Shared>>,
+        observers: Observers,
     ) -> PyResult<Bridge> {
+        let Observers {
+            access_log,
+            metrics,
+        } = observers;
         let inline = matches!(sink, Sink::Inline(_));
         let ex = Rc::new(Exchange::new(sink, shared, loop_shared));
         let env = EnvBuilder::new(py, info)?;
@@ -101,6 +120,8 @@ impl Bridge {
             app,
             log: access_log.map(AccessLogger::new),
             current: None,
+            metrics,
+            timing: None,
             ex,
             env,
             next_id: 0,
@@ -131,11 +152,33 @@ impl Bridge {
                 started: std::time::Instant::now(),
             });
         }
+        if self.metrics.is_some() {
+            self.timing = Some(Timing {
+                queued_at: req.queued_at,
+                taken_at: std::time::Instant::now(),
+            });
+        }
         let served = self.serve_request(py, req);
         if served == Served::Done {
             self.log_response();
+            self.count_response();
         }
         served
+    }
+
+    /// Adds the request just ended to the metrics.
+    fn count_response(&mut self) {
+        let (Some(m), Some(t)) = (self.metrics.as_ref(), self.timing.take()) else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let code = self.ex.st.borrow().code;
+        m.section().request_done(
+            code,
+            t.taken_at.saturating_duration_since(t.queued_at),
+            now.saturating_duration_since(t.taken_at),
+            now.saturating_duration_since(t.queued_at),
+        );
     }
 
     /// Writes the access log line of the request just ended.
@@ -222,6 +265,7 @@ impl Bridge {
         let served = self.resume_body(py);
         if served == Served::Done {
             self.log_response();
+            self.count_response();
         }
         served
     }

@@ -1,0 +1,564 @@
+//! Prometheus metrics (`--metrics-port`): counters in memory shared by the master and every
+//! worker, written without a lock and served by whichever worker's loop accepts the scrape.
+//!
+//! The master creates one anonymous shared file (`memfd_create`) before it starts a worker
+//! and hands it to each worker with a *slot* of its own. A slot holds one section per
+//! thread that writes: the loop's, then one per handler thread (inline mode: the loop
+//! writes handler section 0 too). Every counter has exactly one writer, so a count is a
+//! relaxed load and store, no locked instruction; a scrape reads all slots with relaxed
+//! loads and adds them up, so the numbers are aggregated across workers.
+//!
+//! A slot outlives its worker: a replacement takes the lowest free slot and counts on from
+//! what its predecessor left, so counters never go down when a worker is recycled or dies.
+//! Only the connections gauge is zeroed by the master when the slot's worker exits.
+//!
+//! What each series measures:
+//! - `m0serve_requests_total{status="2xx"}`: responses by status class, the app's (counted
+//!   by the handler) and the loop's own error answers (400, 408, 413, 431...).
+//! - `m0serve_request_duration_seconds`: from the request handed to a handler (fully read)
+//!   to its response's last part handed back to the loop.
+//! - `m0serve_queue_wait_seconds`: from the request pushed into the ring to a handler
+//!   taking it.
+//! - `m0serve_app_seconds`: the app call and the iteration of its body.
+//! - `m0serve_handler_busy_seconds_total{worker,handler}`: per handler thread, the sum of
+//!   its app time (its utilisation is this counter's rate).
+//! - `m0serve_connections`: open client connections (scrapes not counted).
+//! - `m0serve_workers`: worker processes running; `m0serve_worker_restarts_total`: workers
+//!   that exited and were replaced (death, recycling, reload).
+
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::stats::bump;
+use crate::sys::syscall;
+
+/// Upper bounds of the histogram buckets, in nanoseconds (the `+Inf` bucket follows): from
+/// 100 µs (a queue wait on an idle server) to 10 s.
+pub const BUCKETS_NS: [u64; 16] = [
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+const NB: usize = BUCKETS_NS.len() + 1;
+
+/// Status classes counted: 1xx to 5xx.
+const CLASSES: usize = 5;
+
+/// One histogram: a count per bucket (not cumulative; a scrape adds them up) and the sum.
+#[repr(C)]
+pub struct Histogram {
+    counts: [AtomicU64; NB],
+    sum_ns: AtomicU64,
+}
+
+impl Histogram {
+    /// Records one observation. Single writer (the section's thread).
+    #[inline]
+    pub fn observe(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let i = BUCKETS_NS.iter().position(|&b| ns <= b).unwrap_or(NB - 1);
+        bump(&self.counts[i], 1);
+        bump(&self.sum_ns, ns);
+    }
+}
+
+/// What one thread writes. 64-byte aligned, so two threads never share a cache line.
+#[repr(C, align(64))]
+pub struct Section {
+    requests: [AtomicU64; CLASSES],
+    pub duration: Histogram,
+    pub queue_wait: Histogram,
+    pub app: Histogram,
+    busy_ns: AtomicU64,
+    /// The loop's section only: open client connections (a gauge).
+    connections: AtomicU64,
+}
+
+impl Section {
+    /// One response with status `code` (codes outside 100..=599 are not counted).
+    #[inline]
+    pub fn count_status(&self, code: u16) {
+        if let Some(c) = (code / 100)
+            .checked_sub(1)
+            .filter(|&c| (c as usize) < CLASSES)
+        {
+            bump(&self.requests[c as usize], 1);
+        }
+    }
+
+    /// A handler's request is done: its status, its times.
+    #[inline]
+    pub fn request_done(&self, code: u16, queue_wait: Duration, app: Duration, total: Duration) {
+        self.count_status(code);
+        self.queue_wait.observe(queue_wait);
+        self.app.observe(app);
+        self.duration.observe(total);
+        bump(
+            &self.busy_ns,
+            u64::try_from(app.as_nanos()).unwrap_or(u64::MAX),
+        );
+    }
+
+    /// The loop's section: the open connections now.
+    #[inline]
+    pub fn set_connections(&self, n: usize) {
+        // Relaxed: a gauge with one writer (the loop; the master once the loop is gone).
+        self.connections.store(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// The head of the shared file.
+#[repr(C, align(64))]
+struct Header {
+    slots: AtomicU64,
+    handlers: AtomicU64,
+    /// Written by the master only.
+    restarts: AtomicU64,
+}
+
+/// The head of one worker's slot.
+#[repr(C, align(64))]
+struct SlotHeader {
+    /// The pid of the worker using it, 0 when none (written by the master).
+    pid: AtomicU64,
+    /// Ever used: its sections are reported.
+    used: AtomicU64,
+}
+
+/// The shared counters of every worker, mapped into this process.
+pub struct Region {
+    base: *mut u8,
+    len: usize,
+    slots: usize,
+    handlers: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics (`AtomicU64` fields of
+// `Header`, `SlotHeader` and `Section`); the pointer is valid until `Drop` unmaps it, which
+// happens once, when the last `Arc<Region>` goes.
+unsafe impl Send for Region {}
+// SAFETY: as above: every access through `&Region` is an atomic operation.
+unsafe impl Sync for Region {}
+
+fn slot_bytes(handlers: usize) -> usize {
+    std::mem::size_of::<SlotHeader>() + (1 + handlers) * std::mem::size_of::<Section>()
+}
+
+impl Region {
+    /// The master's: a new shared file for `slots` workers of `handlers` handler sections
+    /// each, zeroed (by the kernel: a fresh memfd reads as zeros).
+    pub fn create(slots: usize, handlers: usize) -> io::Result<Region> {
+        let name = c"m0serve-metrics";
+        let fd = syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC))?;
+        // SAFETY: memfd_create just returned this descriptor; it is owned once here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let len = std::mem::size_of::<Header>() + slots * slot_bytes(handlers);
+        syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t))?;
+        let r = Region::map(fd, len, slots, handlers)?;
+        r.header().slots.store(slots as u64, Ordering::Relaxed);
+        r.header()
+            .handlers
+            .store(handlers as u64, Ordering::Relaxed);
+        Ok(r)
+    }
+
+    /// A worker's: the file the master passed as `fd`.
+    pub fn open(fd: RawFd) -> io::Result<Region> {
+        // SAFETY: the master left this descriptor open across the exec for this process.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: fcntl on a descriptor this process owns.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+        // SAFETY: a zeroed stat is a valid out-buffer for fstat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        syscall!(fstat(fd.as_raw_fd(), &mut st))?;
+        let len = st.st_size as usize;
+        if len < std::mem::size_of::<Header>() {
+            return Err(io::Error::other("the metrics file is too short"));
+        }
+        // The shape is in the header; until it is read, no slot is reachable.
+        let mut r = Region::map(fd, len, 0, 0)?;
+        let slots = r.header().slots.load(Ordering::Relaxed) as usize;
+        let handlers = r.header().handlers.load(Ordering::Relaxed) as usize;
+        if std::mem::size_of::<Header>() + slots * slot_bytes(handlers) > len {
+            return Err(io::Error::other(
+                "the metrics file is shorter than its shape",
+            ));
+        }
+        r.slots = slots;
+        r.handlers = handlers;
+        Ok(r)
+    }
+
+    fn map(fd: OwnedFd, len: usize, slots: usize, handlers: usize) -> io::Result<Region> {
+        // SAFETY: a fresh shared mapping of `len` bytes of a file at least that long; the
+        // kernel picks the (page-aligned) address.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Region {
+            base: base.cast(),
+            len,
+            slots,
+            handlers,
+            fd,
+        })
+    }
+
+    /// The descriptor to hand to a worker.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the mapping starts with a `Header` (page-aligned, so 64-aligned), valid
+        // for as long as `self`; every field is an atomic, valid for any bit pattern.
+        unsafe { &*self.base.cast::<Header>() }
+    }
+
+    fn slot_header(&self, slot: usize) -> &SlotHeader {
+        assert!(slot < self.slots);
+        let off = std::mem::size_of::<Header>() + slot * slot_bytes(self.handlers);
+        debug_assert!(off + slot_bytes(self.handlers) <= self.len);
+        // SAFETY: `off` is inside the mapping (checked against the shape at open), a
+        // multiple of 64; atomics only.
+        unsafe { &*self.base.add(off).cast::<SlotHeader>() }
+    }
+
+    /// Section `i` of `slot`: 0 is the loop's, `1 + h` handler `h`'s.
+    fn section(&self, slot: usize, i: usize) -> &Section {
+        assert!(slot < self.slots && i <= self.handlers);
+        let off = std::mem::size_of::<Header>()
+            + slot * slot_bytes(self.handlers)
+            + std::mem::size_of::<SlotHeader>()
+            + i * std::mem::size_of::<Section>();
+        // SAFETY: as in `slot_header`: inside the mapping, 64-aligned, atomics only.
+        unsafe { &*self.base.add(off).cast::<Section>() }
+    }
+
+    /// The master: a worker with `pid` now uses `slot`.
+    pub fn claim(&self, slot: usize, pid: libc::pid_t) {
+        let h = self.slot_header(slot);
+        h.pid.store(pid as u64, Ordering::Relaxed);
+        h.used.store(1, Ordering::Relaxed);
+    }
+
+    /// The master: `slot`'s worker exited; `replaced`: it is counted as a restart.
+    pub fn release(&self, slot: usize, replaced: bool) {
+        self.slot_header(slot).pid.store(0, Ordering::Relaxed);
+        self.section(slot, 0).set_connections(0);
+        if replaced {
+            bump(&self.header().restarts, 1);
+        }
+    }
+
+    /// The text exposition of every slot's counters, added up.
+    pub fn render(&self, out: &mut Vec<u8>) {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut requests = [0u64; CLASSES];
+        let mut hists = [[0u64; NB]; 3];
+        let mut sums = [0u64; 3];
+        let mut connections = 0;
+        let mut workers = 0;
+        let mut busy = Vec::new();
+        for slot in 0..self.slots {
+            let sh = self.slot_header(slot);
+            if load(&sh.used) == 0 {
+                continue;
+            }
+            workers += u64::from(load(&sh.pid) != 0);
+            for i in 0..=self.handlers {
+                let s = self.section(slot, i);
+                for (c, r) in requests.iter_mut().zip(&s.requests) {
+                    *c += load(r);
+                }
+                for (k, h) in [&s.duration, &s.queue_wait, &s.app].into_iter().enumerate() {
+                    for (acc, c) in hists[k].iter_mut().zip(&h.counts) {
+                        *acc += load(c);
+                    }
+                    sums[k] += load(&h.sum_ns);
+                }
+                if i == 0 {
+                    connections += load(&s.connections);
+                } else {
+                    busy.push((slot, i - 1, load(&s.busy_ns)));
+                }
+            }
+        }
+        let mut w = |s: std::fmt::Arguments<'_>| {
+            let _ = out.write_fmt(s);
+        };
+        w(format_args!(
+            "# HELP m0serve_requests_total Responses sent, by status class, all workers.\n\
+             # TYPE m0serve_requests_total counter\n"
+        ));
+        for (c, n) in requests.iter().enumerate() {
+            w(format_args!(
+                "m0serve_requests_total{{status=\"{}xx\"}} {n}\n",
+                c + 1
+            ));
+        }
+        let names = [
+            (
+                "m0serve_request_duration_seconds",
+                "From a request handed to a handler to its response's last part back at the loop.",
+            ),
+            (
+                "m0serve_queue_wait_seconds",
+                "From a request pushed into a handler's ring to the handler taking it.",
+            ),
+            (
+                "m0serve_app_seconds",
+                "The app call and the iteration of its response body.",
+            ),
+        ];
+        for (k, (name, help)) in names.iter().enumerate() {
+            w(format_args!(
+                "# HELP {name} {help}\n# TYPE {name} histogram\n"
+            ));
+            let mut cumulative = 0;
+            for (i, n) in hists[k].iter().enumerate() {
+                cumulative += n;
+                match BUCKETS_NS.get(i) {
+                    Some(&b) => w(format_args!(
+                        "{name}_bucket{{le=\"{}\"}} {cumulative}\n",
+                        b as f64 / 1e9
+                    )),
+                    None => w(format_args!("{name}_bucket{{le=\"+Inf\"}} {cumulative}\n")),
+                }
+            }
+            w(format_args!(
+                "{name}_sum {}\n{name}_count {cumulative}\n",
+                sums[k] as f64 / 1e9
+            ));
+        }
+        w(format_args!(
+            "# HELP m0serve_handler_busy_seconds_total Time each handler thread spent in the app.\n\
+             # TYPE m0serve_handler_busy_seconds_total counter\n"
+        ));
+        for (slot, h, ns) in busy {
+            w(format_args!(
+                "m0serve_handler_busy_seconds_total{{worker=\"{slot}\",handler=\"{h}\"}} {}\n",
+                ns as f64 / 1e9
+            ));
+        }
+        w(format_args!(
+            "# HELP m0serve_connections Open client connections, all workers.\n\
+             # TYPE m0serve_connections gauge\nm0serve_connections {connections}\n\
+             # HELP m0serve_workers Worker processes running.\n\
+             # TYPE m0serve_workers gauge\nm0serve_workers {workers}\n\
+             # HELP m0serve_worker_restarts_total Workers that exited and were replaced.\n\
+             # TYPE m0serve_worker_restarts_total counter\nm0serve_worker_restarts_total {}\n",
+            load(&self.header().restarts)
+        ));
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; no reference into it outlives
+        // `self` (sections are borrowed from `&self` or held through `Arc<Region>`).
+        unsafe { libc::munmap(self.base.cast(), self.len) };
+    }
+}
+
+/// One thread's section, with the region kept alive: what the loop and the handler
+/// threads of a worker hold.
+pub struct Recorder {
+    region: Arc<Region>,
+    slot: usize,
+    section: usize,
+}
+
+impl Recorder {
+    /// The loop's section of `slot`.
+    pub fn for_loop(region: Arc<Region>, slot: usize) -> Recorder {
+        Recorder {
+            region,
+            slot,
+            section: 0,
+        }
+    }
+
+    /// Handler `h`'s section of `slot`.
+    pub fn for_handler(region: Arc<Region>, slot: usize, h: usize) -> Recorder {
+        Recorder {
+            region,
+            slot,
+            section: 1 + h,
+        }
+    }
+
+    pub fn section(&self) -> &Section {
+        self.region.section(self.slot, self.section)
+    }
+
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+}
+
+/// The answer to a scrape: `/metrics` (200, the text format), `/healthz` (200 "ok"),
+/// anything else 404. `keep_alive`: the client did not ask to close. `head`: no body.
+pub fn http_answer(
+    region: &Region,
+    path: &[u8],
+    keep_alive: bool,
+    head: bool,
+    date: &[u8],
+) -> Vec<u8> {
+    let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
+    let (status, ctype, body) = match path {
+        b"/metrics" => {
+            let mut body = Vec::with_capacity(8192);
+            region.render(&mut body);
+            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
+        }
+        b"/healthz" | b"/health" => ("200 OK", "text/plain", b"ok\n".to_vec()),
+        _ => (
+            "404 Not Found",
+            "text/plain",
+            b"not found: try /metrics or /healthz\n".to_vec(),
+        ),
+    };
+    let mut out = Vec::with_capacity(body.len() + 200);
+    let _ = write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !keep_alive {
+        out.extend_from_slice(b"Connection: close\r\n");
+    }
+    out.extend_from_slice(b"Date: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\nServer: m0serve\r\n\r\n");
+    if !head {
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(r: &Region) -> String {
+        let mut out = Vec::new();
+        r.render(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    fn value(text: &str, series: &str) -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn counts_add_up_across_slots_and_buckets_are_cumulative() {
+        let r = Arc::new(Region::create(4, 2).unwrap());
+        r.claim(0, 100);
+        r.claim(2, 200);
+        let ms = Duration::from_millis;
+        let h0 = Recorder::for_handler(r.clone(), 0, 0);
+        let h1 = Recorder::for_handler(r.clone(), 2, 1);
+        h0.section().request_done(200, ms(0), ms(2), ms(3));
+        h0.section().request_done(404, ms(0), ms(20), ms(30));
+        h1.section().request_done(201, ms(1), ms(200), ms(300));
+        let lp = Recorder::for_loop(r.clone(), 2);
+        lp.section().count_status(400);
+        lp.section().set_connections(7);
+        let t = text(&r);
+        assert_eq!(value(&t, "m0serve_requests_total{status=\"2xx\"}"), 2.0);
+        assert_eq!(value(&t, "m0serve_requests_total{status=\"4xx\"}"), 2.0);
+        assert_eq!(value(&t, "m0serve_connections"), 7.0);
+        assert_eq!(value(&t, "m0serve_workers"), 2.0);
+        let d = "m0serve_request_duration_seconds";
+        assert_eq!(value(&t, &format!("{d}_bucket{{le=\"0.0025\"}}")), 0.0);
+        assert_eq!(value(&t, &format!("{d}_bucket{{le=\"0.005\"}}")), 1.0);
+        assert_eq!(value(&t, &format!("{d}_bucket{{le=\"0.05\"}}")), 2.0);
+        assert_eq!(value(&t, &format!("{d}_bucket{{le=\"+Inf\"}}")), 3.0);
+        assert_eq!(value(&t, &format!("{d}_count")), 3.0);
+        assert!((value(&t, &format!("{d}_sum")) - 0.333).abs() < 1e-9);
+        assert_eq!(
+            value(
+                &t,
+                "m0serve_handler_busy_seconds_total{worker=\"2\",handler=\"1\"}"
+            ),
+            0.2
+        );
+        // A slot never used is not reported; a released one keeps its counts.
+        assert!(!t.contains("worker=\"1\""));
+        r.release(2, true);
+        let t = text(&r);
+        assert_eq!(value(&t, "m0serve_requests_total{status=\"2xx\"}"), 2.0);
+        assert_eq!(value(&t, "m0serve_connections"), 0.0);
+        assert_eq!(value(&t, "m0serve_workers"), 1.0);
+        assert_eq!(value(&t, "m0serve_worker_restarts_total"), 1.0);
+    }
+
+    #[test]
+    fn a_worker_maps_the_masters_file() {
+        let master = Region::create(3, 1).unwrap();
+        master.claim(1, 42);
+        // SAFETY: dup of a descriptor we own; the copy is handed to `open`, which owns it.
+        let fd = unsafe { libc::dup(master.raw_fd()) };
+        let worker = Arc::new(Region::open(fd).unwrap());
+        assert_eq!(worker.slots(), 3);
+        Recorder::for_handler(worker.clone(), 1, 0)
+            .section()
+            .request_done(500, Duration::ZERO, Duration::ZERO, Duration::ZERO);
+        assert_eq!(
+            value(&text(&master), "m0serve_requests_total{status=\"5xx\"}"),
+            1.0
+        );
+    }
+
+    #[test]
+    fn answers_by_path() {
+        let r = Region::create(1, 1).unwrap();
+        let ok = String::from_utf8(http_answer(&r, b"/metrics?x=1", true, false, b"D")).unwrap();
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains("# TYPE m0serve_requests_total counter"));
+        let body_len = ok.split("\r\n\r\n").nth(1).unwrap().len();
+        assert!(ok.contains(&format!("Content-Length: {body_len}\r\n")));
+        let nf = String::from_utf8(http_answer(&r, b"/", false, false, b"D")).unwrap();
+        assert!(nf.starts_with("HTTP/1.1 404 "));
+        assert!(nf.contains("Connection: close\r\n"));
+        let head = http_answer(&r, b"/healthz", true, true, b"D");
+        assert!(head.ends_with(b"\r\n\r\n"));
+    }
+}
