@@ -1,0 +1,12 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.index),
+    path("items/<int:n>/", views.item),
+    path("echo/", views.echo),
+    path("protected/", views.protected),
+    path("stream/", views.stream),
+    path("file/", views.file),
+]
