@@ -36,6 +36,8 @@ pub mod msg;
 pub mod park;
 #[cfg(not(loom))]
 pub mod python;
+#[cfg(not(loom))]
+pub mod reload;
 pub mod ring;
 #[cfg(not(loom))]
 pub mod signals;

@@ -120,6 +120,8 @@ pub struct Master {
     next_rss_check: Instant,
     /// `--metrics-port`: the counters every worker writes, and the socket they serve them on.
     metrics: Option<(crate::metrics::Region, Listener)>,
+    /// `--reload`: the watch on the app's `.py` files.
+    watcher: Option<crate::reload::Watcher>,
     _pid_file: Option<PidFile>,
 }
 
@@ -175,6 +177,23 @@ pub fn run(config: Config) -> Result<(), String> {
         }
         None => None,
     };
+    let watcher = match &config.reload {
+        Some(ignore) => {
+            let w = crate::reload::Watcher::new(&config.app_dir, ignore)
+                .map_err(|e| format!("--reload: cannot watch {}: {e}", config.app_dir.display()))?;
+            log::info!(
+                "--reload: watching the .py files in {} ({} directories)",
+                config.app_dir.display(),
+                w.watched()
+            );
+            // Workers compile the app from its source at every start: a cached `.pyc` is
+            // trusted on the source's mtime in whole seconds and its size, which an edit
+            // within the same second that keeps the size would not change.
+            std::env::set_var("PYTHONDONTWRITEBYTECODE", "1");
+            Some(w)
+        }
+        None => None,
+    };
     let pid_file = match &config.pid_file {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
@@ -204,6 +223,7 @@ pub fn run(config: Config) -> Result<(), String> {
         next_watchdog: Instant::now(),
         next_rss_check: Instant::now(),
         metrics,
+        watcher,
         _pid_file: pid_file,
     };
     log::info!(
@@ -226,6 +246,7 @@ impl Master {
             self.wait(self.next_timeout());
             let got = self.signals.drain();
             self.on_signals(got);
+            self.check_watcher();
             self.read_ready_pipes();
             self.reap();
             if let Some(deadline) = self.stop_deadline {
@@ -359,7 +380,11 @@ impl Master {
         if self.watchdog.is_some() {
             next = next.min(self.next_watchdog.saturating_duration_since(now));
         }
-        for t in [self.spawn_after, self.stop_deadline].into_iter().flatten() {
+        let reload = self.watcher.as_ref().and_then(|w| w.deadline());
+        for t in [self.spawn_after, self.stop_deadline, reload]
+            .into_iter()
+            .flatten()
+        {
             next = next.min(t.saturating_duration_since(now));
         }
         next
@@ -372,6 +397,13 @@ impl Master {
             events: libc::POLLIN,
             revents: 0,
         }];
+        if let Some(w) = &self.watcher {
+            fds.push(libc::pollfd {
+                fd: w.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
         for w in &self.workers {
             if let Some(p) = &w.ready_pipe {
                 fds.push(libc::pollfd {
@@ -403,16 +435,7 @@ impl Master {
             return;
         }
         if got.reload {
-            self.generation += 1;
-            self.reloading = true;
-            self.notify(&format!(
-                "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
-                systemd::monotonic_usec()
-            ));
-            log::info!(
-                "received SIGHUP: starting {} new worker(s); the old ones drain as they are ready",
-                self.target
-            );
+            self.begin_reload("received SIGHUP");
         }
         for _ in 0..got.more {
             self.target += 1;
@@ -430,6 +453,39 @@ impl Master {
         if got.reopen {
             log::info!("received SIGUSR1: the workers reopen their log files");
             self.signal_all(libc::SIGUSR1);
+        }
+    }
+
+    /// A rolling reload: a new generation of workers starts; the old ones drain as the
+    /// new ones are ready.
+    fn begin_reload(&mut self, why: &str) {
+        self.generation += 1;
+        self.reloading = true;
+        // A reload is a new attempt: a generation that failed to boot (a syntax error
+        // under `--reload`) does not make the next one wait out its backoff.
+        self.boot_failures = 0;
+        self.spawn_after = None;
+        self.notify(&format!(
+            "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
+            systemd::monotonic_usec()
+        ));
+        log::info!(
+            "{why}: starting {} new worker(s); the old ones drain as they are ready",
+            self.target
+        );
+    }
+
+    /// `--reload`: a change under the app directory, quiet for a moment, reloads.
+    fn check_watcher(&mut self) {
+        let Some(w) = self.watcher.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        w.read(now);
+        if let Some(path) = w.due(now) {
+            if self.stop_deadline.is_none() {
+                self.begin_reload(&format!("--reload: {} changed", path.display()));
+            }
         }
     }
 

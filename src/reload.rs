@@ -1,0 +1,311 @@
+//! `--reload` (development): the master watches the `.py` files under `--app-dir` with
+//! inotify and starts a rolling reload (as on SIGHUP) once changes have been quiet for
+//! [`DEBOUNCE`], so an editor's burst of writes, or a `git checkout`, restarts once.
+//!
+//! Not watched: hidden directories (`.git`, `.venv`), `__pycache__`, `node_modules`,
+//! virtualenvs (a directory with a `pyvenv.cfg`), and whatever matches a
+//! `--reload-ignore` glob (matched with fnmatch(3) against the path relative to the app
+//! directory and against the file's name). Directories created later are watched as they
+//! appear.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::log;
+use crate::sys::syscall;
+
+/// Quiet time after the last change before the reload starts.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// Most directories watched; past it, deeper ones are left out (with a warning).
+const MAX_WATCHES: usize = 8192;
+
+const DIR_EVENTS: u32 = libc::IN_CLOSE_WRITE
+    | libc::IN_MOVED_TO
+    | libc::IN_MOVED_FROM
+    | libc::IN_CREATE
+    | libc::IN_DELETE
+    | libc::IN_ONLYDIR;
+
+pub struct Watcher {
+    fd: OwnedFd,
+    root: PathBuf,
+    ignore: Vec<CString>,
+    /// Watch descriptor -> its directory.
+    dirs: HashMap<i32, PathBuf>,
+    /// The first `.py` file changed since the last reload, and when the last change came.
+    changed: Option<(PathBuf, Instant)>,
+    warned_full: bool,
+}
+
+impl Watcher {
+    pub fn new(root: &Path, ignore: &[String]) -> io::Result<Watcher> {
+        let fd = syscall!(inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC))?;
+        let ignore = ignore
+            .iter()
+            .map(|p| CString::new(p.as_str()).map_err(|_| io::Error::other("a NUL byte")))
+            .collect::<io::Result<Vec<_>>>()?;
+        let mut w = Watcher {
+            // SAFETY: inotify_init1 just returned this descriptor; it is owned once here.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            root: root.to_path_buf(),
+            ignore,
+            dirs: HashMap::new(),
+            changed: None,
+            warned_full: false,
+        };
+        w.watch_tree(root)?;
+        Ok(w)
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// How many directories are watched.
+    pub fn watched(&self) -> usize {
+        self.dirs.len()
+    }
+
+    /// `path` (under the root) is left out by a `--reload-ignore` pattern.
+    fn ignored(&self, path: &Path) -> bool {
+        if self.ignore.is_empty() {
+            return false;
+        }
+        let rel = path.strip_prefix(&self.root).unwrap_or(path);
+        let name = path.file_name().unwrap_or_default();
+        let (Ok(rel), Ok(name)) = (
+            CString::new(rel.as_os_str().as_bytes()),
+            CString::new(name.as_bytes()),
+        ) else {
+            return true;
+        };
+        self.ignore.iter().any(|p| {
+            [&rel, &name].iter().any(|s| {
+                // SAFETY: both are valid NUL-terminated strings for the call.
+                unsafe { libc::fnmatch(p.as_ptr(), s.as_ptr(), 0) == 0 }
+            })
+        })
+    }
+
+    fn skip_dir(&self, dir: &Path) -> bool {
+        let name = dir.file_name().unwrap_or_default().as_bytes();
+        (dir != self.root
+            && (name.starts_with(b".")
+                || name == b"__pycache__"
+                || name == b"node_modules"
+                || dir.join("pyvenv.cfg").exists()))
+            || self.ignored(dir)
+    }
+
+    /// Watches `top` and every directory under it (not the skipped ones).
+    fn watch_tree(&mut self, top: &Path) -> io::Result<()> {
+        let mut stack = vec![top.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            if self.skip_dir(&dir) {
+                continue;
+            }
+            if self.dirs.len() >= MAX_WATCHES {
+                if !std::mem::replace(&mut self.warned_full, true) {
+                    log::warn!(
+                        "--reload: more than {MAX_WATCHES} directories; {} and others are not watched",
+                        dir.display()
+                    );
+                }
+                return Ok(());
+            }
+            let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+                continue;
+            };
+            // SAFETY: a valid descriptor and a NUL-terminated path.
+            let wd =
+                unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), DIR_EVENTS) };
+            if wd < 0 {
+                let e = io::Error::last_os_error();
+                if dir == top && top == self.root {
+                    return Err(e);
+                }
+                // Gone already, or unreadable: nothing to watch there.
+                log::debug!("--reload: not watching {}: {e}", dir.display());
+                continue;
+            }
+            self.dirs.insert(wd, dir.clone());
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                // Symbolic links are not followed (a link to `/` would watch everything).
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A watched `.py` file under `top` (a directory that just appeared, whose files may
+    /// have been written before its watch was in place).
+    fn first_python(&self, top: &Path) -> Option<PathBuf> {
+        let mut stack = vec![top.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            if self.skip_dir(&dir) {
+                continue;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let path = e.path();
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(path);
+                } else if path.extension() == Some(OsStr::new("py")) && !self.ignored(&path) {
+                    return Some(path);
+                }
+            }
+        }
+        None
+    }
+
+    /// Reads what the kernel queued (never waits): notes `.py` changes, watches new
+    /// directories.
+    pub fn read(&mut self, now: Instant) {
+        let mut buf = [0u8; 8192];
+        loop {
+            // SAFETY: reading into a live buffer from a non-blocking descriptor we own.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                return;
+            }
+            let n = n as usize;
+            let mut off = 0;
+            let head = std::mem::size_of::<libc::inotify_event>();
+            while off + head <= n {
+                // SAFETY: the kernel wrote whole events; `off` is at the start of one, which
+                // may be unaligned in the byte buffer, hence the unaligned read.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
+                let name_end = (off + head + ev.len as usize).min(n);
+                let raw_name = &buf[off + head..name_end];
+                let name = &raw_name[..raw_name
+                    .iter()
+                    .position(|&b| b == 0)
+                    .unwrap_or(raw_name.len())];
+                off = name_end;
+                if ev.mask & libc::IN_Q_OVERFLOW != 0 {
+                    // Events were lost: something changed, assume it matters.
+                    self.note(self.root.clone(), now);
+                    continue;
+                }
+                if ev.mask & libc::IN_IGNORED != 0 {
+                    self.dirs.remove(&ev.wd);
+                    continue;
+                }
+                let Some(dir) = self.dirs.get(&ev.wd) else {
+                    continue;
+                };
+                let path = dir.join(OsStr::from_bytes(name));
+                if ev.mask & libc::IN_ISDIR != 0 {
+                    if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+                        // A new directory: watch it, and count the `.py` files it already
+                        // holds (created before the watch was in place) as a change.
+                        let _ = self.watch_tree(&path);
+                        if let Some(file) = self.first_python(&path) {
+                            self.note(file, now);
+                        }
+                    }
+                    continue;
+                }
+                if path.extension() == Some(OsStr::new("py")) && !self.ignored(&path) {
+                    self.note(path, now);
+                }
+            }
+        }
+    }
+
+    fn note(&mut self, path: PathBuf, now: Instant) {
+        match &mut self.changed {
+            Some((_, last)) => *last = now,
+            None => self.changed = Some((path, now)),
+        }
+    }
+
+    /// When a pending change's quiet time ends.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.changed.as_ref().map(|(_, last)| *last + DEBOUNCE)
+    }
+
+    /// The first changed file, once the changes have been quiet for `DEBOUNCE`.
+    pub fn due(&mut self, now: Instant) -> Option<PathBuf> {
+        if self.deadline().is_some_and(|d| now >= d) {
+            return self.changed.take().map(|(p, _)| p);
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch() -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "m0s-reload-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// Reads events until one is due or a second passes.
+    fn settle(w: &mut Watcher) -> Option<PathBuf> {
+        let end = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < end {
+            w.read(Instant::now());
+            if let Some(p) = w.due(Instant::now()) {
+                return Some(p);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    #[test]
+    fn python_changes_are_seen_once_quiet_others_are_not() {
+        let root = scratch();
+        std::fs::create_dir_all(root.join("pkg")).unwrap();
+        std::fs::create_dir_all(root.join("__pycache__")).unwrap();
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        let mut w = Watcher::new(&root, &["tests/*".into(), "*_local.py".into()]).unwrap();
+        assert_eq!(w.watched(), 3, "root, pkg and tests (pycache skipped)");
+
+        std::fs::write(root.join("notes.txt"), "x").unwrap();
+        std::fs::write(root.join("tests/test_x.py"), "x").unwrap();
+        std::fs::write(root.join("settings_local.py"), "x").unwrap();
+        std::fs::write(root.join("__pycache__/m.py"), "x").unwrap();
+        assert_eq!(settle(&mut w), None);
+
+        // A burst of writes: one change, reported after the quiet time.
+        for i in 0..5 {
+            std::fs::write(root.join("pkg/mod.py"), format!("v = {i}")).unwrap();
+        }
+        w.read(Instant::now());
+        assert_eq!(w.due(Instant::now()), None, "not before the quiet time");
+        assert_eq!(settle(&mut w), Some(root.join("pkg/mod.py")));
+        assert_eq!(settle(&mut w), None);
+
+        // A directory created later is watched.
+        std::fs::create_dir_all(root.join("newpkg")).unwrap();
+        std::fs::write(root.join("newpkg/a.py"), "x").unwrap();
+        assert!(settle(&mut w).is_some());
+        std::fs::write(root.join("newpkg/a.py"), "y").unwrap();
+        assert_eq!(settle(&mut w), Some(root.join("newpkg/a.py")));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,106 @@
+//! `--reload`: an edited module is picked up by a rolling restart; files that are not
+//! `.py`, or that match `--reload-ignore`, are not; an edit that breaks the import leaves
+//! the old workers serving until the next edit fixes it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+
+fn scratch_dir() -> PathBuf {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("m0serve-reload-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The app answers `version`; each version is a different length, so nothing could be
+/// mistaken for an unchanged file.
+fn write_app(dir: &Path, version: &str) {
+    std::fs::write(
+        dir.join("live.py"),
+        format!(
+            "import helper\n\
+             def app(environ, start_response):\n\
+             \x20   body = ({version:?} + helper.SUFFIX).encode()\n\
+             \x20   start_response('200 OK', [('Content-Length', str(len(body)))])\n\
+             \x20   return [body]\n"
+        ),
+    )
+    .unwrap();
+}
+
+fn body(server: &Server) -> String {
+    server.get("/").body_text()
+}
+
+fn wait_for_body(server: &Server, want: &str) {
+    let mut last = String::new();
+    let ok = wait_until(Duration::from_secs(15), || {
+        last = body(server);
+        last == want
+    });
+    assert!(ok, "wanted {want:?}, still {last:?}\n{}", server.log_text());
+}
+
+#[test]
+fn an_edited_module_is_served_after_a_reload() {
+    let dir = scratch_dir();
+    std::fs::create_dir_all(dir.join("pkg")).unwrap();
+    std::fs::write(dir.join("helper.py"), "SUFFIX = ''\n").unwrap();
+    write_app(&dir, "v1");
+    let server = Server::builder("live:app")
+        .without_app_dir_flag()
+        .args(&["--app-dir", dir.to_str().unwrap()])
+        .args(&[
+            "--reload",
+            "--reload-ignore",
+            "scratch_*.py,pkg/generated/*",
+        ])
+        .start();
+    assert_eq!(body(&server), "v1");
+
+    // An edit to the app module.
+    write_app(&dir, "v22");
+    wait_for_body(&server, "v22");
+    assert!(
+        server.wait_for_log("live.py changed", Duration::from_secs(5)),
+        "{}",
+        server.log_text()
+    );
+    // An edit to a module it imports.
+    std::fs::write(dir.join("helper.py"), "SUFFIX = '+h'\n").unwrap();
+    wait_for_body(&server, "v22+h");
+    let reloads = |s: &Server| s.log_text().matches("changed: starting").count();
+    assert_eq!(reloads(&server), 2, "{}", server.log_text());
+
+    // Not Python, ignored by a pattern (by name, and by path), or in __pycache__: no reload.
+    std::fs::write(dir.join("notes.txt"), "x").unwrap();
+    std::fs::write(dir.join("scratch_1.py"), "x = 1\n").unwrap();
+    std::fs::create_dir_all(dir.join("pkg/generated")).unwrap();
+    std::fs::write(dir.join("pkg/generated/out.py"), "x = 1\n").unwrap();
+    std::fs::create_dir_all(dir.join("__pycache__")).unwrap();
+    std::fs::write(dir.join("__pycache__/x.py"), "x = 1\n").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(reloads(&server), 2, "{}", server.log_text());
+
+    // A broken edit: the new workers fail to import, the old ones keep serving.
+    std::fs::write(dir.join("live.py"), "def app(:\n").unwrap();
+    assert!(
+        server.wait_for_log("SyntaxError", Duration::from_secs(10)),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(body(&server), "v22+h");
+    // The fix is picked up at once (no backoff left over from the failures).
+    write_app(&dir, "v333");
+    wait_for_body(&server, "v333+h");
+    server.assert_no_panic();
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
