@@ -40,17 +40,6 @@ fn data_file(dir: &TempDir) -> (String, Vec<u8>) {
     (path, data)
 }
 
-fn assert_prefix(j: &Json, venv: &Path, what: &str) {
-    let prefix = j["python"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{what}: {j:?}"));
-    assert_eq!(
-        std::fs::canonicalize(prefix).unwrap(),
-        std::fs::canonicalize(venv).unwrap(),
-        "{what}: sys.prefix"
-    );
-}
-
 /// A 200 response carrying exactly `data` with a Content-Length.
 fn assert_whole_file(r: &Response, data: &[u8], what: &str) {
     assert_eq!(r.status, 200, "{what}: {}", r.status_line());
@@ -95,7 +84,7 @@ fn flask() {
         // JSON both ways; the app runs in the test virtualenv.
         let j = json(&s.get("/json"));
         assert_eq!(j["ok"].as_bool(), Some(true), "{}", what("GET /json"));
-        assert_prefix(&j, &venv, &what("GET /json"));
+        assert_from_venv(&j, &venv, &what("GET /json"));
         let r = s.request(&request_with_body(
             "POST",
             "/json",
@@ -271,7 +260,7 @@ fn django() {
         let j = json(&s.get("/items/7/"));
         assert_eq!(j["n"].as_f64(), Some(7.0), "{}", what("/items/7/"));
         assert_eq!(j["double"].as_f64(), Some(14.0), "{}", what("/items/7/"));
-        assert_prefix(&j, &venv, &what("/items/7/"));
+        assert_from_venv(&j, &venv, &what("/items/7/"));
 
         // A POST body, echoed with its length (the view is csrf_exempt).
         let body: Vec<u8> = b"bytes \x00\x01 and \xff, "

@@ -8,6 +8,7 @@ import hashlib
 import os
 import sys
 
+import flask
 from flask import Flask, Response, jsonify, request, send_file, stream_with_context
 
 import iterable_probe
@@ -65,7 +66,12 @@ def file():
 @app.route("/json", methods=["GET", "POST"])
 def json_endpoint():
     if request.method == "GET":
-        return {"ok": True, "items": [1, 2, 3], "python": sys.prefix}
+        return {
+            "ok": True,
+            "items": [1, 2, 3],
+            "python": sys.prefix,
+            "flask_file": flask.__file__,
+        }
     data = request.get_json()
     return {"got": data, "sum": sum(data["numbers"])}
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::common::{Json, Response};
@@ -47,6 +47,31 @@ pub fn wheel_venv() -> Option<PathBuf> {
         "M0S_WHEEL_VENV",
         "target/wheel-venv (the m0serve wheel installed with pip, plus Flask and Django)",
     )
+}
+
+/// Asserts that an app's JSON says it runs in `venv`: `python` (its sys.prefix) is the
+/// virtualenv, and every `*_file` member (a framework's `__file__`) lies inside it.
+pub fn assert_from_venv(j: &Json, venv: &Path, what: &str) {
+    let venv = std::fs::canonicalize(venv).unwrap();
+    let prefix = j["python"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: no `python` in {j:?}"));
+    assert_eq!(
+        std::fs::canonicalize(prefix).unwrap(),
+        venv,
+        "{what}: sys.prefix"
+    );
+    for (k, v) in j.as_object().unwrap() {
+        if k.ends_with("_file") {
+            let f = std::fs::canonicalize(v.as_str().unwrap()).unwrap();
+            assert!(
+                f.starts_with(&venv),
+                "{what}: {k} {} is not in {}",
+                f.display(),
+                venv.display()
+            );
+        }
+    }
 }
 
 /// The lowercase hex SHA-256 of `data` (coreutils' sha256sum).

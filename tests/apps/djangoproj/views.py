@@ -1,6 +1,7 @@
 import os
 import sys
 
+import django
 from django.http import FileResponse, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -10,7 +11,9 @@ def index(request):
 
 
 def item(request, n):
-    return JsonResponse({"n": n, "double": n * 2, "python": sys.prefix})
+    return JsonResponse(
+        {"n": n, "double": n * 2, "python": sys.prefix, "django_file": django.__file__}
+    )
 
 
 @csrf_exempt
