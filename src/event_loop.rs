@@ -716,6 +716,8 @@ impl EventLoop {
                 return;
             };
             if self.conns >= self.max_connections {
+                // Taken when a connection closes (see `close`).
+                self.accept_blocked = true;
                 return;
             }
             match l.accept() {
@@ -1435,6 +1437,7 @@ impl EventLoop {
             // A descriptor was freed: take the connections waiting in the backlog.
             self.accept_blocked = false;
             self.accept();
+            self.accept_metrics();
         }
     }
 
