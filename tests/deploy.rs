@@ -1,0 +1,310 @@
+//! The deployment recipes in docs/deploy/. The Kubernetes manifest (kubernetes.yaml) is
+//! parsed with PyYAML from the test virtualenv (M0S_TEST_VENV, made by scripts/test.sh;
+//! without it the test skips with a note) and checked: a Deployment and a Service whose
+//! selectors match the pod's labels, the container's command line accepted by the real
+//! binary (`--print-config`, and `--check-config` with the image's app from examples/),
+//! probes and the Service's targetPort on the port m0serve listens on, resources set, and
+//! terminationGracePeriodSeconds above the preStop sleep plus `--graceful-timeout` plus
+//! the master's own 5 s before it kills what is left.
+
+mod common;
+mod venvs;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use venvs::*;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every document of a YAML file, through `yaml.safe_load_all` in the venv's Python.
+fn load_yaml_all(venv: &Path, file: &Path) -> Vec<Json> {
+    let out = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import json, sys, yaml\n\
+             with open(sys.argv[1]) as f:\n\
+             \x20   print(json.dumps([d for d in yaml.safe_load_all(f) if d is not None]))",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyYAML could not load {}: {}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs = Json::parse(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    docs.as_array().unwrap().clone()
+}
+
+fn str_map(j: &Json, what: &str) -> BTreeMap<String, String> {
+    j.as_object()
+        .unwrap_or_else(|| panic!("{what} is not a mapping: {j:?}"))
+        .iter()
+        .map(|(k, v)| {
+            let v = v
+                .as_str()
+                .unwrap_or_else(|| panic!("{what}.{k} is not a string: {v:?}"));
+            (k.clone(), v.to_string())
+        })
+        .collect()
+}
+
+fn assert_subset(sel: &BTreeMap<String, String>, labels: &BTreeMap<String, String>, what: &str) {
+    assert!(!sel.is_empty(), "{what} is empty");
+    for (k, v) in sel {
+        assert_eq!(
+            labels.get(k),
+            Some(v),
+            "{what} {k}={v} does not match the pod template's labels {labels:?}"
+        );
+    }
+}
+
+/// A Kubernetes port reference (a number, or the name of one of the container's ports)
+/// as a number.
+fn resolve_port(port: &Json, named: &BTreeMap<String, u16>, what: &str) -> u16 {
+    match port {
+        Json::Num(n) => *n as u16,
+        Json::Str(name) => *named
+            .get(name)
+            .unwrap_or_else(|| panic!("{what}: no container port named {name:?} in {named:?}")),
+        other => panic!("{what}: port {other:?}"),
+    }
+}
+
+/// The port a probe connects to (tcpSocket or httpGet).
+fn probe_port(probe: &Json, named: &BTreeMap<String, u16>, what: &str) -> u16 {
+    assert!(!probe.is_null(), "{what} is missing");
+    let port = if !probe["tcpSocket"].is_null() {
+        &probe["tcpSocket"]["port"]
+    } else if !probe["httpGet"].is_null() {
+        &probe["httpGet"]["port"]
+    } else {
+        panic!("{what}: neither tcpSocket nor httpGet: {probe:?}")
+    };
+    resolve_port(port, named, what)
+}
+
+/// Seconds the preStop hook sleeps: `exec: ["sleep", N]`, `["sh", "-c", "sleep N"]`, or
+/// the `sleep: {seconds: N}` action.
+fn pre_stop_sleep(pre_stop: &Json) -> f64 {
+    assert!(!pre_stop.is_null(), "the container has no preStop hook");
+    if let Some(s) = pre_stop["sleep"]["seconds"].as_f64() {
+        return s;
+    }
+    let cmd: Vec<&str> = pre_stop["exec"]["command"]
+        .as_array()
+        .unwrap_or_else(|| panic!("preStop is neither exec nor sleep: {pre_stop:?}"))
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let line = cmd.join(" ");
+    let n = line
+        .split("sleep")
+        .nth(1)
+        .unwrap_or_else(|| panic!("preStop does not sleep: {line:?}"))
+        .trim();
+    n.trim_matches(|c| c == '"' || c == '\'')
+        .parse()
+        .unwrap_or_else(|_| panic!("preStop sleep {n:?} is not a number of seconds"))
+}
+
+/// `--print-config` output as flag -> value.
+fn printed_config(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, rest) = l.split_once(" = ")?;
+            let v = rest.strip_prefix('"')?;
+            let end = v.rfind('"')?;
+            Some((k.trim().to_string(), v[..end].to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn kubernetes_manifest_fits_together_and_its_arguments_parse() {
+    let Some(venv) = test_venv() else { return };
+    let docs = load_yaml_all(&venv, &repo().join("docs/deploy/kubernetes.yaml"));
+    let of_kind = |kind: &str| -> Vec<&Json> {
+        docs.iter()
+            .filter(|d| d["kind"].as_str() == Some(kind))
+            .collect()
+    };
+    let (deployments, services) = (of_kind("Deployment"), of_kind("Service"));
+    assert_eq!(deployments.len(), 1, "one Deployment");
+    assert_eq!(services.len(), 1, "one Service");
+    let (dep, svc) = (deployments[0], services[0]);
+    assert_eq!(dep["apiVersion"].as_str(), Some("apps/v1"));
+    assert_eq!(svc["apiVersion"].as_str(), Some("v1"));
+
+    // Selectors match the pod template's labels.
+    let pod = &dep["spec"]["template"];
+    let labels = str_map(&pod["metadata"]["labels"], "template labels");
+    assert_subset(
+        &str_map(&dep["spec"]["selector"]["matchLabels"], "matchLabels"),
+        &labels,
+        "the Deployment's selector",
+    );
+    assert_subset(
+        &str_map(&svc["spec"]["selector"], "Service selector"),
+        &labels,
+        "the Service's selector",
+    );
+
+    let containers = pod["spec"]["containers"].as_array().unwrap();
+    let c = containers
+        .iter()
+        .find(|c| c["name"].as_str() == Some("m0serve"))
+        .expect("a container named m0serve");
+
+    // The command line: the image's ENTRYPOINT is m0serve, so `args` alone, or a
+    // `command` that starts with m0serve. Every item a string (the API refuses numbers).
+    let strings = |j: &Json, what: &str| -> Vec<String> {
+        j.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|v| {
+                        v.as_str()
+                            .unwrap_or_else(|| panic!("{what}: {v:?} is not a string"))
+                            .to_string()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut argv = strings(&c["command"], "command");
+    if let Some(first) = argv.first() {
+        assert!(
+            first == "m0serve" || first.ends_with("/m0serve"),
+            "command {argv:?}"
+        );
+        argv.remove(0);
+    }
+    argv.extend(strings(&c["args"], "args"));
+    assert!(!argv.is_empty(), "the container has no arguments");
+    let env: Vec<(String, String)> = c["env"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["name"].as_str().unwrap().to_string(),
+                        e["value"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+
+    // The real binary reads them: a misspelt flag or a bad value fails here.
+    let run = |extra: &[&str], more_env: &[(&str, &str)]| {
+        let mut args: Vec<&str> = argv.iter().map(String::as_str).collect();
+        args.extend_from_slice(extra);
+        let mut e: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        e.extend_from_slice(more_env);
+        run_to_exit(&args, &e, Duration::from_secs(30))
+    };
+    let out = run(&["--print-config"], &[]);
+    assert!(
+        out.status.success(),
+        "m0serve {argv:?} --print-config: {}{}",
+        out.stdout,
+        out.stderr
+    );
+    let config = printed_config(&out.stdout);
+    // The image's app directory is /app, holding examples/: --check-config imports the
+    // app from there, with every value checked as at a real start.
+    let examples = repo().join("examples");
+    let out = run(
+        &["--check-config"],
+        &[("M0SERVE_APP_DIR", examples.to_str().unwrap())],
+    );
+    assert!(
+        out.status.success()
+            && format!("{}{}", out.stdout, out.stderr).contains("configuration OK"),
+        "m0serve {argv:?} --check-config: {}{}",
+        out.stdout,
+        out.stderr
+    );
+
+    // Listening on every interface, on the container's port.
+    assert_eq!(config["--host"], "0.0.0.0", "{config:?}");
+    let app_port: u16 = config["--port"].parse().unwrap();
+    let mut named = BTreeMap::new();
+    let mut declared = Vec::new();
+    for p in c["ports"].as_array().expect("container ports") {
+        let n = p["containerPort"].as_f64().unwrap() as u16;
+        declared.push(n);
+        if let Some(name) = p["name"].as_str() {
+            named.insert(name.to_string(), n);
+        }
+    }
+    assert!(
+        declared.contains(&app_port),
+        "--port {app_port} is not a containerPort ({declared:?})"
+    );
+    assert_ne!(
+        config["--forwarded-allow-ips"], "127.0.0.1,::1",
+        "behind a Service the proxy is not on localhost: set --forwarded-allow-ips"
+    );
+
+    // Probes on the app port; the Service sends to it.
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(probe_port(&c[probe], &named, probe), app_port, "{probe}");
+    }
+    let svc_ports = svc["spec"]["ports"].as_array().expect("Service ports");
+    assert!(!svc_ports.is_empty());
+    for p in svc_ports {
+        let target = if p["targetPort"].is_null() {
+            &p["port"]
+        } else {
+            &p["targetPort"]
+        };
+        assert_eq!(
+            resolve_port(target, &named, "Service targetPort"),
+            app_port,
+            "the Service's targetPort"
+        );
+    }
+
+    // Stopping: SIGTERM after the preStop sleep, the drain within --graceful-timeout, and
+    // the master's kill 5 s later, all before the kubelet's SIGKILL.
+    let pre_stop = pre_stop_sleep(&c["lifecycle"]["preStop"]);
+    let graceful: f64 = config["--graceful-timeout"].parse().unwrap();
+    let grace = pod["spec"]["terminationGracePeriodSeconds"]
+        .as_f64()
+        .expect("terminationGracePeriodSeconds");
+    assert!(pre_stop > 0.0, "preStop sleeps {pre_stop} s");
+    assert!(
+        grace > pre_stop + graceful + 5.0,
+        "terminationGracePeriodSeconds {grace} must exceed the preStop sleep {pre_stop} + \
+         --graceful-timeout {graceful} + the master's 5 s"
+    );
+
+    // Resources: requests and limits, CPU and memory.
+    for kind in ["requests", "limits"] {
+        for r in ["cpu", "memory"] {
+            assert!(
+                !c["resources"][kind][r].is_null(),
+                "resources.{kind}.{r} is not set"
+            );
+        }
+    }
+}
+
+#[test]
+fn systemd_units_are_still_there() {
+    // Their content is tested by tests/systemd.rs; this only guards the recipe's files.
+    for f in ["m0serve.service", "m0serve.socket"] {
+        let p = repo().join("docs/deploy").join(f);
+        assert!(p.is_file(), "{} is missing", p.display());
+    }
+}
