@@ -17,7 +17,7 @@ echoed back; throughput reported in MiB/s each way), flask (a small Flask app, j
 Servers: `m0serve` (target/release/m0serve), `m0serve@PATH` (another build, for an A/B of
 a change), `granian`, `bjoern` (through benches/run_bjoern.py). Any server may carry
 option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
-(and `m0serve:static-response`, the loop's ceiling: no Python per request),
+(and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
 installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
 with VIRTUAL_ENV=.venv so every server imports the same packages. If bjoern cannot be
@@ -90,13 +90,14 @@ def parse_server(spec):
     for kv in filter(None, opts.split(",")):
         k, sep, v = kv.partition("=")
         k = k.lstrip("-").replace("_", "-")
-        if k == "static-response" and not sep and kind == "m0serve":
-            # The loop's ceiling: the loop answers itself, no Python per request.
+        if k in ("static-response", "metrics") and not sep and kind == "m0serve":
+            # static-response: the loop's ceiling (it answers itself, no Python per
+            # request); metrics: --metrics-port on, to measure what counting costs.
             overrides[k] = True
             continue
         if not sep or k not in ("workers", "blocking-threads"):
             raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N "
-                             "and (m0serve) static-response")
+                             "and (m0serve) static-response, metrics")
         overrides[k] = int(v)
     return {"spec": spec, "kind": kind, "binary": binary or None, "opts": overrides}
 
@@ -119,6 +120,8 @@ def server_cmd(srv, port, app, workers, threads):
     if srv["kind"] == "m0serve":
         binary = srv["binary"] or os.path.join(ROOT, "target", "release", "m0serve")
         extra = ["--static-response"] if srv["opts"].get("static-response") else []
+        if srv["opts"].get("metrics"):
+            extra += ["--metrics-port", str(free_port())]
         return [binary, f"{app}:app",
                 "--app-dir", APPS, "--port", str(port), "--workers", str(workers),
                 "--blocking-threads", str(threads), "--log-level", "warning"] + extra

@@ -256,10 +256,37 @@ fn kubernetes_manifest_fits_together_and_its_arguments_parse() {
         "behind a Service the proxy is not on localhost: set --forwarded-allow-ips"
     );
 
-    // Probes on the app port; the Service sends to it.
-    for probe in ["readinessProbe", "livenessProbe"] {
-        assert_eq!(probe_port(&c[probe], &named, probe), app_port, "{probe}");
-    }
+    // Readiness on the app port (the Service sends to it); liveness on the metrics
+    // port's /healthz, which the loop answers without the app.
+    assert_eq!(
+        probe_port(&c["readinessProbe"], &named, "readinessProbe"),
+        app_port
+    );
+    let metrics_port: u16 = config["--metrics-port"]
+        .parse()
+        .expect("--metrics-port is set");
+    assert!(
+        declared.contains(&metrics_port),
+        "--metrics-port {metrics_port} is not a containerPort ({declared:?})"
+    );
+    assert_eq!(
+        config["--metrics-address"], "0.0.0.0",
+        "the kubelet probes the pod's address"
+    );
+    assert_eq!(
+        probe_port(&c["livenessProbe"], &named, "livenessProbe"),
+        metrics_port
+    );
+    assert_eq!(
+        c["livenessProbe"]["httpGet"]["path"].as_str(),
+        Some("/healthz")
+    );
+    let ann = &pod["metadata"]["annotations"];
+    assert_eq!(
+        ann["prometheus.io/port"].as_str(),
+        Some(metrics_port.to_string().as_str())
+    );
+    assert_eq!(ann["prometheus.io/path"].as_str(), Some("/metrics"));
     let svc_ports = svc["spec"]["ports"].as_array().expect("Service ports");
     assert!(!svc_ports.is_empty());
     for p in svc_ports {
