@@ -726,13 +726,22 @@ impl EventLoop {
                     self.add_conn(Sock::Tcp(s), Peer::Tcp(addr), true);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
-                    if e.kind() != io::ErrorKind::WouldBlock {
-                        log::warn!("accept on the metrics port failed: {e}");
-                    }
+                    // EMFILE and friends: retry when a connection closes, as `accept_from`.
+                    log::warn!("accept on the metrics port failed: {e}");
+                    self.accept_blocked = true;
                     return;
                 }
             }
+        }
+    }
+
+    /// An answer of the loop's own (an error), for the metrics; not on the metrics port,
+    /// whose traffic is not the app's.
+    fn count_loop_answer(&self, on_metrics_port: bool, status: u16) {
+        if let Some(m) = self.metrics.as_ref().filter(|_| !on_metrics_port) {
+            m.section().count_status(status);
         }
     }
 
@@ -917,9 +926,7 @@ impl EventLoop {
                 ),
             };
             log::debug!("answering {status} to {:?}: {why}", conn.peer);
-            if let Some(m) = &self.metrics {
-                m.section().count_status(status);
-            }
+            self.count_loop_answer(conn.metrics, status);
             let resp = error_response(status, reason, self.date.get());
             conn.queue(resp);
             self.dirty.push(conn.me.slot);
@@ -1348,12 +1355,14 @@ impl EventLoop {
                 let Some(conn) = self.conn_mut(slot) else {
                     continue;
                 };
+                let scrape = conn.metrics;
                 conn.state = ReadState::Head;
                 conn.last_request = true;
                 conn.queue(resp);
                 conn.closing = true;
                 conn.write_at = now;
                 self.dirty.push(slot);
+                self.count_loop_answer(scrape, 408);
             } else {
                 self.close(slot);
             }

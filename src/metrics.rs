@@ -126,6 +126,10 @@ impl Section {
 /// The head of the shared file.
 #[repr(C, align(64))]
 struct Header {
+    /// [`MAGIC`], and [`layout`]: a worker of another build (a SIGHUP after an upgrade)
+    /// whose sections differ does not use the file.
+    magic: AtomicU64,
+    layout: AtomicU64,
     slots: AtomicU64,
     handlers: AtomicU64,
     /// Written by the master only.
@@ -157,6 +161,26 @@ unsafe impl Send for Region {}
 // SAFETY: as above: every access through `&Region` is an atomic operation.
 unsafe impl Sync for Region {}
 
+const MAGIC: u64 = u64::from_le_bytes(*b"m0smetrx");
+
+/// What a section looks like: a version to bump when fields change meaning, the
+/// section's size and the bucket count.
+fn layout() -> u64 {
+    const VERSION: u64 = 1;
+    (VERSION << 48) | ((NB as u64) << 32) | std::mem::size_of::<Section>() as u64
+}
+
+/// The file's length for a shape; `None` if it overflows.
+fn file_bytes(slots: usize, handlers: usize) -> Option<usize> {
+    let slot = handlers
+        .checked_add(1)?
+        .checked_mul(std::mem::size_of::<Section>())?
+        .checked_add(std::mem::size_of::<SlotHeader>())?;
+    slots
+        .checked_mul(slot)?
+        .checked_add(std::mem::size_of::<Header>())
+}
+
 fn slot_bytes(handlers: usize) -> usize {
     std::mem::size_of::<SlotHeader>() + (1 + handlers) * std::mem::size_of::<Section>()
 }
@@ -166,16 +190,27 @@ impl Region {
     /// each, zeroed (by the kernel: a fresh memfd reads as zeros).
     pub fn create(slots: usize, handlers: usize) -> io::Result<Region> {
         let name = c"m0serve-metrics";
-        let fd = syscall!(memfd_create(name.as_ptr(), libc::MFD_CLOEXEC))?;
+        let fd = syscall!(memfd_create(
+            name.as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING
+        ))?;
         // SAFETY: memfd_create just returned this descriptor; it is owned once here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let len = std::mem::size_of::<Header>() + slots * slot_bytes(handlers);
+        let len = file_bytes(slots, handlers)
+            .ok_or_else(|| io::Error::other("too many metrics slots"))?;
         syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t))?;
+        // Its length is fixed from here: no process can shrink it under another's mapping.
+        syscall!(fcntl(
+            fd.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL
+        ))?;
         let r = Region::map(fd, len, slots, handlers)?;
-        r.header().slots.store(slots as u64, Ordering::Relaxed);
-        r.header()
-            .handlers
-            .store(handlers as u64, Ordering::Relaxed);
+        let h = r.header();
+        h.slots.store(slots as u64, Ordering::Relaxed);
+        h.handlers.store(handlers as u64, Ordering::Relaxed);
+        h.layout.store(layout(), Ordering::Relaxed);
+        h.magic.store(MAGIC, Ordering::Relaxed);
         Ok(r)
     }
 
@@ -194,9 +229,16 @@ impl Region {
         }
         // The shape is in the header; until it is read, no slot is reachable.
         let mut r = Region::map(fd, len, 0, 0)?;
-        let slots = r.header().slots.load(Ordering::Relaxed) as usize;
-        let handlers = r.header().handlers.load(Ordering::Relaxed) as usize;
-        if std::mem::size_of::<Header>() + slots * slot_bytes(handlers) > len {
+        let h = r.header();
+        if h.magic.load(Ordering::Relaxed) != MAGIC || h.layout.load(Ordering::Relaxed) != layout()
+        {
+            return Err(io::Error::other(
+                "the metrics file has another layout (a master of another m0serve version)",
+            ));
+        }
+        let slots = usize::try_from(h.slots.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let handlers = usize::try_from(h.handlers.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        if file_bytes(slots, handlers).is_none_or(|need| need > len) {
             return Err(io::Error::other(
                 "the metrics file is shorter than its shape",
             ));
@@ -238,6 +280,11 @@ impl Region {
 
     pub fn slots(&self) -> usize {
         self.slots
+    }
+
+    /// Handler sections per slot.
+    pub fn handlers(&self) -> usize {
+        self.handlers
     }
 
     fn header(&self) -> &Header {

@@ -2,11 +2,13 @@
 //! inotify and starts a rolling reload (as on SIGHUP) once changes have been quiet for
 //! [`DEBOUNCE`], so an editor's burst of writes, or a `git checkout`, restarts once.
 //!
-//! Not watched: hidden directories (`.git`, `.venv`), `__pycache__`, `node_modules`,
-//! virtualenvs (a directory with a `pyvenv.cfg`), and whatever matches a
-//! `--reload-ignore` glob (matched with fnmatch(3) against the path relative to the app
-//! directory and against the file's name). Directories created later are watched as they
-//! appear.
+//! Not watched: hidden files and directories (`.git`, `.venv`, an editor's `.#app.py`),
+//! `__pycache__`, `node_modules`, virtualenvs (a directory with a `pyvenv.cfg`, also one
+//! made while the server runs), and whatever matches a `--reload-ignore` glob (matched
+//! with fnmatch(3) against the path relative to the app directory and against the file's
+//! name). Directories created later are watched as they appear; one that is removed or
+//! moved out counts as a change. Symbolic links to directories are not followed. A steady
+//! stream of changes reloads at the latest [`MAX_DELAY`] after the first.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
@@ -22,8 +24,16 @@ use crate::sys::syscall;
 /// Quiet time after the last change before the reload starts.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
-/// Most directories watched; past it, deeper ones are left out (with a warning).
+/// Longest a stream of changes (a code generator writing on and on) postpones the reload.
+pub const MAX_DELAY: Duration = Duration::from_secs(3);
+
+/// Most directories watched; past it, deeper ones are left out (with a warning). The tree
+/// is walked breadth first, so what is left out is the deepest.
 const MAX_WATCHES: usize = 8192;
+
+/// Most entries looked at in a directory that just appeared (a large copy into the app
+/// directory must not hold up the master).
+const MAX_SCAN: usize = 10_000;
 
 const DIR_EVENTS: u32 = libc::IN_CLOSE_WRITE
     | libc::IN_MOVED_TO
@@ -32,14 +42,21 @@ const DIR_EVENTS: u32 = libc::IN_CLOSE_WRITE
     | libc::IN_DELETE
     | libc::IN_ONLYDIR;
 
+/// A change waiting for its quiet time.
+struct Pending {
+    /// The first file (or directory) changed since the last reload, for the log.
+    path: PathBuf,
+    first: Instant,
+    last: Instant,
+}
+
 pub struct Watcher {
     fd: OwnedFd,
     root: PathBuf,
     ignore: Vec<CString>,
     /// Watch descriptor -> its directory.
     dirs: HashMap<i32, PathBuf>,
-    /// The first `.py` file changed since the last reload, and when the last change came.
-    changed: Option<(PathBuf, Instant)>,
+    changed: Option<Pending>,
     warned_full: bool,
 }
 
@@ -103,17 +120,38 @@ impl Watcher {
             || self.ignored(dir)
     }
 
-    /// Watches `top` and every directory under it (not the skipped ones).
+    /// `path` lies in a virtualenv under the root (one made after its directories were
+    /// watched: `python -m venv` writes `pyvenv.cfg` last).
+    fn in_venv(&self, path: &Path) -> bool {
+        path.ancestors()
+            .skip(1)
+            .take_while(|a| *a != self.root && a.starts_with(&self.root))
+            .any(|a| a.join("pyvenv.cfg").exists())
+    }
+
+    /// A file that may hold the app's code: `.py`, not hidden (an editor's lock file
+    /// such as `.#app.py`), not ignored, not in a virtualenv.
+    fn is_source(&self, path: &Path) -> bool {
+        path.extension() == Some(OsStr::new("py"))
+            && !path
+                .file_name()
+                .is_some_and(|n| n.as_bytes().starts_with(b"."))
+            && !self.ignored(path)
+            && !self.in_venv(path)
+    }
+
+    /// Watches `top` and every directory under it (not the skipped ones), breadth first.
     fn watch_tree(&mut self, top: &Path) -> io::Result<()> {
-        let mut stack = vec![top.to_path_buf()];
-        while let Some(dir) = stack.pop() {
+        let mut queue = std::collections::VecDeque::from([top.to_path_buf()]);
+        while let Some(dir) = queue.pop_front() {
             if self.skip_dir(&dir) {
                 continue;
             }
             if self.dirs.len() >= MAX_WATCHES {
                 if !std::mem::replace(&mut self.warned_full, true) {
                     log::warn!(
-                        "--reload: more than {MAX_WATCHES} directories; {} and others are not watched",
+                        "--reload: more than {MAX_WATCHES} directories; {} and others are not \
+                         watched",
                         dir.display()
                     );
                 }
@@ -127,8 +165,18 @@ impl Watcher {
                 unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), DIR_EVENTS) };
             if wd < 0 {
                 let e = io::Error::last_os_error();
-                if dir == top && top == self.root {
+                if dir == self.root {
                     return Err(e);
+                }
+                if e.raw_os_error() == Some(libc::ENOSPC) {
+                    if !std::mem::replace(&mut self.warned_full, true) {
+                        log::warn!(
+                            "--reload: the kernel's inotify watch limit is reached \
+                             (fs.inotify.max_user_watches): {} and others are not watched",
+                            dir.display()
+                        );
+                    }
+                    return Ok(());
                 }
                 // Gone already, or unreadable: nothing to watch there.
                 log::debug!("--reload: not watching {}: {e}", dir.display());
@@ -141,17 +189,35 @@ impl Watcher {
             for e in entries.flatten() {
                 // Symbolic links are not followed (a link to `/` would watch everything).
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(e.path());
+                    queue.push_back(e.path());
                 }
             }
         }
         Ok(())
     }
 
-    /// A watched `.py` file under `top` (a directory that just appeared, whose files may
-    /// have been written before its watch was in place).
-    fn first_python(&self, top: &Path) -> Option<PathBuf> {
+    /// Stops watching `dir` and everything under it; how many watches that was.
+    fn unwatch_under(&mut self, dir: &Path) -> usize {
+        let gone: Vec<i32> = self
+            .dirs
+            .iter()
+            .filter(|(_, d)| d.starts_with(dir))
+            .map(|(&wd, _)| wd)
+            .collect();
+        for wd in &gone {
+            self.dirs.remove(wd);
+            // SAFETY: removing a watch of our own descriptor; one the kernel already
+            // dropped (a deleted directory) fails harmlessly with EINVAL.
+            unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), *wd) };
+        }
+        gone.len()
+    }
+
+    /// A source file under `top` (a directory that just appeared, whose files may have
+    /// been written before its watch was in place).
+    fn first_source(&self, top: &Path) -> Option<PathBuf> {
         let mut stack = vec![top.to_path_buf()];
+        let mut seen = 0;
         while let Some(dir) = stack.pop() {
             if self.skip_dir(&dir) {
                 continue;
@@ -160,10 +226,15 @@ impl Watcher {
                 continue;
             };
             for e in entries.flatten() {
+                seen += 1;
+                if seen > MAX_SCAN {
+                    // Too much to look through: count it as a change.
+                    return Some(top.to_path_buf());
+                }
                 let path = e.path();
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
                     stack.push(path);
-                } else if path.extension() == Some(OsStr::new("py")) && !self.ignored(&path) {
+                } else if self.is_source(&path) {
                     return Some(path);
                 }
             }
@@ -171,8 +242,8 @@ impl Watcher {
         None
     }
 
-    /// Reads what the kernel queued (never waits): notes `.py` changes, watches new
-    /// directories.
+    /// Reads what the kernel queued (never waits): notes source changes, follows
+    /// directories that come and go.
     pub fn read(&mut self, now: Instant) {
         let mut buf = [0u8; 8192];
         loop {
@@ -196,53 +267,86 @@ impl Watcher {
                     .position(|&b| b == 0)
                     .unwrap_or(raw_name.len())];
                 off = name_end;
-                if ev.mask & libc::IN_Q_OVERFLOW != 0 {
-                    // Events were lost: something changed, assume it matters.
-                    self.note(self.root.clone(), now);
-                    continue;
+                self.on_event(ev.wd, ev.mask, name, now);
+            }
+        }
+    }
+
+    fn on_event(&mut self, wd: i32, mask: u32, name: &[u8], now: Instant) {
+        if mask & libc::IN_Q_OVERFLOW != 0 {
+            // Events were lost: something changed; watch what may have appeared meanwhile.
+            let root = self.root.clone();
+            let _ = self.watch_tree(&root);
+            self.note(root, now);
+            return;
+        }
+        if mask & libc::IN_IGNORED != 0 {
+            self.dirs.remove(&wd);
+            return;
+        }
+        let Some(dir) = self.dirs.get(&wd) else {
+            return;
+        };
+        let path = dir.join(OsStr::from_bytes(name));
+        if name == b"pyvenv.cfg" && mask & libc::IN_ISDIR == 0 {
+            // A virtualenv is being made here: stop watching it (pip installs into it
+            // would reload on and on), unless it is the app directory itself.
+            let dir = dir.clone();
+            if dir != self.root && mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+                self.unwatch_under(&dir);
+            }
+            return;
+        }
+        if mask & libc::IN_ISDIR != 0 {
+            if name.starts_with(b".") {
+                return;
+            }
+            if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+                // A new directory: watch it, and count the sources it already holds
+                // (written before the watch was in place) as a change.
+                let _ = self.watch_tree(&path);
+                if let Some(file) = self.first_source(&path) {
+                    self.note(file, now);
                 }
-                if ev.mask & libc::IN_IGNORED != 0 {
-                    self.dirs.remove(&ev.wd);
-                    continue;
-                }
-                let Some(dir) = self.dirs.get(&ev.wd) else {
-                    continue;
-                };
-                let path = dir.join(OsStr::from_bytes(name));
-                if ev.mask & libc::IN_ISDIR != 0 {
-                    if ev.mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
-                        // A new directory: watch it, and count the `.py` files it already
-                        // holds (created before the watch was in place) as a change.
-                        let _ = self.watch_tree(&path);
-                        if let Some(file) = self.first_python(&path) {
-                            self.note(file, now);
-                        }
-                    }
-                    continue;
-                }
-                if path.extension() == Some(OsStr::new("py")) && !self.ignored(&path) {
+            } else if mask & (libc::IN_MOVED_FROM | libc::IN_DELETE) != 0 {
+                // A watched directory went away (its modules with it), or was moved out:
+                // a change, and its watches must not report from where it went.
+                if self.unwatch_under(&path) > 0 {
                     self.note(path, now);
                 }
             }
+            return;
+        }
+        if self.is_source(&path) {
+            self.note(path, now);
         }
     }
 
     fn note(&mut self, path: PathBuf, now: Instant) {
         match &mut self.changed {
-            Some((_, last)) => *last = now,
-            None => self.changed = Some((path, now)),
+            Some(p) => p.last = now,
+            None => {
+                self.changed = Some(Pending {
+                    path,
+                    first: now,
+                    last: now,
+                })
+            }
         }
     }
 
-    /// When a pending change's quiet time ends.
+    /// When a pending change's quiet time ends (or it has waited long enough).
     pub fn deadline(&self) -> Option<Instant> {
-        self.changed.as_ref().map(|(_, last)| *last + DEBOUNCE)
+        self.changed
+            .as_ref()
+            .map(|p| (p.last + DEBOUNCE).min(p.first + MAX_DELAY))
     }
 
-    /// The first changed file, once the changes have been quiet for `DEBOUNCE`.
+    /// The first changed path, once the changes have been quiet for `DEBOUNCE` (or have
+    /// gone on for `MAX_DELAY`).
     pub fn due(&mut self, now: Instant) -> Option<PathBuf> {
         if self.deadline().is_some_and(|d| now >= d) {
-            return self.changed.take().map(|(p, _)| p);
+            return self.changed.take().map(|p| p.path);
         }
         None
     }
@@ -306,6 +410,28 @@ mod tests {
         assert!(settle(&mut w).is_some());
         std::fs::write(root.join("newpkg/a.py"), "y").unwrap();
         assert_eq!(settle(&mut w), Some(root.join("newpkg/a.py")));
+
+        // An editor's hidden lock file is no source.
+        std::fs::write(root.join(".#mod.py"), "x").unwrap();
+        assert_eq!(settle(&mut w), None);
+
+        // A virtualenv made after the start (`python -m venv` writes pyvenv.cfg after its
+        // directories): nothing in it counts, then or later.
+        std::fs::create_dir_all(root.join("venv/lib/site-packages")).unwrap();
+        std::fs::write(root.join("venv/pyvenv.cfg"), "home = /usr\n").unwrap();
+        std::fs::write(root.join("venv/lib/site-packages/pkg.py"), "x").unwrap();
+        assert_eq!(settle(&mut w), None);
+        std::fs::write(root.join("venv/lib/site-packages/pkg.py"), "y").unwrap();
+        assert_eq!(settle(&mut w), None);
+
+        // A package moved out of the tree is a change; its new home is not watched.
+        let away = root.with_extension("away");
+        let _ = std::fs::remove_dir_all(&away);
+        std::fs::rename(root.join("newpkg"), &away).unwrap();
+        assert_eq!(settle(&mut w), Some(root.join("newpkg")));
+        std::fs::write(away.join("a.py"), "z").unwrap();
+        assert_eq!(settle(&mut w), None);
+        let _ = std::fs::remove_dir_all(&away);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -149,8 +149,12 @@ struct Metrics {
 }
 
 impl Metrics {
-    fn handler(&self, h: usize) -> crate::metrics::Recorder {
-        crate::metrics::Recorder::for_handler(self.region.clone(), self.slot, h)
+    /// Handler `h`'s section, if the file has one (a worker started with more
+    /// `--blocking-threads` than the master sized it for, after a `--config` change and a
+    /// SIGHUP, counts only the first ones).
+    fn handler(&self, h: usize) -> Option<crate::metrics::Recorder> {
+        (h < self.region.handlers())
+            .then(|| crate::metrics::Recorder::for_handler(self.region.clone(), self.slot, h))
     }
 }
 
@@ -163,17 +167,44 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| format!("cannot use the listening sockets from the master: {e}"))?;
     let metrics = match inherited.metrics {
-        Some((listener, region, slot)) => Some(Metrics {
-            listener: Listener::from_inherited(listener)
-                .map_err(|e| format!("cannot use the metrics socket from the master: {e}"))?,
-            region: Arc::new(
-                crate::metrics::Region::open(region)
-                    .map_err(|e| format!("cannot map the shared metrics: {e}"))?,
-            ),
-            slot,
-        }),
+        Some((listener, region, slot)) => {
+            let listener = Listener::from_inherited(listener)
+                .map_err(|e| format!("cannot use the metrics socket from the master: {e}"))?;
+            // Metrics are not worth failing to serve for: a file this worker cannot use
+            // (a master of another version, after an upgrade and SIGHUP) leaves it
+            // uncounted, with a warning.
+            match crate::metrics::Region::open(region) {
+                Ok(region) if slot < region.slots() => Some(Metrics {
+                    listener,
+                    region: Arc::new(region),
+                    slot,
+                }),
+                Ok(region) => {
+                    log::warn!(
+                        "metrics slot {slot} is not in the shared file ({} slots): this \
+                         worker is not counted",
+                        region.slots()
+                    );
+                    None
+                }
+                Err(e) => {
+                    log::warn!("cannot use the shared metrics ({e}): this worker is not counted");
+                    None
+                }
+            }
+        }
         None => None,
     };
+    if let Some(m) = metrics
+        .as_ref()
+        .filter(|m| config.blocking_threads.max(1) > m.region.handlers())
+    {
+        log::warn!(
+            "the shared metrics have room for {} handler thread(s) per worker (the master's \
+             --blocking-threads): the others are not counted",
+            m.region.handlers()
+        );
+    }
     let signals =
         SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     python::initialize()?;
@@ -261,7 +292,7 @@ fn serve(
             app: apps.pop().ok_or("no application object")?,
             info: info.clone(),
             access_log: access_log.clone(),
-            metrics: metrics.as_ref().map(|m| m.handler(0)),
+            metrics: metrics.as_ref().and_then(|m| m.handler(0)),
         });
     }
     for (idx, app) in apps.into_iter().enumerate() {
@@ -277,7 +308,7 @@ fn serve(
             app,
             info: info.clone(),
             access_log: access_log.clone(),
-            metrics: metrics.as_ref().map(|m| m.handler(idx)),
+            metrics: metrics.as_ref().and_then(|m| m.handler(idx)),
         })
         .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
         links.push(HandlerLink::new(

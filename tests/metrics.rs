@@ -11,18 +11,22 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// A server with `--metrics-port 0`, and the address its metrics port got.
 fn start(extra: &[&str]) -> (Server, SocketAddr) {
-    let port = free_port();
     let server = Server::builder("pep3333:app")
-        .args(&["--metrics-port", &port.to_string()])
+        .args(&["--metrics-port", "0"])
         .args(extra)
         .start();
+    const LINE: &str = "metrics on http://";
     assert!(
-        server.wait_for_log("metrics on http://127.0.0.1:", Duration::from_secs(10)),
+        server.wait_for_log(LINE, Duration::from_secs(10)),
         "{}",
         server.log_text()
     );
-    (server, SocketAddr::from(([127, 0, 0, 1], port)))
+    let log = server.log_text();
+    let at = &log[log.find(LINE).unwrap() + LINE.len()..];
+    let addr = at[..at.find("/metrics").unwrap()].parse().unwrap();
+    (server, addr)
 }
 
 /// The exposition as series name (with labels) -> value; also checks the format's shape.
@@ -104,7 +108,14 @@ fn buckets(m: &BTreeMap<String, f64>, name: &str) -> Vec<(f64, f64)> {
 
 #[test]
 fn counters_move_with_traffic_across_workers() {
-    let (server, metrics) = start(&["--workers", "2", "--blocking-threads", "2"]);
+    let (server, metrics) = start(&[
+        "--workers",
+        "2",
+        "--blocking-threads",
+        "2",
+        "--header-timeout",
+        "0.3",
+    ]);
     server.wait_for_workers(2, Duration::from_secs(10));
     let before = scrape(metrics);
     assert_eq!(get(&before, "m0serve_workers"), 2.0);
@@ -118,12 +129,21 @@ fn counters_move_with_traffic_across_workers() {
     // An answer of the loop's own: a malformed request gets 400 and counts as 4xx.
     let bad = server.request(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n");
     assert_eq!(bad.status, 400);
+    // A head not finished within --header-timeout: the loop's 408, a 4xx too.
+    let mut slow = server.connect();
+    slow.send(b"GET / HTTP/1.1\r\nHost:");
+    assert_eq!(slow.read_response().status, 408);
+    drop(slow);
+    // Garbage on the metrics port is answered (400) but is not the app's traffic.
+    let mut junk = Conn::connect(metrics);
+    junk.send(b"NOT HTTP\r\n\r\n");
+    assert_eq!(junk.read_response().status, 400);
     // A slow one, long enough to land in a known bucket.
     assert_eq!(server.get("/slow?secs=0.3").status, 200);
 
     let after = scrape_until(metrics, |m| get(m, "m0serve_app_seconds_count") >= 35.0);
     assert_eq!(get(&after, "m0serve_requests_total{status=\"2xx\"}"), 31.0);
-    assert_eq!(get(&after, "m0serve_requests_total{status=\"4xx\"}"), 5.0);
+    assert_eq!(get(&after, "m0serve_requests_total{status=\"4xx\"}"), 6.0);
     assert_eq!(get(&after, "m0serve_requests_total{status=\"5xx\"}"), 0.0);
     // The app ran 35 times: every histogram of the handlers saw each of them.
     for name in [
@@ -165,7 +185,8 @@ fn counters_move_with_traffic_across_workers() {
         c.send(b"GET /status?code=200 HTTP/1.1\r\nHost: x\r\n\r\n");
         assert_eq!(c.read_response().status, 200);
     }
-    assert_eq!(get(&scrape(metrics), "m0serve_connections"), 3.0);
+    let m = scrape_until(metrics, |m| get(m, "m0serve_connections") == 3.0);
+    assert_eq!(get(&m, "m0serve_connections"), 3.0);
     drop(held);
     assert!(
         wait_until(Duration::from_secs(5), || get(
@@ -264,4 +285,37 @@ fn a_bad_metrics_address_names_the_flag() {
     );
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--metrics-address"), "{}", out.stderr);
+}
+
+#[test]
+fn a_reload_with_more_handler_threads_than_counted_serves_on() {
+    // The master sized the shared counters for one handler thread per worker; after the
+    // --config file asks for three and a SIGHUP, the new worker serves with all three and
+    // counts what it can.
+    let dir = std::env::temp_dir().join(format!("m0s-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("m0serve.conf");
+    std::fs::write(&conf, "--blocking-threads 1\n").unwrap();
+    let (server, metrics) = start(&["--config", conf.to_str().unwrap()]);
+    std::fs::write(&conf, "--blocking-threads 3\n").unwrap();
+    server.signal(libc::SIGHUP);
+    assert!(
+        server.wait_for_log("reload done", Duration::from_secs(15)),
+        "{}",
+        server.log_text()
+    );
+    assert!(server.log_text().contains("room for 1 handler thread(s)"));
+    let mut conns: Vec<Conn> = (0..6).map(|_| server.connect()).collect();
+    for c in &mut conns {
+        c.send(b"GET /slow?secs=0.2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    }
+    for c in &mut conns {
+        assert_eq!(c.read_response().status, 200);
+    }
+    let m = scrape_until(metrics, |m| {
+        get(m, "m0serve_requests_total{status=\"2xx\"}") >= 1.0
+    });
+    assert!(get(&m, "m0serve_requests_total{status=\"2xx\"}") >= 1.0);
+    server.assert_no_panic();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -218,7 +218,9 @@ impl Bridge {
         self.ex.begin(info);
         if self.ex.cancelled() {
             // Its connection closed before the app ran (a response ahead of it in the
-            // pipeline closed it, or the client left): do not run the app for nobody.
+            // pipeline closed it, or the client left): do not run the app for nobody, and
+            // do not count it as served (the metrics would show a 500 nobody got).
+            self.timing = None;
             self.ex.fail(py);
             return Served::Done;
         }
