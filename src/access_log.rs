@@ -204,6 +204,9 @@ impl Sink {
 /// The facts of one response.
 pub struct Entry<'a> {
     pub peer: Peer,
+    /// The client a trusted proxy named (`--forwarded-allow-ips`): what `%(h)s` and
+    /// `remote_addr` show instead of the peer, as the app's `REMOTE_ADDR` does.
+    pub client: Option<&'a str>,
     /// The request head as received, with its parse.
     pub head_bytes: &'a [u8],
     pub head: &'a Head,
@@ -300,7 +303,7 @@ fn render(time: &mut TimeCache, out: &mut String, atom: &Atom, e: &Entry<'_>) {
         let (path, query) = split_target(e.head.target.get(data));
         match atom {
             Atom::Lit(s) => out.push_str(s),
-            Atom::Remote => push_peer(out, e.peer),
+            Atom::Remote => push_remote(out, e),
             Atom::Time => out.push_str(time.get()),
             Atom::RequestLine => {
                 push_text(out, e.head.method.get(data));
@@ -345,7 +348,7 @@ fn json(time: &mut TimeCache, out: &mut String, e: &Entry<'_>) {
         let data = e.head_bytes;
         let (path, query) = split_target(e.head.target.get(data));
         let mut peer = String::new();
-        push_peer(&mut peer, e.peer);
+        push_remote(&mut peer, e);
         out.push_str("{\"time\":");
         json_str(
             out,
@@ -407,6 +410,14 @@ fn header<'a>(e: &Entry<'a>, name: &str) -> Option<&'a [u8]> {
                 .eq_ignore_ascii_case(name.as_bytes())
         })
         .map(|h| h.value.get(e.head_bytes))
+}
+
+/// The client: the one a trusted proxy named, else the peer.
+fn push_remote(out: &mut String, e: &Entry<'_>) {
+    match e.client {
+        Some(c) => out.push_str(c),
+        None => push_peer(out, e.peer),
+    }
 }
 
 fn push_peer(out: &mut String, peer: Peer) {

@@ -173,3 +173,27 @@ fn sigusr1_reopens_the_log_file_after_a_rotation() {
     assert!(read_or_empty(&rotated).contains("m0test-before"));
     assert!(!read_or_empty(&rotated).contains("m0test-after-"));
 }
+
+#[test]
+fn the_client_a_trusted_proxy_names_is_logged_as_the_app_sees_it() {
+    // 127.0.0.1 is trusted by default: `%(h)s` is the forwarded client, as gunicorn logs
+    // REMOTE_ADDR; with no proxy trusted, the forged header changes nothing.
+    for (args, want) in [
+        (&["--access-log"][..], "203.0.113.9 - - ["),
+        (
+            &["--access-log", "--forwarded-allow-ips", ""][..],
+            "127.0.0.1 - - [",
+        ),
+    ] {
+        let s = Server::start("regress:app", args);
+        let r = s.request(&request_with(
+            "/hello",
+            "User-Agent: m0test-proxied\r\nX-Forwarded-For: 203.0.113.9\r\n",
+        ));
+        assert_eq!(r.status, 200);
+        assert!(s.wait_for_log("m0test-proxied", PROMPT), "{}", s.log_text());
+        let log = s.log_text();
+        let line = log.lines().find(|l| l.contains("m0test-proxied")).unwrap();
+        assert!(line.starts_with(want), "{args:?}: {line}");
+    }
+}

@@ -118,6 +118,9 @@ pub struct EnvBuilder {
     trusted: super::proxy::Trusted,
     https: Py<PyString>,
     scratch: Vec<u8>,
+    /// The client a trusted proxy named for the last request built (its `REMOTE_ADDR`),
+    /// for the access log.
+    forwarded_client: Option<String>,
 }
 
 /// An empty dict whose table holds `n` entries without resizing, when this Python exports
@@ -194,6 +197,7 @@ impl EnvBuilder {
             trusted: info.trusted.clone(),
             https: i("https"),
             scratch: Vec::with_capacity(256),
+            forwarded_client: None,
         })
     }
 
@@ -209,7 +213,13 @@ impl EnvBuilder {
     }
 
     /// The environ for `req`, without `wsgi.input` (the caller moves the body into it).
+    /// The client a trusted proxy named for the request just built, if one did (taken).
+    pub fn take_forwarded_client(&mut self) -> Option<String> {
+        self.forwarded_client.take()
+    }
+
     pub fn build<'py>(&mut self, py: Python<'py>, req: &Request) -> PyResult<Bound<'py, PyDict>> {
+        self.forwarded_client = None;
         let env = self.base.bind(py).copy()?;
         let data = &req.data;
         let head = &req.head;
@@ -309,7 +319,7 @@ impl EnvBuilder {
     /// `--forwarded-allow-ips`: from a trusted peer, the forwarding headers set
     /// `REMOTE_ADDR` and `wsgi.url_scheme` (`proxy.rs`).
     fn apply_forwarding(
-        &self,
+        &mut self,
         py: Python<'_>,
         env: &Bound<'_, PyDict>,
         req: &Request,
@@ -340,6 +350,7 @@ impl EnvBuilder {
         );
         if let Some(client) = f.client {
             env.set_item(self.keys.remote_addr.bind(py), PyString::new(py, &client))?;
+            self.forwarded_client = Some(client);
         }
         if f.https == Some(true) {
             env.set_item(self.keys.url_scheme.bind(py), self.https.bind(py))?;

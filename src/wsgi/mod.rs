@@ -41,6 +41,8 @@ struct LogCtx {
     head_bytes: Vec<u8>,
     head: crate::http::parse::Head,
     started: std::time::Instant,
+    /// The client a trusted proxy named, once the environ is built.
+    client: Option<String>,
 }
 
 /// What watches a bridge's requests: the access log and the metrics (each optional).
@@ -150,6 +152,7 @@ impl Bridge {
                 head_bytes: req.data[..req.head.head_len].to_vec(),
                 head: req.head.clone(),
                 started: std::time::Instant::now(),
+                client: None,
             });
         }
         if self.metrics.is_some() {
@@ -189,6 +192,7 @@ impl Bridge {
         let st = self.ex.st.borrow();
         log.record(&crate::access_log::Entry {
             peer: ctx.peer,
+            client: ctx.client.as_deref(),
             head_bytes: &ctx.head_bytes,
             head: &ctx.head,
             status: st.code,
@@ -233,6 +237,9 @@ impl Bridge {
                 return Served::Done;
             }
         };
+        if let Some(ctx) = self.current.as_mut() {
+            ctx.client = self.env.take_forwarded_client();
+        }
         // For log lines on the error paths only: a reference, not a formatted string.
         let env_ref = environ.clone();
         let head_len = req.head.head_len;
