@@ -34,6 +34,8 @@ use crate::stats::{self, HandlerCounters, LoopCounters};
 
 /// `--metrics-port`'s listener.
 const METRICS: Token = Token(0);
+/// Most connections to the metrics port one worker holds (outside `--max-connections`).
+const METRICS_MAX_CONNECTIONS: usize = 16;
 const WAKER: Token = Token(1);
 const SIGNALS: Token = Token(2);
 /// Listeners take tokens `FIRST_LISTENER..FIRST_LISTENER + MAX_LISTENERS`, connections
@@ -293,6 +295,7 @@ pub struct EventLoop {
     /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
     /// section of the counters.
     metrics_listener: Option<Listener>,
+    metrics_region: Option<Arc<crate::metrics::Region>>,
     metrics: Option<crate::metrics::Recorder>,
     /// Of `conns`, those that came to the metrics port.
     metrics_conns: usize,
@@ -368,16 +371,20 @@ impl EventLoop {
             inline_setup: inline,
             inline: None,
             metrics_listener: None,
+            metrics_region: None,
             metrics: None,
             metrics_conns: 0,
         })
     }
 
     /// `--metrics-port`: serve scrapes from `listener`, count into `recorder`.
+    /// `region`: the counters every worker shares, if this one could map them;
+    /// `recorder`: the loop's own section of them, if it has a slot.
     pub fn set_metrics(
         &mut self,
         mut listener: Listener,
-        recorder: crate::metrics::Recorder,
+        region: Option<Arc<crate::metrics::Region>>,
+        recorder: Option<crate::metrics::Recorder>,
     ) -> io::Result<()> {
         match &mut listener {
             Listener::Tcp(l) => self
@@ -391,7 +398,8 @@ impl EventLoop {
             }
         }
         self.metrics_listener = Some(listener);
-        self.metrics = Some(recorder);
+        self.metrics_region = region;
+        self.metrics = recorder;
         Ok(())
     }
 
@@ -623,6 +631,14 @@ impl EventLoop {
                     let Some(conn) = self.conn_mut(slot) else {
                         continue;
                     };
+                    if ev.is_error() {
+                        // A pending socket error (a reset, most often): nothing can be
+                        // read or written any more. Closing now also tells the handlers,
+                        // which skip this connection's requests not yet started, even one
+                        // that asked to close and so is no longer being read.
+                        self.close(slot);
+                        continue;
+                    }
                     // A new readable edge: bytes (or an EOF) arrived since the last short
                     // read. A write-only edge says nothing about input.
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
@@ -677,7 +693,7 @@ impl EventLoop {
             let Some(listener) = self.listeners.get(i) else {
                 return;
             };
-            if self.conns >= self.max_connections {
+            if self.conns - self.metrics_conns >= self.max_connections {
                 // `--max-connections`: the rest wait in the kernel's backlog until a
                 // connection closes (`close` accepts again).
                 self.accept_blocked = true;
@@ -715,8 +731,9 @@ impl EventLoop {
             let Some(Listener::Tcp(l)) = &self.metrics_listener else {
                 return;
             };
-            if self.conns >= self.max_connections {
-                // Taken when a connection closes (see `close`).
+            // Scrapes and probes have a small cap of their own, so a server full of
+            // clients still answers them (and a flood of scrapes takes no client's place).
+            if self.metrics_conns >= METRICS_MAX_CONNECTIONS {
                 self.accept_blocked = true;
                 return;
             }
@@ -754,11 +771,8 @@ impl EventLoop {
 
     /// A scrape's request: the loop answers it itself, from the shared counters.
     fn answer_metrics(&mut self, conn: &mut Conn, req: &Request) {
-        let Some(m) = &self.metrics else {
-            return;
-        };
         let out = crate::metrics::http_answer(
-            m.region(),
+            self.metrics_region.as_deref(),
             req.head.target.get(&req.data),
             req.head.keep_alive,
             req.head.method.get(&req.data) == b"HEAD",

@@ -647,19 +647,25 @@ impl Master {
         let metrics_slot = self.metrics.as_ref().and_then(|(region, _)| {
             (0..region.slots()).find(|s| self.workers.iter().all(|w| w.metrics_slot != Some(*s)))
         });
-        let metrics_env = match (&self.metrics, metrics_slot) {
-            (Some((region, listener)), Some(slot)) => {
-                format!("{},{},{slot}", listener.raw_fd(), region.raw_fd())
+        // A worker without a slot still answers scrapes and `/healthz` (a liveness probe
+        // may ask it); it only counts nothing.
+        let metrics_env = match &self.metrics {
+            Some((region, listener)) => {
+                if metrics_slot.is_none() {
+                    log::warn!("no metrics slot is free: this worker's requests are not counted");
+                }
+                format!(
+                    "{},{},{}",
+                    listener.raw_fd(),
+                    region.raw_fd(),
+                    metrics_slot.map_or("-".to_string(), |s| s.to_string())
+                )
             }
-            (Some(_), None) => {
-                log::warn!("no metrics slot is free: this worker's requests are not counted");
-                "-,-,-".to_string()
-            }
-            (None, _) => "-,-,-".to_string(),
+            None => "-,-,-".to_string(),
         };
         // Descriptors the worker keeps across its exec.
         let mut keep_fds = listener_fds.clone();
-        if let (Some((region, listener)), Some(_)) = (&self.metrics, metrics_slot) {
+        if let Some((region, listener)) = &self.metrics {
             keep_fds.push(listener.raw_fd());
             keep_fds.push(region.raw_fd());
         }

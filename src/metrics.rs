@@ -475,10 +475,11 @@ impl Recorder {
     }
 }
 
-/// The answer to a scrape: `/metrics` (200, the text format), `/healthz` (200 "ok"),
-/// anything else 404. `keep_alive`: the client did not ask to close. `head`: no body.
+/// The answer to a scrape: `/metrics` (200, the text format; 503 from a worker that could
+/// not map the counters), `/healthz` (200 "ok"), anything else 404. `keep_alive`: the
+/// client did not ask to close. `head`: no body.
 pub fn http_answer(
-    region: &Region,
+    region: Option<&Region>,
     path: &[u8],
     keep_alive: bool,
     head: bool,
@@ -486,11 +487,18 @@ pub fn http_answer(
 ) -> Vec<u8> {
     let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
     let (status, ctype, body) = match path {
-        b"/metrics" => {
-            let mut body = Vec::with_capacity(8192);
-            region.render(&mut body);
-            ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
-        }
+        b"/metrics" => match region {
+            Some(region) => {
+                let mut body = Vec::with_capacity(8192);
+                region.render(&mut body);
+                ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
+            }
+            None => (
+                "503 Service Unavailable",
+                "text/plain",
+                b"this worker cannot read the shared metrics (see its log)\n".to_vec(),
+            ),
+        },
         b"/healthz" | b"/health" => ("200 OK", "text/plain", b"ok\n".to_vec()),
         _ => (
             "404 Not Found",
@@ -597,15 +605,20 @@ mod tests {
     #[test]
     fn answers_by_path() {
         let r = Region::create(1, 1).unwrap();
-        let ok = String::from_utf8(http_answer(&r, b"/metrics?x=1", true, false, b"D")).unwrap();
+        let ok =
+            String::from_utf8(http_answer(Some(&r), b"/metrics?x=1", true, false, b"D")).unwrap();
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
         assert!(ok.contains("# TYPE m0serve_requests_total counter"));
         let body_len = ok.split("\r\n\r\n").nth(1).unwrap().len();
         assert!(ok.contains(&format!("Content-Length: {body_len}\r\n")));
-        let nf = String::from_utf8(http_answer(&r, b"/", false, false, b"D")).unwrap();
+        let nf = String::from_utf8(http_answer(Some(&r), b"/", false, false, b"D")).unwrap();
         assert!(nf.starts_with("HTTP/1.1 404 "));
         assert!(nf.contains("Connection: close\r\n"));
-        let head = http_answer(&r, b"/healthz", true, true, b"D");
+        let head = http_answer(Some(&r), b"/healthz", true, true, b"D");
         assert!(head.ends_with(b"\r\n\r\n"));
+        let none = String::from_utf8(http_answer(None, b"/metrics", true, false, b"D")).unwrap();
+        assert!(none.starts_with("HTTP/1.1 503 "), "{none}");
+        let ok = String::from_utf8(http_answer(None, b"/healthz", true, false, b"D")).unwrap();
+        assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
     }
 }

@@ -63,8 +63,9 @@ pub struct Inherited {
     heartbeat: Option<Duration>,
     /// One byte is written here once the worker serves.
     ready: OwnedFd,
-    /// `--metrics-port`: the metrics socket, the shared counters, and this worker's slot.
-    metrics: Option<(RawFd, RawFd, usize)>,
+    /// `--metrics-port`: the metrics socket, the shared counters, and this worker's slot
+    /// (`None`: none was free; it answers scrapes but counts nothing).
+    metrics: Option<(RawFd, RawFd, Option<usize>)>,
 }
 
 impl Inherited {
@@ -82,8 +83,8 @@ impl Inherited {
         let (listeners, ready) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
         let heartbeat_ms: u64 = fields.next().and_then(|h| h.parse().ok()).unwrap_or(0);
         let metrics = match (fields.next(), fields.next(), fields.next()) {
-            (Some(l), Some(r), Some(slot)) => match (parse(l), parse(r), slot.parse().ok()) {
-                (Some(l), Some(r), Some(slot)) => Some((l, r, slot)),
+            (Some(l), Some(r), Some(slot)) => match (parse(l), parse(r)) {
+                (Some(l), Some(r)) => Some((l, r, slot.parse().ok())),
                 _ => None,
             },
             _ => None,
@@ -141,11 +142,13 @@ struct ToMaster {
     metrics: Option<Metrics>,
 }
 
-/// `--metrics-port`: the socket scrapes come to, the counters, and this worker's slot.
+/// `--metrics-port`: the socket scrapes come to, the counters (if this worker can use
+/// the file), and its slot in them (if it has one). Without both it counts nothing, but
+/// still answers `/healthz`, and `/metrics` from the file when it could map it.
 struct Metrics {
     listener: Listener,
-    region: Arc<crate::metrics::Region>,
-    slot: usize,
+    region: Option<Arc<crate::metrics::Region>>,
+    slot: Option<usize>,
 }
 
 impl Metrics {
@@ -153,8 +156,15 @@ impl Metrics {
     /// `--blocking-threads` than the master sized it for, after a `--config` change and a
     /// SIGHUP, counts only the first ones).
     fn handler(&self, h: usize) -> Option<crate::metrics::Recorder> {
-        (h < self.region.handlers())
-            .then(|| crate::metrics::Recorder::for_handler(self.region.clone(), self.slot, h))
+        let (region, slot) = (self.region.as_ref()?, self.slot?);
+        (h < region.handlers())
+            .then(|| crate::metrics::Recorder::for_handler(region.clone(), slot, h))
+    }
+
+    /// The loop's section.
+    fn for_loop(&self) -> Option<crate::metrics::Recorder> {
+        let (region, slot) = (self.region.as_ref()?, self.slot?);
+        Some(crate::metrics::Recorder::for_loop(region.clone(), slot))
     }
 }
 
@@ -173,36 +183,42 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             // Metrics are not worth failing to serve for: a file this worker cannot use
             // (a master of another version, after an upgrade and SIGHUP) leaves it
             // uncounted, with a warning.
-            match crate::metrics::Region::open(region) {
-                Ok(region) if slot < region.slots() => Some(Metrics {
-                    listener,
-                    region: Arc::new(region),
-                    slot,
-                }),
-                Ok(region) => {
-                    log::warn!(
-                        "metrics slot {slot} is not in the shared file ({} slots): this \
-                         worker is not counted",
-                        region.slots()
-                    );
-                    None
-                }
+            let region = match crate::metrics::Region::open(region) {
+                Ok(r) => Some(Arc::new(r)),
                 Err(e) => {
                     log::warn!("cannot use the shared metrics ({e}): this worker is not counted");
                     None
                 }
-            }
+            };
+            let slot = match (&region, slot) {
+                (Some(r), Some(s)) if s < r.slots() => Some(s),
+                (Some(r), Some(s)) => {
+                    log::warn!(
+                        "metrics slot {s} is not in the shared file ({} slots): this worker \
+                         is not counted",
+                        r.slots()
+                    );
+                    None
+                }
+                _ => None,
+            };
+            Some(Metrics {
+                listener,
+                region,
+                slot,
+            })
         }
         None => None,
     };
-    if let Some(m) = metrics
+    if let Some(r) = metrics
         .as_ref()
-        .filter(|m| config.blocking_threads.max(1) > m.region.handlers())
+        .and_then(|m| m.region.as_ref())
+        .filter(|r| config.blocking_threads.max(1) > r.handlers())
     {
         log::warn!(
             "the shared metrics have room for {} handler thread(s) per worker (the master's \
              --blocking-threads): the others are not counted",
-            m.region.handlers()
+            r.handlers()
         );
     }
     let signals =
@@ -354,8 +370,8 @@ fn serve(
                     }
                     event_loop.set_access_log(loop_access_log);
                     if let Some(m) = metrics {
-                        let recorder = crate::metrics::Recorder::for_loop(m.region, m.slot);
-                        if let Err(e) = event_loop.set_metrics(m.listener, recorder) {
+                        let recorder = m.for_loop();
+                        if let Err(e) = event_loop.set_metrics(m.listener, m.region, recorder) {
                             ready(Err(format!("cannot serve --metrics-port: {e}")));
                             return;
                         }

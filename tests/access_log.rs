@@ -197,3 +197,24 @@ fn the_client_a_trusted_proxy_names_is_logged_as_the_app_sees_it() {
         assert!(line.starts_with(want), "{args:?}: {line}");
     }
 }
+
+#[test]
+fn a_request_whose_client_left_before_the_app_ran_is_logged_as_499() {
+    let s = Server::start("pep3333:app", &["--access-log", "--blocking-threads", "1"]);
+    let mut busy = s.connect();
+    busy.send(b"GET /slow?secs=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    std::thread::sleep(Duration::from_millis(200));
+    // Queued behind the slow one on the only handler; its client resets meanwhile.
+    let mut gone = s.connect();
+    gone.send(&request_with(
+        "/status?code=200",
+        "User-Agent: m0test-left\r\n",
+    ));
+    std::thread::sleep(Duration::from_millis(200));
+    reset(gone);
+    assert_eq!(busy.read_response().status, 200);
+    assert!(s.wait_for_log("m0test-left", PROMPT), "{}", s.log_text());
+    let log = s.log_text();
+    let line = log.lines().find(|l| l.contains("m0test-left")).unwrap();
+    assert!(line.contains("\" 499 "), "{line}");
+}

@@ -114,7 +114,7 @@ fn counters_move_with_traffic_across_workers() {
         "--blocking-threads",
         "2",
         "--header-timeout",
-        "0.3",
+        "1",
     ]);
     server.wait_for_workers(2, Duration::from_secs(10));
     let before = scrape(metrics);
@@ -141,7 +141,18 @@ fn counters_move_with_traffic_across_workers() {
     // A slow one, long enough to land in a known bucket.
     assert_eq!(server.get("/slow?secs=0.3").status, 200);
 
-    let after = scrape_until(metrics, |m| get(m, "m0serve_app_seconds_count") >= 35.0);
+    // A handler writes the app time, the duration, then its busy time: wait for all.
+    let busy_sum = |m: &BTreeMap<String, f64>| -> f64 {
+        m.iter()
+            .filter(|(k, _)| k.starts_with("m0serve_handler_busy_seconds_total{"))
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    let after = scrape_until(metrics, |m| {
+        get(m, "m0serve_app_seconds_count") >= 35.0
+            && get(m, "m0serve_request_duration_seconds_count") >= 35.0
+            && (busy_sum(m) - get(m, "m0serve_app_seconds_sum")).abs() < 1e-6
+    });
     assert_eq!(get(&after, "m0serve_requests_total{status=\"2xx\"}"), 31.0);
     assert_eq!(get(&after, "m0serve_requests_total{status=\"4xx\"}"), 6.0);
     assert_eq!(get(&after, "m0serve_requests_total{status=\"5xx\"}"), 0.0);
@@ -176,8 +187,7 @@ fn counters_move_with_traffic_across_workers() {
             assert!(after.contains_key(&key), "{key}");
         }
     }
-    let busy_sum: f64 = busy.iter().map(|(_, v)| **v).sum();
-    assert!((busy_sum - get(&after, "m0serve_app_seconds_sum")).abs() < 1e-6);
+    assert!((busy_sum(&after) - get(&after, "m0serve_app_seconds_sum")).abs() < 1e-6);
 
     // The gauge sees open client connections (not the scrape's own).
     let mut held: Vec<Conn> = (0..3).map(|_| server.connect()).collect();
@@ -205,7 +215,9 @@ fn answers_while_every_handler_is_busy() {
     slow.send(b"GET /slow?secs=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut queued = server.connect();
     queued.send(b"GET /status?code=200 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    std::thread::sleep(Duration::from_millis(300));
+    // Both are in: the slow one runs, the other waits for the only handler.
+    let during = scrape_until(metrics, |m| get(m, "m0serve_connections") == 2.0);
+    assert_eq!(get(&during, "m0serve_connections"), 2.0);
     let t = Instant::now();
     let during = scrape(metrics);
     assert!(
@@ -214,7 +226,6 @@ fn answers_while_every_handler_is_busy() {
         t.elapsed()
     );
     assert_eq!(get(&during, "m0serve_requests_total{status=\"2xx\"}"), 0.0);
-    assert_eq!(get(&during, "m0serve_connections"), 2.0);
     // /healthz answers too, and other paths are 404, all on the loop.
     let mut c = Conn::connect(metrics);
     c.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /other HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -318,4 +329,24 @@ fn a_reload_with_more_handler_threads_than_counted_serves_on() {
     assert!(get(&m, "m0serve_requests_total{status=\"2xx\"}") >= 1.0);
     server.assert_no_panic();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_worker_full_of_clients_still_answers_the_metrics_port() {
+    let (server, metrics) = start(&["--max-connections", "2"]);
+    let mut held: Vec<Conn> = (0..2).map(|_| server.connect()).collect();
+    for c in &mut held {
+        c.send(b"GET /status?code=200 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.read_response().status, 200);
+    }
+    // A third client waits in the backlog; the probe does not.
+    let mut waiting = server.connect();
+    waiting.send(b"GET /status?code=200 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut probe = Conn::connect(metrics);
+    probe.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_eq!(probe.read_response().body_text(), "ok\n");
+    assert_eq!(get(&scrape(metrics), "m0serve_connections"), 2.0);
+    drop(held);
+    assert_eq!(waiting.read_response().status, 200);
+    server.assert_no_panic();
 }

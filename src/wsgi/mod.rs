@@ -43,6 +43,9 @@ struct LogCtx {
     started: std::time::Instant,
     /// The client a trusted proxy named, once the environ is built.
     client: Option<String>,
+    /// Its client left before the app ran: logged as 499 (nginx's "client closed
+    /// request"), not as the 500 that closes the exchange.
+    cancelled: bool,
 }
 
 /// What watches a bridge's requests: the access log and the metrics (each optional).
@@ -153,6 +156,7 @@ impl Bridge {
                 head: req.head.clone(),
                 started: std::time::Instant::now(),
                 client: None,
+                cancelled: false,
             });
         }
         if self.metrics.is_some() {
@@ -195,7 +199,7 @@ impl Bridge {
             client: ctx.client.as_deref(),
             head_bytes: &ctx.head_bytes,
             head: &ctx.head,
-            status: st.code,
+            status: if ctx.cancelled { 499 } else { st.code },
             body_bytes: st.body_bytes,
             duration: ctx.started.elapsed(),
         });
@@ -225,6 +229,9 @@ impl Bridge {
             // pipeline closed it, or the client left): do not run the app for nobody, and
             // do not count it as served (the metrics would show a 500 nobody got).
             self.timing = None;
+            if let Some(ctx) = self.current.as_mut() {
+                ctx.cancelled = true;
+            }
             self.ex.fail(py);
             return Served::Done;
         }
