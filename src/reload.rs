@@ -8,13 +8,16 @@
 //! with fnmatch(3) against the path relative to the app directory and against the file's
 //! name). Directories created later are watched as they appear; one that is removed or
 //! moved out counts as a change. Symbolic links to directories are not followed. A steady
-//! stream of changes reloads at the latest [`MAX_DELAY`] after the first.
+//! stream of changes reloads at the latest [`MAX_DELAY`] after the first. A new file counts
+//! once written and closed. Edits made through a symbolic link to a file outside the tree
+//! are not seen (inotify reports the link's directory, not the target's).
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -56,6 +59,9 @@ pub struct Watcher {
     ignore: Vec<CString>,
     /// Watch descriptor -> its directory.
     dirs: HashMap<i32, PathBuf>,
+    /// Watched directories known to have held a source file: moving one of them out of
+    /// the tree is a change; moving out a directory of assets is not.
+    with_sources: std::collections::HashSet<PathBuf>,
     changed: Option<Pending>,
     warned_full: bool,
 }
@@ -73,6 +79,7 @@ impl Watcher {
             root: root.to_path_buf(),
             ignore,
             dirs: HashMap::new(),
+            with_sources: std::collections::HashSet::new(),
             changed: None,
             warned_full: false,
         };
@@ -188,16 +195,20 @@ impl Watcher {
             };
             for e in entries.flatten() {
                 // Symbolic links are not followed (a link to `/` would watch everything).
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    queue.push_back(e.path());
+                match e.file_type() {
+                    Ok(t) if t.is_dir() => queue.push_back(e.path()),
+                    Ok(t) if t.is_file() && self.is_source(&e.path()) => {
+                        self.with_sources.insert(dir.clone());
+                    }
+                    _ => {}
                 }
             }
         }
         Ok(())
     }
 
-    /// Stops watching `dir` and everything under it; how many watches that was.
-    fn unwatch_under(&mut self, dir: &Path) -> usize {
+    /// Stops watching `dir` and everything under it; whether any of it held sources.
+    fn unwatch_under(&mut self, dir: &Path) -> bool {
         let gone: Vec<i32> = self
             .dirs
             .iter()
@@ -210,7 +221,9 @@ impl Watcher {
             // dropped (a deleted directory) fails harmlessly with EINVAL.
             unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), *wd) };
         }
-        gone.len()
+        let before = self.with_sources.len();
+        self.with_sources.retain(|d| !d.starts_with(dir));
+        self.with_sources.len() < before
     }
 
     /// A source file under `top` (a directory that just appeared, whose files may have
@@ -308,16 +321,28 @@ impl Watcher {
                 if let Some(file) = self.first_source(&path) {
                     self.note(file, now);
                 }
-            } else if mask & (libc::IN_MOVED_FROM | libc::IN_DELETE) != 0 {
-                // A watched directory went away (its modules with it), or was moved out:
-                // a change, and its watches must not report from where it went.
-                if self.unwatch_under(&path) > 0 {
+            } else if mask & libc::IN_MOVED_FROM != 0 {
+                // Moved out (or renamed: its new name comes as IN_MOVED_TO): its watches
+                // must not report from where it went, and its modules are gone from here.
+                // (A deleted directory needs nothing: its files' deletions were reported,
+                // and its watches were dropped by the kernel.)
+                if self.unwatch_under(&path) {
                     self.note(path, now);
                 }
             }
             return;
         }
+        // A file just created is still being written: its IN_CLOSE_WRITE follows. Only a
+        // symbolic link (or a hard link) arrives complete with IN_CREATE alone.
+        if mask & libc::IN_CREATE != 0
+            && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.nlink() == 1)
+        {
+            return;
+        }
         if self.is_source(&path) {
+            if let Some(parent) = path.parent() {
+                self.with_sources.insert(parent.to_path_buf());
+            }
             self.note(path, now);
         }
     }
@@ -432,6 +457,25 @@ mod tests {
         std::fs::write(away.join("a.py"), "z").unwrap();
         assert_eq!(settle(&mut w), None);
         let _ = std::fs::remove_dir_all(&away);
+
+        // A directory of assets moved out is no change.
+        std::fs::create_dir_all(root.join("static")).unwrap();
+        std::fs::write(root.join("static/site.css"), "x").unwrap();
+        assert_eq!(settle(&mut w), None);
+        std::fs::rename(root.join("static"), &away).unwrap();
+        assert_eq!(settle(&mut w), None);
+        let _ = std::fs::remove_dir_all(&away);
+
+        // A file being written is reported once, when it is closed.
+        {
+            use std::io::Write;
+            let mut f = std::fs::File::create(root.join("slow.py")).unwrap();
+            std::thread::sleep(DEBOUNCE * 2);
+            w.read(Instant::now());
+            assert_eq!(w.deadline(), None, "not while it is still open");
+            f.write_all(b"x = 1\n").unwrap();
+        }
+        assert_eq!(settle(&mut w), Some(root.join("slow.py")));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -97,9 +97,24 @@ fn an_edited_module_is_served_after_a_reload() {
         server.log_text()
     );
     assert_eq!(body(&server), "v22+h");
-    // The fix is picked up at once (no backoff left over from the failures).
+    // Seven failed boots: the next retry would wait 6.4 s (the backoff doubles from 0.1 s).
+    let failures = |s: &Server| s.log_text().matches("failed to boot").count();
+    assert!(
+        wait_until(Duration::from_secs(30), || failures(&server) >= 7),
+        "{}",
+        server.log_text()
+    );
+    assert_eq!(body(&server), "v22+h", "the old workers still serve");
+    // The fix is picked up at once: a reload starts its workers without that backoff.
+    let fixed = std::time::Instant::now();
     write_app(&dir, "v333");
     wait_for_body(&server, "v333+h");
+    assert!(
+        fixed.elapsed() < Duration::from_secs(5),
+        "the fix took {:?}: the reload waited out the boot backoff\n{}",
+        fixed.elapsed(),
+        server.log_text()
+    );
     server.assert_no_panic();
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
