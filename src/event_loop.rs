@@ -377,9 +377,9 @@ impl EventLoop {
         })
     }
 
-    /// `--metrics-port`: serve scrapes from `listener`, count into `recorder`.
-    /// `region`: the counters every worker shares, if this one could map them;
-    /// `recorder`: the loop's own section of them, if it has a slot.
+    /// `--metrics-port`: serve scrapes from `listener`, out of `region` (the counters every
+    /// worker shares, if this one could map them), and count into `recorder` (the loop's
+    /// own section of them, if this worker has a slot).
     pub fn set_metrics(
         &mut self,
         mut listener: Listener,
@@ -641,7 +641,7 @@ impl EventLoop {
                     }
                     // A new readable edge: bytes (or an EOF) arrived since the last short
                     // read. A write-only edge says nothing about input.
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    if ev.is_readable() || ev.is_read_closed() {
                         conn.read_drained = false;
                     }
                     if ev.is_read_closed() {
@@ -649,7 +649,7 @@ impl EventLoop {
                     }
                     // The client left (or half-closed) while a request runs: tell the app
                     // now, even when the connection reads no further (`Connection: close`).
-                    let gone = ((ev.is_read_closed() || ev.is_error())
+                    let gone = (ev.is_read_closed()
                         && conn.in_flight > 0
                         && !std::mem::replace(&mut conn.gone_marked, true))
                     .then_some((conn.handler, conn.me));

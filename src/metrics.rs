@@ -469,10 +469,6 @@ impl Recorder {
     pub fn section(&self) -> &Section {
         self.region.section(self.slot, self.section)
     }
-
-    pub fn region(&self) -> &Region {
-        &self.region
-    }
 }
 
 /// The answer to a scrape: `/metrics` (200, the text format; 503 from a worker that could
