@@ -184,6 +184,7 @@ fn main() {
             head,
             peer,
             queued_at,
+            listener: 0,
         }
     };
     rows.push(bench(
@@ -201,6 +202,7 @@ fn main() {
     let info = ServerInfo {
         server_name: "127.0.0.1".into(),
         server_port: "8000".into(),
+        other_listeners: Vec::new(),
         multithread: false,
         multiprocess: false,
         trusted: Default::default(),

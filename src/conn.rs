@@ -208,6 +208,8 @@ pub struct Conn {
     pub gone_marked: bool,
     /// It came to the metrics port: the loop answers its requests itself.
     pub metrics: bool,
+    /// Which listener accepted it (its index in the worker's list), for `SERVER_NAME`.
+    pub listener: u8,
     /// The current request's body, past `--body-buffer-size`, being spooled.
     spool: Option<Spool>,
     /// When the connection last became ready for a new request head (accepted, or its
@@ -247,6 +249,7 @@ impl Conn {
             requests: 0,
             gone_marked: false,
             metrics: false,
+            listener: 0,
             spool: None,
             since: now,
             read_at: now,
@@ -453,6 +456,7 @@ impl Conn {
             head,
             peer: self.peer,
             queued_at: self.read_at,
+            listener: self.listener,
         };
         match framing {
             BodyFraming::None => return Ok(Some(req)),

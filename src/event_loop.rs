@@ -708,7 +708,8 @@ impl EventLoop {
                 Listener::Unix(l, ..) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
             };
             match accepted {
-                Ok((sock, peer)) => self.add_conn(sock, peer, false),
+                // (At most `MAX_LISTENERS`, 64, so the index fits.)
+                Ok((sock, peer)) => self.add_conn(sock, peer, Some(i as u8)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
@@ -740,7 +741,7 @@ impl EventLoop {
             match l.accept() {
                 Ok((s, addr)) => {
                     let _ = s.set_nodelay(true);
-                    self.add_conn(Sock::Tcp(s), Peer::Tcp(addr), true);
+                    self.add_conn(Sock::Tcp(s), Peer::Tcp(addr), None);
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -782,8 +783,9 @@ impl EventLoop {
         self.dirty.push(conn.me.slot);
     }
 
-    /// `metrics`: it came to the metrics port.
-    fn add_conn(&mut self, sock: Sock, peer: Peer, metrics: bool) {
+    /// `listener`: the index of the listener that accepted it; `None` for the metrics port.
+    fn add_conn(&mut self, sock: Sock, peer: Peer, listener: Option<u8>) {
+        let metrics = listener.is_none();
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -804,6 +806,7 @@ impl EventLoop {
             return;
         }
         conn.metrics = metrics;
+        conn.listener = listener.unwrap_or(0);
         self.slots[slot as usize].conn = Some(conn);
         self.conns += 1;
         self.metrics_conns += usize::from(metrics);

@@ -54,6 +54,8 @@ pub struct Request {
     pub peer: Peer,
     /// When the loop pushed it into a handler's ring (the pass's clock), for the metrics.
     pub queued_at: std::time::Instant,
+    /// The index of the listener that accepted its connection.
+    pub listener: u8,
 }
 
 impl Request {

@@ -231,6 +231,11 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     let info = Arc::new(ServerInfo {
         server_name,
         server_port,
+        other_listeners: listeners
+            .iter()
+            .skip(1)
+            .map(Listener::server_name_port)
+            .collect(),
         multithread: config.blocking_threads > 1,
         multiprocess: config.workers > 1,
         trusted: config.trusted.clone(),

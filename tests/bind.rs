@@ -93,3 +93,25 @@ fn bad_binds_are_refused_naming_the_flag() {
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("--uds-permissions"), "{}", out.stderr);
 }
+
+#[test]
+fn server_name_and_port_are_those_of_the_listener_that_accepted() {
+    let (p1, p2) = (free_port(), free_port());
+    let s = Server::builder("echo:app")
+        .without_port_flag()
+        .args(&[
+            "--bind",
+            &format!("127.0.0.1:{p1}"),
+            "--bind",
+            &format!("127.0.0.2:{p2}"),
+        ])
+        .start();
+    for (ip, p) in [("127.0.0.2", p2), ("127.0.0.1", p1), ("127.0.0.2", p2)] {
+        let mut c = Conn::connect(format!("{ip}:{p}").parse().unwrap());
+        c.send(b"GET / HTTP/1.1\r\nHost: example.test\r\nConnection: close\r\n\r\n");
+        let e = c.read_response().echo();
+        assert_eq!(e.cgi["SERVER_NAME"], ip, "on {ip}:{p}");
+        assert_eq!(e.cgi["SERVER_PORT"], p.to_string(), "on {ip}:{p}");
+    }
+    s.assert_no_panic();
+}

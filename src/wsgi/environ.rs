@@ -93,6 +93,8 @@ struct Keys {
     forwarded: Py<PyString>,
     x_forwarded_for: Py<PyString>,
     x_forwarded_proto: Py<PyString>,
+    server_name: Py<PyString>,
+    server_port: Py<PyString>,
 }
 
 /// One header position of the previous request: its name, key, and value.
@@ -118,6 +120,8 @@ pub struct EnvBuilder {
     trusted: super::proxy::Trusted,
     https: Py<PyString>,
     scratch: Vec<u8>,
+    /// `SERVER_NAME` and `SERVER_PORT` of listeners after the first (whose are in `base`).
+    other_listeners: Vec<(Py<PyString>, Py<PyString>)>,
     /// The client a trusted proxy named for the last request built (its `REMOTE_ADDR`),
     /// for the access log.
     forwarded_client: Option<String>,
@@ -186,6 +190,8 @@ impl EnvBuilder {
                 forwarded: i("HTTP_FORWARDED"),
                 x_forwarded_for: i("HTTP_X_FORWARDED_FOR"),
                 x_forwarded_proto: i("HTTP_X_FORWARDED_PROTO"),
+                server_name: i("SERVER_NAME"),
+                server_port: i("SERVER_PORT"),
             },
             methods,
             http10: i("HTTP/1.0"),
@@ -197,6 +203,11 @@ impl EnvBuilder {
             trusted: info.trusted.clone(),
             https: i("https"),
             scratch: Vec::with_capacity(256),
+            other_listeners: info
+                .other_listeners
+                .iter()
+                .map(|(n, p)| (PyString::new(py, n).unbind(), PyString::new(py, p).unbind()))
+                .collect(),
             forwarded_client: None,
         })
     }
@@ -212,12 +223,12 @@ impl EnvBuilder {
         self.keys.wsgi_input.bind(py)
     }
 
-    /// The environ for `req`, without `wsgi.input` (the caller moves the body into it).
     /// The client a trusted proxy named for the request just built, if one did (taken).
     pub fn take_forwarded_client(&mut self) -> Option<String> {
         self.forwarded_client.take()
     }
 
+    /// The environ for `req`, without `wsgi.input` (the caller moves the body into it).
     pub fn build<'py>(&mut self, py: Python<'py>, req: &Request) -> PyResult<Bound<'py, PyDict>> {
         self.forwarded_client = None;
         let env = self.base.bind(py).copy()?;
@@ -245,6 +256,14 @@ impl EnvBuilder {
             Version::Http11 => &self.http11,
         };
         env.set_item(k.server_protocol.bind(py), proto.bind(py))?;
+        // The base has the first listener's; a connection another one accepted gets its own.
+        if let Some((name, port)) = (req.listener as usize)
+            .checked_sub(1)
+            .and_then(|i| self.other_listeners.get(i))
+        {
+            env.set_item(k.server_name.bind(py), name.bind(py))?;
+            env.set_item(k.server_port.bind(py), port.bind(py))?;
+        }
 
         match req.peer {
             Peer::Tcp(addr) => {

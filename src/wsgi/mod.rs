@@ -27,8 +27,11 @@ use start_response::{ClientDisconnected, StartResponse};
 
 /// What the environ says about this server, fixed per worker.
 pub struct ServerInfo {
+    /// `SERVER_NAME` and `SERVER_PORT` of the first listener (in the base environ).
     pub server_name: String,
     pub server_port: String,
+    /// Those of the others (`--bind` repeated), by listener index from 1.
+    pub other_listeners: Vec<(String, String)>,
     pub multithread: bool,
     pub multiprocess: bool,
     /// `--forwarded-allow-ips`.
