@@ -34,10 +34,6 @@ pub const MAX_DELAY: Duration = Duration::from_secs(3);
 /// is walked breadth first, so what is left out is the deepest.
 const MAX_WATCHES: usize = 8192;
 
-/// Most entries looked at in a directory that just appeared (a large copy into the app
-/// directory must not hold up the master).
-const MAX_SCAN: usize = 10_000;
-
 const DIR_EVENTS: u32 = libc::IN_CLOSE_WRITE
     | libc::IN_MOVED_TO
     | libc::IN_MOVED_FROM
@@ -147,8 +143,11 @@ impl Watcher {
             && !self.in_venv(path)
     }
 
-    /// Watches `top` and every directory under it (not the skipped ones), breadth first.
-    fn watch_tree(&mut self, top: &Path) -> io::Result<()> {
+    /// Watches `top` and every directory under it (not the skipped ones), breadth first;
+    /// the first source file it saw (for a directory that just appeared, whose files may
+    /// have been written before its watch was in place).
+    fn watch_tree(&mut self, top: &Path) -> io::Result<Option<PathBuf>> {
+        let mut first = None;
         let mut queue = std::collections::VecDeque::from([top.to_path_buf()]);
         while let Some(dir) = queue.pop_front() {
             if self.skip_dir(&dir) {
@@ -162,7 +161,7 @@ impl Watcher {
                         dir.display()
                     );
                 }
-                return Ok(());
+                return Ok(first);
             }
             let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
                 continue;
@@ -183,7 +182,7 @@ impl Watcher {
                             dir.display()
                         );
                     }
-                    return Ok(());
+                    return Ok(first);
                 }
                 // Gone already, or unreadable: nothing to watch there.
                 log::debug!("--reload: not watching {}: {e}", dir.display());
@@ -199,12 +198,13 @@ impl Watcher {
                     Ok(t) if t.is_dir() => queue.push_back(e.path()),
                     Ok(t) if t.is_file() && self.is_source(&e.path()) => {
                         self.with_sources.insert(dir.clone());
+                        first.get_or_insert_with(|| e.path());
                     }
                     _ => {}
                 }
             }
         }
-        Ok(())
+        Ok(first)
     }
 
     /// Stops watching `dir` and everything under it; whether any of it held sources.
@@ -224,35 +224,6 @@ impl Watcher {
         let before = self.with_sources.len();
         self.with_sources.retain(|d| !d.starts_with(dir));
         self.with_sources.len() < before
-    }
-
-    /// A source file under `top` (a directory that just appeared, whose files may have
-    /// been written before its watch was in place).
-    fn first_source(&self, top: &Path) -> Option<PathBuf> {
-        let mut stack = vec![top.to_path_buf()];
-        let mut seen = 0;
-        while let Some(dir) = stack.pop() {
-            if self.skip_dir(&dir) {
-                continue;
-            }
-            let Ok(entries) = std::fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in entries.flatten() {
-                seen += 1;
-                if seen > MAX_SCAN {
-                    // Too much to look through: count it as a change.
-                    return Some(top.to_path_buf());
-                }
-                let path = e.path();
-                if e.file_type().is_ok_and(|t| t.is_dir()) {
-                    stack.push(path);
-                } else if self.is_source(&path) {
-                    return Some(path);
-                }
-            }
-        }
-        None
     }
 
     /// Reads what the kernel queued (never waits): notes source changes, follows
@@ -317,8 +288,7 @@ impl Watcher {
             if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
                 // A new directory: watch it, and count the sources it already holds
                 // (written before the watch was in place) as a change.
-                let _ = self.watch_tree(&path);
-                if let Some(file) = self.first_source(&path) {
+                if let Ok(Some(file)) = self.watch_tree(&path) {
                     self.note(file, now);
                 }
             } else if mask & libc::IN_MOVED_FROM != 0 {

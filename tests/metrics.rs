@@ -303,9 +303,8 @@ fn a_reload_with_more_handler_threads_than_counted_serves_on() {
     // The master sized the shared counters for one handler thread per worker; after the
     // --config file asks for three and a SIGHUP, the new worker serves with all three and
     // counts what it can.
-    let dir = std::env::temp_dir().join(format!("m0s-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let conf = dir.join("m0serve.conf");
+    let tmp = TempDir::new("metrics-conf");
+    let conf = tmp.path.join("m0serve.conf");
     std::fs::write(&conf, "--blocking-threads 1\n").unwrap();
     let (server, metrics) = start(&["--config", conf.to_str().unwrap()]);
     std::fs::write(&conf, "--blocking-threads 3\n").unwrap();
@@ -328,7 +327,6 @@ fn a_reload_with_more_handler_threads_than_counted_serves_on() {
     });
     assert!(get(&m, "m0serve_requests_total{status=\"2xx\"}") >= 1.0);
     server.assert_no_panic();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

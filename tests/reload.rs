@@ -4,20 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use common::*;
-
-fn scratch_dir() -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    let dir = std::env::temp_dir().join(format!("m0serve-reload-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
 
 /// The app answers `version`; each version is a different length, so nothing could be
 /// mistaken for an unchanged file.
@@ -50,7 +40,8 @@ fn wait_for_body(server: &Server, want: &str) {
 
 #[test]
 fn an_edited_module_is_served_after_a_reload() {
-    let dir = scratch_dir();
+    let tmp = TempDir::new("reload");
+    let dir = tmp.path.clone();
     std::fs::create_dir_all(dir.join("pkg")).unwrap();
     std::fs::write(dir.join("helper.py"), "SUFFIX = ''\n").unwrap();
     write_app(&dir, "v1");
@@ -117,5 +108,4 @@ fn an_edited_module_is_served_after_a_reload() {
     );
     server.assert_no_panic();
     drop(server);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -151,37 +151,47 @@ impl Bridge {
     /// Serves one request; every outcome ends in exactly one final part on the sink, or,
     /// inline, in `Served::Suspended` until `resume` ends it.
     pub fn serve(&mut self, py: Python<'_>, req: Request) -> Served {
-        if let Some(log) = self.log.as_mut() {
+        // One clock reading for the access log and the metrics, none for neither.
+        let now = (self.log.is_some() || self.metrics.is_some()).then(std::time::Instant::now);
+        if let (Some(log), Some(now)) = (self.log.as_mut(), now) {
             log.flush_if_old();
             self.current = Some(LogCtx {
                 peer: req.peer,
                 head_bytes: req.data[..req.head.head_len].to_vec(),
                 head: req.head.clone(),
-                started: std::time::Instant::now(),
+                started: now,
                 client: None,
                 cancelled: false,
             });
         }
-        if self.metrics.is_some() {
+        if let (Some(_), Some(now)) = (&self.metrics, now) {
             self.timing = Some(Timing {
                 queued_at: req.queued_at,
-                taken_at: std::time::Instant::now(),
+                taken_at: now,
             });
         }
         let served = self.serve_request(py, req);
         if served == Served::Done {
-            self.log_response();
-            self.count_response();
+            self.request_done();
         }
         served
     }
 
+    /// The request being served ended: its access log line and its metrics.
+    fn request_done(&mut self) {
+        if self.current.is_none() && self.timing.is_none() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        self.log_response(now);
+        self.count_response(now);
+    }
+
     /// Adds the request just ended to the metrics.
-    fn count_response(&mut self) {
+    fn count_response(&mut self, now: std::time::Instant) {
         let (Some(m), Some(t)) = (self.metrics.as_ref(), self.timing.take()) else {
             return;
         };
-        let now = std::time::Instant::now();
         let code = self.ex.st.borrow().code;
         m.section().request_done(
             code,
@@ -192,7 +202,7 @@ impl Bridge {
     }
 
     /// Writes the access log line of the request just ended.
-    fn log_response(&mut self) {
+    fn log_response(&mut self, now: std::time::Instant) {
         let (Some(log), Some(ctx)) = (self.log.as_mut(), self.current.take()) else {
             return;
         };
@@ -204,7 +214,7 @@ impl Bridge {
             head: &ctx.head,
             status: if ctx.cancelled { 499 } else { st.code },
             body_bytes: st.body_bytes,
-            duration: ctx.started.elapsed(),
+            duration: now.saturating_duration_since(ctx.started),
         });
     }
 
@@ -283,8 +293,7 @@ impl Bridge {
     pub fn resume(&mut self, py: Python<'_>) -> Served {
         let served = self.resume_body(py);
         if served == Served::Done {
-            self.log_response();
-            self.count_response();
+            self.request_done();
         }
         served
     }
