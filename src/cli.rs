@@ -184,8 +184,9 @@ pub struct Cli {
     )]
     pub max_connections: usize,
 
-    /// Seconds a client may take to send a whole request head (a new connection's first
-    /// one included); then it is closed (with 408 if it had sent part of one).
+    /// Seconds a client may take to send a whole request head, counted from its first byte
+    /// (from the accept for a new connection's first) and never restarted by later bytes;
+    /// then it is closed (with 408 if it had sent part of one).
     #[arg(
         long,
         env = "M0SERVE_HEADER_TIMEOUT",
@@ -212,6 +213,17 @@ pub struct Cli {
         value_name = "SECS"
     )]
     pub body_timeout: f64,
+
+    /// Slowest average rate a request body may arrive at, in bytes per second, once its
+    /// first --body-timeout seconds are over (each BYTES received buy one more second); a
+    /// slower body gets 408 and the connection closes. 0: no minimum rate.
+    #[arg(
+        long,
+        env = "M0SERVE_BODY_MIN_RATE",
+        default_value_t = 1024,
+        value_name = "BYTES"
+    )]
+    pub body_min_rate: u64,
 
     /// Seconds a response may wait on a client that reads none of it; then the connection
     /// is dropped.

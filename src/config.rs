@@ -111,6 +111,8 @@ pub struct Timeouts {
     pub header: Duration,
     pub keep_alive: Duration,
     pub body: Duration,
+    /// `--body-min-rate`, bytes per second (0: none).
+    pub body_min_rate: u64,
     pub write: Duration,
 }
 
@@ -120,6 +122,7 @@ impl Default for Timeouts {
             header: Duration::from_secs(10),
             keep_alive: Duration::from_secs(5),
             body: Duration::from_secs(30),
+            body_min_rate: 1024,
             write: Duration::from_secs(30),
         }
     }
@@ -282,6 +285,7 @@ impl Config {
             header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
             keep_alive: seconds("--keep-alive-timeout", cli.keep_alive_timeout, 0.05, DAY)?,
             body: seconds("--body-timeout", cli.body_timeout, 0.05, DAY)?,
+            body_min_rate: cli.body_min_rate,
             write: seconds("--write-timeout", cli.write_timeout, 0.05, DAY)?,
         };
         if cli.blocking_threads > MAX_BLOCKING_THREADS {

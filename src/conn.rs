@@ -212,11 +212,22 @@ pub struct Conn {
     pub listener: u8,
     /// The current request's body, past `--body-buffer-size`, being spooled.
     spool: Option<Spool>,
-    /// When the connection last became ready for a new request head (accepted, or its
-    /// responses all done): the header and keep-alive timeouts count from here.
-    pub since: Instant,
+    /// When the connection last became ready for a new request head: accepted, or its
+    /// last response written. The keep-alive timeout counts from here.
+    pub ready_at: Instant,
+    /// When the first byte of the head being read arrived (the accept, for a new
+    /// connection's first head). The header timeout counts from this or `ready_at`,
+    /// whichever is later; the bytes that follow never move it.
+    pub head_at: Instant,
+    /// The last response in flight is queued: once it is written, the connection is
+    /// ready for a new head (`ready_at`).
+    pub idle_pending: bool,
     /// When request bytes last arrived (the body timeout).
     pub read_at: Instant,
+    /// When the current body started and how many of its bytes have arrived since
+    /// (`--body-min-rate`).
+    pub body_at: Instant,
+    pub body_read: u64,
     /// When the socket last took response bytes, or the queue last became non-empty (the
     /// write timeout).
     pub write_at: Instant,
@@ -251,8 +262,12 @@ impl Conn {
             metrics: false,
             listener: 0,
             spool: None,
-            since: now,
+            ready_at: now,
+            head_at: now,
+            idle_pending: false,
             read_at: now,
+            body_at: now,
+            body_read: 0,
             write_at: now,
         }
     }
@@ -469,6 +484,8 @@ impl Conn {
                 }
             }
         }
+        self.body_at = self.read_at;
+        self.body_read = (self.rend - self.rpos) as u64;
         // RFC 9110 §10.1.1: a server that receives 100-continue sends the interim response
         // unless it already has the body (or will answer with a final status first).
         if expect && self.rpos == self.rend {

@@ -299,6 +299,8 @@ pub struct EventLoop {
     metrics: Option<crate::metrics::Recorder>,
     /// Of `conns`, those that came to the metrics port.
     metrics_conns: usize,
+    /// Of `conns`, those of the app's ports in their lingering close.
+    lingering_conns: usize,
 }
 
 impl EventLoop {
@@ -374,6 +376,7 @@ impl EventLoop {
             metrics_region: None,
             metrics: None,
             metrics_conns: 0,
+            lingering_conns: 0,
         })
     }
 
@@ -693,7 +696,7 @@ impl EventLoop {
             let Some(listener) = self.listeners.get(i) else {
                 return;
             };
-            if self.conns - self.metrics_conns >= self.max_connections {
+            if self.conns - self.metrics_conns - self.lingering_conns >= self.max_connections {
                 // `--max-connections`: the rest wait in the kernel's backlog until a
                 // connection closes (`close` accepts again).
                 self.accept_blocked = true;
@@ -905,10 +908,23 @@ impl EventLoop {
                     if conn.read_drained {
                         return true;
                     }
+                    // A head's clock starts with its first byte, and only then.
+                    let head_starts =
+                        matches!(conn.state, ReadState::Head) && !conn.has_buffered_input();
                     match conn.read_some(self.read_buffer_max) {
                         Ok(0) => conn.eof = true,
                         Ok(usize::MAX) => return false,
-                        Ok(_) => conn.read_at = self.now,
+                        Ok(n) => {
+                            conn.read_at = self.now;
+                            if head_starts {
+                                conn.head_at = self.now;
+                            } else if matches!(
+                                conn.state,
+                                ReadState::Body { .. } | ReadState::Chunked { .. }
+                            ) {
+                                conn.body_read += n as u64;
+                            }
+                        }
                         // (usize::MAX above: the buffer is full and holds no complete
                         // head. Heads are limited below the buffer's size, so the parser
                         // answers 431 first; if it ever happened, waiting would never end.)
@@ -1163,7 +1179,7 @@ impl EventLoop {
             Part::Last { keep_alive } => {
                 conn.in_flight -= 1;
                 if conn.in_flight == 0 {
-                    conn.since = now;
+                    conn.idle_pending = true;
                 }
                 conn.release_credit(&mut |c| returned.push(c));
                 if !keep_alive {
@@ -1272,10 +1288,12 @@ impl EventLoop {
             return;
         }
         if !conn.closing {
-            if conn.in_flight == 0 {
+            if conn.idle_pending && conn.in_flight == 0 {
                 // The keep-alive (and next header) timeout counts from here, once the last
-                // response is written, not from when it was queued.
-                conn.since = now;
+                // response is written, not from when it was queued, and only from here:
+                // bytes that arrive later never restart it.
+                conn.idle_pending = false;
+                conn.ready_at = now;
             }
             if draining && conn.is_idle() {
                 // A graceful stop closes keep-alive connections once they are idle.
@@ -1295,10 +1313,21 @@ impl EventLoop {
         conn.sock.shutdown_write();
         conn.state = ReadState::Lingering;
         let me = conn.me;
-        match conn.discard_input() {
+        // A lingering connection is on its way out (within LINGER_TIMEOUT): it takes no
+        // `--max-connections` place from a client waiting to be served.
+        let counted = !conn.metrics;
+        let discarded = conn.discard_input();
+        if counted {
+            self.lingering_conns += 1;
+        }
+        match discarded {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.lingering
                     .push_back((Instant::now() + LINGER_TIMEOUT, me));
+                if self.accept_blocked {
+                    self.accept_blocked = false;
+                    self.accept();
+                }
             }
             _ => self.close(slot),
         }
@@ -1352,13 +1381,14 @@ impl EventLoop {
             }
             let expired = match conn.state {
                 ReadState::Head if conn.has_buffered_input() || conn.requests == 0 => {
-                    (now.saturating_duration_since(conn.since) > t.header)
+                    let from = conn.head_at.max(conn.ready_at);
+                    (now.saturating_duration_since(from) > t.header)
                         .then_some(("header", conn.has_buffered_input()))
                 }
-                ReadState::Head => (now.saturating_duration_since(conn.since) > t.keep_alive)
+                ReadState::Head => (now.saturating_duration_since(conn.ready_at) > t.keep_alive)
                     .then_some(("keep-alive", false)),
                 ReadState::Body { .. } | ReadState::Chunked { .. } => {
-                    (now.saturating_duration_since(conn.read_at) > t.body).then_some(("body", true))
+                    body_expired(conn, now, &t).then_some(("body", true))
                 }
                 ReadState::Lingering => None,
             };
@@ -1447,6 +1477,8 @@ impl EventLoop {
         self.conns -= 1;
         if conn.metrics {
             self.metrics_conns -= 1;
+        } else if matches!(conn.state, ReadState::Lingering) {
+            self.lingering_conns -= 1;
         }
         self.count_connections();
         conn.drop_queue(&mut |h| self.return_credit(h as usize));
@@ -1534,6 +1566,21 @@ pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
     out.extend_from_slice(reason.as_bytes());
     out.push(b'\n');
     out
+}
+
+/// A body has gone `--body-timeout` without a byte, or arrives slower on average than
+/// `--body-min-rate` allows: the first `--body-timeout` seconds are free, and each
+/// `--body-min-rate` bytes received buy one more second (as Apache's `mod_reqtimeout`).
+fn body_expired(conn: &Conn, now: Instant, t: &crate::config::Timeouts) -> bool {
+    if now.saturating_duration_since(conn.read_at) > t.body {
+        return true;
+    }
+    if t.body_min_rate == 0 {
+        return false;
+    }
+    let earned = Duration::try_from_secs_f64(conn.body_read as f64 / t.body_min_rate as f64)
+        .unwrap_or(Duration::MAX);
+    now.saturating_duration_since(conn.body_at) > t.body.saturating_add(earned)
 }
 
 /// How often the timeouts are checked: a quarter of the shortest, within

@@ -190,6 +190,146 @@ fn slowloris_connections_are_cut_while_others_keep_their_latency() {
     }
 }
 
+/// Sends `bytes` one at a time, `every` apart, while watching for an answer; returns how
+/// long after the first byte the server answered or closed (`None`: it never did within
+/// `limit`), with what it sent.
+fn trickle(c: &mut Conn, bytes: &[u8], every: Duration, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    let mut next = 0;
+    while start.elapsed() < limit {
+        if let Some(&b) = bytes.get(next % bytes.len()) {
+            // A closed connection fails the send: the answer is then read below.
+            let _ = c.try_send(&[b]);
+            next += 1;
+        }
+        if c.wait_readable(every) {
+            return Some(start.elapsed());
+        }
+    }
+    None
+}
+
+#[test]
+fn a_head_that_keeps_trickling_in_gets_408_within_the_header_timeout() {
+    // One byte every 100 ms forever: each read must not restart the head's clock.
+    let s = Server::start("regress:app", &["--header-timeout", "1"]);
+    let mut c = s.connect();
+    c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-a: ");
+    let took = trickle(&mut c, b"abcdefgh", Duration::from_millis(100), PROMPT * 2)
+        .unwrap_or_else(|| panic!("still open after {:?} of trickling", PROMPT * 2));
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(2000)).contains(&took),
+        "answered {took:?} after the first byte, with --header-timeout 1"
+    );
+    let (bytes, closed) = c.read_until_close(PROMPT);
+    assert!(contains(&bytes, b" 408 "), "{:?}", show(&bytes));
+    assert!(closed);
+}
+
+#[test]
+fn the_next_head_on_a_keep_alive_connection_cannot_restart_its_clock() {
+    let s = Server::start(
+        "regress:app",
+        &["--header-timeout", "1", "--keep-alive-timeout", "30"],
+    );
+    let mut c = s.connect();
+    c.send(&get("/hello"));
+    assert_eq!(c.read_response().status, 200);
+    // Idle for longer than the header timeout (allowed: keep-alive is 30 s), then a head
+    // trickles in: its clock starts at its first byte, and only then.
+    std::thread::sleep(Duration::from_millis(1200));
+    let took = trickle(
+        &mut c,
+        b"GET /hello HTTP/1.1\r\nX-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        Duration::from_millis(100),
+        PROMPT * 2,
+    )
+    .unwrap_or_else(|| panic!("still open after {:?} of trickling", PROMPT * 2));
+    assert!(
+        (Duration::from_millis(900)..Duration::from_millis(2000)).contains(&took),
+        "answered {took:?} after the head's first byte, with --header-timeout 1"
+    );
+    let (bytes, _) = c.read_until_close(PROMPT);
+    assert!(contains(&bytes, b" 408 "), "{:?}", show(&bytes));
+}
+
+#[test]
+fn trickling_heads_free_their_max_connections_slots_within_the_header_timeout() {
+    let s = Server::start(
+        "regress:app",
+        &["--header-timeout", "1", "--max-connections", "5"],
+    );
+    let mut slow: Vec<Conn> = (0..5).map(|_| s.connect()).collect();
+    for c in &mut slow {
+        c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-a: ");
+    }
+    // Every slot is taken by a trickler; a new client waits in the backlog until the
+    // header timeout frees one, however the tricklers go on.
+    let start = Instant::now();
+    let waiting = std::thread::spawn({
+        let addr = s.addr();
+        move || {
+            let mut c = Conn::connect(addr);
+            c.send(&get("/hello"));
+            (c.read_response().status, Instant::now())
+        }
+    });
+    while !waiting.is_finished() && start.elapsed() < PROMPT * 2 {
+        for c in &mut slow {
+            let _ = c.try_send(b"a");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (status, at) = waiting.join().unwrap();
+    assert_eq!(status, 200);
+    let waited = at.duration_since(start);
+    assert!(
+        waited < Duration::from_millis(2500),
+        "a new client waited {waited:?} behind 5 trickling heads (--header-timeout 1)"
+    );
+}
+
+#[test]
+fn a_body_slower_than_the_minimum_rate_gets_408() {
+    // 20 bytes/s against a minimum of 100: after the free second, each 100 bytes buy one
+    // more, so the body is cut at about 1 + 0.2 t = t, 1.25 s.
+    let s = Server::start(
+        "echo:app",
+        &["--body-timeout", "1", "--body-min-rate", "100"],
+    );
+    let mut c = s.connect();
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n");
+    let took = trickle(&mut c, b"xx", Duration::from_millis(50), PROMPT * 2)
+        .unwrap_or_else(|| panic!("a 20 B/s body still arriving after {:?}", PROMPT * 2));
+    assert!(
+        (Duration::from_millis(1100)..Duration::from_millis(2500)).contains(&took),
+        "cut {took:?} after the body started"
+    );
+    let (bytes, _) = c.read_until_close(PROMPT);
+    assert!(contains(&bytes, b" 408 "), "{:?}", show(&bytes));
+}
+
+#[test]
+fn a_steady_body_longer_than_the_body_timeout_is_served() {
+    // 3000 bytes at ~3000 B/s: it takes about twice --body-timeout, but never pauses that
+    // long and stays above the minimum rate.
+    let s = Server::start(
+        "echo:app",
+        &["--body-timeout", "0.5", "--body-min-rate", "1000"],
+    );
+    let mut c = s.connect();
+    let body = vec![b'b'; 3000];
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n");
+    let start = Instant::now();
+    for part in body.chunks(150) {
+        c.send(part);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(start.elapsed() > Duration::from_millis(900));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+}
+
 #[test]
 fn an_idle_keep_alive_connection_closes_after_the_keep_alive_timeout() {
     let s = Server::start("regress:app", &["--keep-alive-timeout", "0.5"]);
