@@ -65,11 +65,13 @@ const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 const SWEEP_MAX: Duration = Duration::from_secs(1);
 const SWEEP_MIN: Duration = Duration::from_millis(25);
 
-/// In a graceful stop, how long a connection accepted but still without its first request
-/// is given to send it (it is served, with `Connection: close`). A client opens a connection
-/// to send a request, so closing it at once would fail that request (during a reload, for
-/// one). Idle keep-alive connections, which have been served, close at once.
-const FIRST_REQUEST_GRACE: Duration = Duration::from_secs(2);
+/// In a graceful stop, how long an idle connection is kept for the request its client may
+/// be sending (counted from the stop, or from when its last response was written, whichever
+/// is later). A response written before the stop said the connection stays open, and a
+/// client opens a connection to send a request: closing either at once would lose the
+/// request already on its way (during a reload, for one). What arrives in the grace is
+/// served with `Connection: close`; then the idle connections close.
+const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -79,8 +81,6 @@ pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
     pub wake: WakeFlag,
     pub waker: mio::Waker,
-    /// A graceful stop is under way: handlers answer with `Connection: close`.
-    pub draining: AtomicBool,
 }
 
 impl LoopShared {
@@ -280,8 +280,10 @@ pub struct EventLoop {
     accept_batch: usize,
     /// The last accept pass stopped at its batch, not at `WouldBlock`.
     accept_more: bool,
-    /// A graceful stop's end of the first-request grace (`FIRST_REQUEST_GRACE`).
-    fresh_deadline: Option<Instant>,
+    /// A graceful stop: when it began, and when idle connections are next looked at for
+    /// the end of their grace (`DRAIN_IDLE_GRACE`).
+    drain_started: Option<Instant>,
+    drain_check_at: Option<Instant>,
     counters: LoopCounters,
     /// `--stats`: also time the waits, and report at exit.
     stats: bool,
@@ -365,7 +367,8 @@ impl EventLoop {
                 ACCEPT_BATCH_ALONE
             },
             accept_more: false,
-            fresh_deadline: None,
+            drain_started: None,
+            drain_check_at: None,
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
@@ -450,8 +453,8 @@ impl EventLoop {
             if self.accept_more {
                 self.accept();
             }
-            if self.fresh_deadline.is_some_and(|t| Instant::now() >= t) {
-                self.close_fresh_idle();
+            if self.drain_check_at.is_some_and(|t| self.now >= t) {
+                self.close_drained_idle();
             }
             self.service_rings(py);
             if self.finished() {
@@ -578,7 +581,7 @@ impl EventLoop {
         if self.conns > 0 || self.heartbeat.is_some() {
             next = Some(next.map_or(self.next_sweep, |d| d.min(self.next_sweep)));
         }
-        if let Some(t) = self.fresh_deadline {
+        if let Some(t) = self.drain_check_at {
             next = Some(next.map_or(t, |d| d.min(t)));
         }
         if let Some(&(t, _)) = self.lingering.front() {
@@ -866,9 +869,16 @@ impl EventLoop {
             // known drained), so nothing needs to resume it but a new readiness edge.
             conn.read_stalled = false;
             match conn.parse_step(&self.limits, self.max_body_bytes, self.body_buffer) {
-                Step::Request(req) => {
+                Step::Request(mut req) => {
                     conn.requests = conn.requests.saturating_add(1);
-                    if !req.head.keep_alive || self.deadline.is_some() {
+                    if self.deadline.is_some() && !conn.has_buffered_input() {
+                        // A graceful stop answers what the client has sent: this request,
+                        // and any pipelined behind it, the last of them with
+                        // `Connection: close` (decided here, per request, so a response
+                        // the handler encodes keeps its word to the client).
+                        req.head.keep_alive = false;
+                    }
+                    if !req.head.keep_alive {
                         conn.last_request = true;
                     }
                     conn.continue_pending = false;
@@ -1279,8 +1289,8 @@ impl EventLoop {
 
     /// After the queue emptied: a closing connection starts its lingering close.
     fn after_output(&mut self, slot: u32) {
-        let draining = self.deadline.is_some();
         let now = self.now;
+        let drain = self.drain_started.map(|t| (t, self.drain_grace()));
         let Some(conn) = self.conn_mut(slot) else {
             return;
         };
@@ -1295,9 +1305,10 @@ impl EventLoop {
                 conn.idle_pending = false;
                 conn.ready_at = now;
             }
-            if draining && conn.is_idle() {
-                // A graceful stop closes keep-alive connections once they are idle.
-                self.close(slot);
+            if let (true, Some((started, grace))) = (conn.is_idle(), drain) {
+                // A graceful stop keeps it for the grace (`close_drained_idle`).
+                let due = conn.ready_at.max(started) + grace;
+                self.drain_check_at = Some(self.drain_check_at.map_or(due, |t| t.min(due)));
             } else if conn.read_stalled && conn.in_flight < MAX_PIPELINED_IN_FLIGHT {
                 // Parsing waited for the write queue to drain.
                 self.resume.push(slot);
@@ -1499,6 +1510,9 @@ impl EventLoop {
         }
     }
 
+    /// A graceful stop: no new connections; every request a client has sent, or sends
+    /// within the grace, is served (the last with `Connection: close`); idle connections
+    /// close once their grace is over (`close_drained_idle`).
     fn begin_shutdown(&mut self, sig: i32) {
         if self.deadline.is_some() {
             return;
@@ -1507,9 +1521,6 @@ impl EventLoop {
             "received signal {sig}: stopping gracefully ({} connection(s) open)",
             self.conns
         );
-        // Relaxed: handlers read it when encoding a response; a response encoded just
-        // before still closes, because the loop closes a draining connection after it.
-        self.shared.draining.store(true, Ordering::Relaxed);
         // Scrapes go to the workers still serving (a reload's new ones).
         let metrics = self.metrics_listener.take();
         for mut l in std::mem::take(&mut self.listeners)
@@ -1523,28 +1534,57 @@ impl EventLoop {
         }
         let now = Instant::now();
         self.deadline = Some(now + self.graceful_timeout);
-        self.fresh_deadline = Some(now + FIRST_REQUEST_GRACE.min(self.graceful_timeout));
+        self.drain_started = Some(now);
+        self.drain_check_at = Some(now + self.drain_grace());
+    }
+
+    /// How long an idle connection is kept in a graceful stop.
+    fn drain_grace(&self) -> Duration {
+        DRAIN_IDLE_GRACE.min(self.graceful_timeout)
+    }
+
+    /// In a graceful stop: closes the connections idle for their whole grace, and says
+    /// when to look again for the others.
+    ///
+    /// The close cannot be atomic with the client's next send: a request may be on its way
+    /// at that instant. So first the socket is read once more (what arrived is served, with
+    /// `Connection: close`); only if nothing did is the close started, and it is a lingering
+    /// one (our FIN first, then what the client still sends is read and dropped), never a
+    /// reset. A request that crosses the FIN is then answered by a clean end of stream
+    /// before any byte of a response, on a connection the server had kept open for it
+    /// since its last response: the one case where HTTP/1.1 lets a client retry on its own
+    /// (RFC 9112 §9.3.1), and the app never saw it.
+    fn close_drained_idle(&mut self) {
+        let (Some(started), now) = (self.drain_started, self.now) else {
+            self.drain_check_at = None;
+            return;
+        };
+        let grace = self.drain_grace();
+        let mut next: Option<Instant> = None;
         for slot in 0..self.slots.len() as u32 {
             let Some(conn) = self.conn_mut(slot) else {
                 continue;
             };
-            if conn.is_idle() && conn.requests > 0 {
-                self.close(slot);
-            } else if conn.in_flight > 0 {
+            if !conn.is_idle() || conn.closing {
+                continue;
+            }
+            let due = conn.ready_at.max(started) + grace;
+            if now < due {
+                next = Some(next.map_or(due, |t| t.min(due)));
+                continue;
+            }
+            conn.read_drained = false;
+            self.advance(slot);
+            let Some(conn) = self.conn_mut(slot) else {
+                continue;
+            };
+            if conn.is_idle() && !conn.closing {
                 conn.last_request = true;
+                conn.closing = true;
+                self.after_output(slot);
             }
         }
-    }
-
-    /// The first-request grace of a graceful stop is over: connections that still have
-    /// not sent a request close.
-    fn close_fresh_idle(&mut self) {
-        self.fresh_deadline = None;
-        for slot in 0..self.slots.len() as u32 {
-            if self.conn_mut(slot).is_some_and(|c| c.is_idle()) {
-                self.close(slot);
-            }
-        }
+        self.drain_check_at = next;
     }
 }
 

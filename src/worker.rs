@@ -4,7 +4,6 @@
 
 use std::io::Write;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -286,7 +285,6 @@ fn serve(
     let loop_shared = Arc::new(LoopShared {
         wake: WakeFlag::new(),
         waker,
-        draining: AtomicBool::new(false),
     });
     let access_log = match &config.access_log {
         Some((path, format)) => Some(Arc::new(crate::access_log::Shared {

@@ -402,3 +402,228 @@ fn a_request_past_the_timeout_gets_its_python_stack_logged_and_the_worker_replac
     assert!(replaced, "{:?}\n{}", s.worker_pids(), s.log_text());
     assert_served(&s, PROMPT, "after the stuck worker was replaced");
 }
+
+// ---------------------------------------------------------------------------
+// No request lost when a worker drains under keep-alive load
+// ---------------------------------------------------------------------------
+
+/// What one keep-alive client saw.
+#[derive(Default)]
+struct Tally {
+    sent: usize,
+    answered: usize,
+    /// Requests that got no response: the connection ended before any byte of one.
+    lost: Vec<String>,
+}
+
+/// `n` clients, each sending `GET /count` back to back on one keep-alive connection (a new
+/// one after a `Connection: close`), until `stop`.
+fn keep_alive_clients(
+    s: &Arc<Server>,
+    n: usize,
+    stop: &Arc<AtomicBool>,
+) -> Vec<std::thread::JoinHandle<Tally>> {
+    (0..n)
+        .map(|_| {
+            let (addr, stop) = (s.addr(), stop.clone());
+            std::thread::spawn(move || {
+                let mut t = Tally::default();
+                let mut conn: Option<Conn> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    let c = conn.get_or_insert_with(|| Conn::connect(addr));
+                    if let Err(e) = c.try_send(b"GET /count HTTP/1.1\r\nHost: x\r\n\r\n") {
+                        t.lost.push(format!("send: {e}"));
+                        conn = None;
+                        continue;
+                    }
+                    t.sent += 1;
+                    match c.try_read_response() {
+                        Ok(r) if r.status == 200 => {
+                            t.answered += 1;
+                            if r.connection_has("close") {
+                                conn = None;
+                            }
+                        }
+                        Ok(r) => {
+                            t.lost.push(format!("answered {}", r.status_line()));
+                            conn = None;
+                        }
+                        Err(e) => {
+                            t.lost.push(format!("{e:?}"));
+                            conn = None;
+                        }
+                    }
+                }
+                t
+            })
+        })
+        .collect()
+}
+
+/// Stops the clients and adds up what they saw; checks that every request sent was
+/// answered and that the app ran exactly as many.
+fn assert_none_lost(
+    s: &Server,
+    clients: Vec<std::thread::JoinHandle<Tally>>,
+    stop: &AtomicBool,
+    count_file: &str,
+    what: &str,
+) -> usize {
+    stop.store(true, Ordering::Relaxed);
+    let mut all = Tally::default();
+    for c in clients {
+        let t = c.join().unwrap();
+        all.sent += t.sent;
+        all.answered += t.answered;
+        all.lost.extend(t.lost);
+    }
+    let ran = std::fs::metadata(count_file).map_or(0, |m| m.len() as usize);
+    assert!(
+        all.lost.is_empty(),
+        "{what}: {} of {} requests lost (app ran {ran}, {} answered): {:?}\n{}",
+        all.lost.len(),
+        all.sent,
+        all.answered,
+        &all.lost[..all.lost.len().min(5)],
+        s.log_text()
+    );
+    assert_eq!(all.answered, all.sent, "{what}");
+    assert_eq!(ran, all.answered, "{what}: the app ran {ran} requests, clients got {}", all.answered);
+    all.answered
+}
+
+#[test]
+fn sighup_under_keep_alive_load_loses_no_request() {
+    let tmp = TempDir::new("drain-hup");
+    let count = tmp.file("count");
+    let s = Arc::new(
+        Server::builder("regress:app")
+            .args(&["--workers", "2"])
+            .env("M0TEST_COUNT_FILE", &count)
+            .start(),
+    );
+    s.wait_for_workers(2, PROMPT);
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = keep_alive_clients(&s, 8, &stop);
+    // Three rolling reloads under load, each waited for.
+    for i in 0..3 {
+        std::thread::sleep(Duration::from_millis(300));
+        s.signal(libc::SIGHUP);
+        let done = wait_until(PROMPT, || s.log_text().matches("reload done").count() > i);
+        assert!(done, "reload {i} did not finish\n{}", s.log_text());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let n = assert_none_lost(&s, clients, &stop, &count, "three SIGHUPs");
+    assert!(n > 1000, "only {n} requests under load");
+}
+
+#[test]
+fn max_requests_under_keep_alive_load_loses_no_request() {
+    let tmp = TempDir::new("drain-maxreq");
+    let count = tmp.file("count");
+    let s = Arc::new(
+        Server::builder("regress:app")
+            .args(&["--workers", "2", "--max-requests", "50"])
+            .env("M0TEST_COUNT_FILE", &count)
+            .start(),
+    );
+    s.wait_for_workers(2, PROMPT);
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients = keep_alive_clients(&s, 8, &stop);
+    let recycled = wait_until(PROMPT * 2, || {
+        s.log_text().matches("asked to be replaced").count() >= 20
+    });
+    let n = assert_none_lost(&s, clients, &stop, &count, "--max-requests 50");
+    assert!(recycled, "fewer than 20 recycles in {n} requests\n{}", s.log_text());
+}
+
+/// How a request sent on a connection the server may be closing ended.
+#[derive(Debug, PartialEq)]
+enum Crossing {
+    /// A whole response (with `Connection: close`).
+    Answered,
+    /// The server's end of stream before any byte of a response.
+    CleanEnd,
+    /// A reset, or a response cut short: what must never happen.
+    Broken(String),
+}
+
+fn send_and_classify(c: &mut Conn) -> Crossing {
+    if let Err(e) = c.try_send(b"GET /count HTTP/1.1\r\nHost: x\r\n\r\n") {
+        return Crossing::Broken(format!("send: {e}"));
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    c.stream.set_read_timeout(Some(PROMPT)).unwrap();
+    loop {
+        use std::io::Read;
+        match c.stream.read(&mut buf) {
+            Ok(0) if got.is_empty() => return Crossing::CleanEnd,
+            Ok(0) => {
+                let text = String::from_utf8_lossy(&got).into_owned();
+                let whole = text.contains("\r\n\r\n") && text.ends_with(|c: char| c.is_ascii_digit());
+                let close = text.to_ascii_lowercase().contains("connection: close");
+                return if whole && close && text.starts_with("HTTP/1.1 200") {
+                    Crossing::Answered
+                } else {
+                    Crossing::Broken(format!("{text:?}"))
+                };
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Crossing::Broken(format!("{e} after {} bytes", got.len())),
+        }
+    }
+}
+
+#[test]
+fn a_request_crossing_a_draining_workers_close_is_answered_or_cleanly_refused() {
+    // Idle keep-alive connections on a worker that drains: requests sent just before the
+    // end of the grace are served; requests sent as it closes find a clean end of stream
+    // (never a reset, never part of a response); the app ran exactly the ones answered.
+    let tmp = TempDir::new("drain-race");
+    let count = tmp.file("count");
+    let s = Server::builder("regress:app")
+        .args(&["--workers", "1"])
+        .env("M0TEST_COUNT_FILE", &count)
+        .start();
+    let old = s.wait_for_workers(1, PROMPT)[0];
+    const N: usize = 40;
+    let mut conns: Vec<Conn> = (0..N).map(|_| s.connect()).collect();
+    for c in &mut conns {
+        c.send(b"GET /count HTTP/1.1\r\nHost: x\r\n\r\n");
+        let r = c.read_response();
+        assert_eq!(r.body_text(), old.to_string());
+    }
+    s.signal(libc::SIGHUP);
+    let drains = format!("worker {old} drains");
+    assert!(s.wait_for_log(&drains, PROMPT), "{}", s.log_text());
+    let t0 = Instant::now();
+    // The grace is 2 s from the drain: send from 1.5 s to 2.5 s, 25 ms apart.
+    let outcomes: Vec<Crossing> = std::thread::scope(|scope| {
+        let handles: Vec<_> = conns
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| {
+                scope.spawn(move || {
+                    let at = t0 + Duration::from_millis(1500 + 25 * i as u64);
+                    std::thread::sleep(at.saturating_duration_since(Instant::now()));
+                    send_and_classify(c)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let broken: Vec<_> = outcomes
+        .iter()
+        .filter(|o| matches!(o, Crossing::Broken(_)))
+        .collect();
+    assert!(broken.is_empty(), "{broken:?}\n{}", s.log_text());
+    let answered = outcomes.iter().filter(|o| **o == Crossing::Answered).count();
+    let refused = outcomes.iter().filter(|o| **o == Crossing::CleanEnd).count();
+    assert!(
+        answered > 0 && refused > 0,
+        "the sends did not straddle the close: {answered} answered, {refused} refused"
+    );
+    let ran = std::fs::metadata(&count).unwrap().len() as usize;
+    assert_eq!(ran, N + answered, "the app ran {ran}: {N} before, {answered} answered");
+}

@@ -287,16 +287,15 @@ impl Exchange {
                     HeaderKind::Other => {}
                 }
             }
-            // Relaxed: a graceful stop only needs to be noticed eventually; the loop closes
-            // the connection after this response either way.
-            let draining = self.loop_shared.draining.load(Ordering::Relaxed);
+            // (A graceful stop's last request comes with `keep_alive` false: the loop
+            // decides which request is a connection's last.)
             let (framing, keep_alive) = encode::decide_framing(
                 st.req.version,
                 st.req.is_head,
                 code,
                 app_len,
                 known_len,
-                st.req.keep_alive && !draining,
+                st.req.keep_alive,
             );
             let mut date = self.date.borrow_mut();
             w.finish(
@@ -448,9 +447,7 @@ impl Exchange {
         // Whatever was encoded but held is dropped: the 500 replaces it.
         st.out.clear();
         st.more.clear();
-        // Relaxed: see `encode_head`.
-        let draining = self.loop_shared.draining.load(Ordering::Relaxed);
-        let keep_alive = st.req.keep_alive && !draining;
+        let keep_alive = st.req.keep_alive;
         let body: &[u8] = b"Internal Server Error\n";
         let mut out = Vec::with_capacity(256);
         if let Ok((mut w, _)) = HeadWriter::new(&mut out, b"500 Internal Server Error") {

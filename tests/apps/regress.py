@@ -200,7 +200,25 @@ def r_orphan(environ, start_response, q):
     return [body]
 
 
+_COUNT_FD = []
+
+
+def r_count(environ, start_response, q):
+    """Appends one byte to the file named by the M0TEST_COUNT_FILE environment variable
+    (every worker appends to the same file, so its size is how many times the app ran),
+    and answers with the worker's pid."""
+    if not _COUNT_FD:
+        _COUNT_FD.append(os.open(os.environ["M0TEST_COUNT_FILE"],
+                                 os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    os.write(_COUNT_FD[0], b"x")
+    body = str(os.getpid()).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 ROUTES = {
+    "/count": r_count,
     "/hello": r_hello,
     "/sse": r_sse,
     "/big-first": r_big_first,
