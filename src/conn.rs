@@ -4,11 +4,12 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::http::body::{BodyError, ChunkedDecoder};
 use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
-use crate::msg::{Buf, ConnRef, FileBody, Peer, Request};
+use crate::msg::{Buf, ConnRef, FileBody, Peer, Request, StreamCredit};
 use crate::spool::Spool;
 
 /// First size of a connection's read buffer: a browser's request head fits.
@@ -126,8 +127,9 @@ pub struct Out {
     pub pos: usize,
     /// Sent after `data`, with `sendfile(2)`.
     pub file: Option<FileBody>,
-    /// A streamed chunk counts against this handler's chunks-in-flight credit until written.
-    pub credit: Option<u16>,
+    /// A streamed response's middle part counts this many bytes against its credit until
+    /// written (on the part's last buffer).
+    pub credit: Option<(Arc<StreamCredit>, usize)>,
 }
 
 impl Out {
@@ -206,6 +208,9 @@ pub struct Conn {
     pub requests: u32,
     /// Its client's departure was reported to the handler (`client_disconnected`).
     pub gone_marked: bool,
+    /// The flow control of the streamed response now being written to it, if any: told
+    /// when the connection closes, so its producer stops.
+    pub stream: Option<Arc<StreamCredit>>,
     /// It came to the metrics port: the loop answers its requests itself.
     pub metrics: bool,
     /// Which listener accepted it (its index in the worker's list), for `SERVER_NAME`.
@@ -259,6 +264,7 @@ impl Conn {
             continue_pending: false,
             requests: 0,
             gone_marked: false,
+            stream: None,
             metrics: false,
             listener: 0,
             spool: None,
@@ -500,14 +506,14 @@ impl Conn {
     }
 
     /// Queues one response message: `data`, then `more` in order, then the file. A
-    /// streamed chunk's `credit` rides on its last buffer, so it returns once all of the
+    /// streamed part's `credit` rides on its last buffer, so it returns once all of the
     /// message is written.
     pub fn queue_response(
         &mut self,
         data: Vec<u8>,
         more: Vec<Buf>,
         file: Option<FileBody>,
-        credit: Option<u16>,
+        credit: Option<(Arc<StreamCredit>, usize)>,
     ) {
         if !data.is_empty() || (more.is_empty() && (credit.is_some() || file.is_some())) {
             self.wq.push_back(Out {
@@ -534,18 +540,25 @@ impl Conn {
     }
 
     /// Writes the queue with as few syscalls as it can (`writev` of up to
-    /// `WRITEV_MAX_SLICES` buffers). `returned` receives the handler index of every streamed
-    /// chunk fully written. `Ok(true)` when the queue is empty.
-    pub fn flush(&mut self, now: Instant, returned: &mut impl FnMut(u16)) -> io::Result<bool> {
+    /// `WRITEV_MAX_SLICES` buffers). `returned` receives the credit of every streamed part
+    /// fully written. `Ok(true)` when the queue is empty.
+    pub fn flush(
+        &mut self,
+        now: Instant,
+        returned: &mut impl FnMut(Arc<StreamCredit>, usize),
+    ) -> io::Result<bool> {
         loop {
             while let Some(front) = self.wq.front() {
                 if !front.done() {
                     break;
                 }
-                if let Some(h) = front.credit {
-                    returned(h);
+                if let Some(Out {
+                    credit: Some((c, n)),
+                    ..
+                }) = self.wq.pop_front()
+                {
+                    returned(c, n);
                 }
-                self.wq.pop_front();
             }
             let queued = self.wq.len();
             let Some(front) = self.wq.front_mut() else {
@@ -601,17 +614,6 @@ impl Conn {
         }
     }
 
-    /// The response these queued chunks belong to is complete: they no longer count
-    /// against their handler's credit (the handler may go on to another response), and
-    /// the connection itself takes no new request until they are written.
-    pub fn release_credit(&mut self, returned: &mut impl FnMut(u16)) {
-        for out in self.wq.iter_mut() {
-            if let Some(h) = out.credit.take() {
-                returned(h);
-            }
-        }
-    }
-
     /// More than this many buffers are waiting for the socket: parse no new request.
     pub fn write_backed_up(&self) -> bool {
         self.wq.len() > WRITE_QUEUE_MAX_BUFFERS
@@ -634,11 +636,11 @@ impl Conn {
         ));
     }
 
-    /// Drops whatever remains queued, returning streamed chunks' credit.
-    pub fn drop_queue(&mut self, returned: &mut impl FnMut(u16)) {
+    /// Drops whatever remains queued, returning streamed parts' credit.
+    pub fn drop_queue(&mut self, returned: &mut impl FnMut(Arc<StreamCredit>, usize)) {
         for out in self.wq.drain(..) {
-            if let Some(h) = out.credit {
-                returned(h);
+            if let Some((c, n)) = out.credit {
+                returned(c, n);
             }
         }
     }

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::os::unix::thread::JoinHandleExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ use crate::http::parse::Limits;
 use crate::inline::{Inline, InlineSetup};
 use crate::listen::Listener;
 use crate::log;
-use crate::msg::{ConnRef, Part, Peer, Request, Response};
+use crate::msg::{ConnRef, Part, Peer, Request, Response, StreamCredit};
 use crate::park::WakeFlag;
 use crate::ring::{Consumer, Producer};
 use crate::signals::SignalPipe;
@@ -104,8 +104,6 @@ pub const GONE_SLOTS: usize = 8;
 pub struct HandlerShared {
     /// The handler's parked flag.
     pub wake: WakeFlag,
-    /// Streamed chunks pushed by the handler and not yet written (or dropped) by the loop.
-    pub chunks_in_flight: CachePadded<AtomicUsize>,
     /// `ConnRef::packed` of the last connection that closed while this handler had a
     /// request of it: the handler stops iterating that response's body early.
     pub cancelled: AtomicU64,
@@ -117,24 +115,75 @@ pub struct HandlerShared {
     pub gone: [AtomicU64; GONE_SLOTS],
     /// The handler's pipeline counters (it writes them, a report reads them).
     pub counters: CachePadded<HandlerCounters>,
+    /// What the loop's watchdog reads (`--timeout`, the heartbeat), kept only when `watch`.
+    pub busy: BusyClock,
+    /// The handler's index in the loop's list (inline mode's bridge is 0).
+    pub index: usize,
+}
+
+/// When a handler began its current piece of work (a request, or a body it resumed) and
+/// when it last handed the loop a message during it, as `stats::mono_ns` readings; 0 while
+/// it waits. The handler writes them, the loop's sweep reads them: a body set aside for a
+/// slow client is no work, so it never looks stuck.
+#[derive(Debug, Default)]
+pub struct BusyClock {
+    /// Keep the clock at all (`--timeout` or a heartbeat): two clock reads per request.
+    pub watch: bool,
+    since: AtomicU64,
+    progress: AtomicU64,
+}
+
+impl BusyClock {
+    /// Handler: a piece of work starts now.
+    pub fn start(&self) {
+        if self.watch {
+            let now = stats::mono_ns();
+            // Relaxed, both: the loop only compares times, against its own clock.
+            self.progress.store(now, Ordering::Relaxed);
+            self.since.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Handler: a response message went to the loop.
+    pub fn progressed(&self) {
+        if self.watch {
+            // Relaxed: a time for the watchdog, nothing is published with it.
+            self.progress.store(stats::mono_ns(), Ordering::Relaxed);
+        }
+    }
+
+    /// Handler: it is about to wait.
+    pub fn idle(&self) {
+        if self.watch {
+            // Relaxed: as in `start`.
+            self.since.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Loop: since when the handler is on its current work, and its last message then;
+    /// `None` while it waits.
+    fn read(&self) -> Option<(u64, u64)> {
+        // Relaxed: see `start`.
+        let since = self.since.load(Ordering::Relaxed);
+        (since != 0).then(|| (since, self.progress.load(Ordering::Relaxed).max(since)))
+    }
 }
 
 impl HandlerShared {
-    pub fn new() -> HandlerShared {
+    /// Handler `index`; `watch`: keep the busy clock (`--timeout` or a heartbeat is on).
+    pub fn new(index: usize, watch: bool) -> HandlerShared {
         HandlerShared {
+            index,
             wake: WakeFlag::new(),
-            chunks_in_flight: CachePadded::new(AtomicUsize::new(0)),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
             gone: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
             counters: CachePadded::new(HandlerCounters::default()),
+            busy: BusyClock {
+                watch,
+                ..BusyClock::default()
+            },
         }
-    }
-}
-
-impl Default for HandlerShared {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
@@ -156,16 +205,12 @@ pub struct HandlerLink {
     join: Option<JoinHandle<()>>,
     /// Requests pushed whose final part has not come back.
     queued: usize,
-    /// Something this handler may wait for happened (ring space, chunk credit).
+    /// Something this handler may wait for happened (ring space, stream credit).
     wake_check: bool,
     /// Next slot of `shared.gone` to write.
     gone_next: usize,
-    /// Since when the handler has been on its current request (`--timeout`), and whether
-    /// that request was already reported.
-    busy_since: Option<Instant>,
-    /// When it last handed the loop a response message (the watchdog's "progress").
-    last_progress: Option<Instant>,
-    timeout_reported: bool,
+    /// `--timeout`: the start of the busy stretch already reported (once each).
+    reported: u64,
 }
 
 impl HandlerLink {
@@ -183,9 +228,7 @@ impl HandlerLink {
             queued: 0,
             wake_check: false,
             gone_next: 0,
-            busy_since: None,
-            last_progress: None,
-            timeout_reported: false,
+            reported: 0,
         }
     }
 
@@ -1020,10 +1063,6 @@ impl EventLoop {
             self.counters.ring_full += 1;
             return Err(req);
         }
-        if link.queued == 0 {
-            link.busy_since = Some(self.now);
-            link.timeout_reported = false;
-        }
         link.queued += 1;
         self.total_queued += 1;
         conn.in_flight += 1;
@@ -1039,15 +1078,14 @@ impl EventLoop {
     }
 
     /// The systemd watchdog: "H" to the master while this loop runs (it is running this)
-    /// and every handler is idle or has handed back a response message within four
-    /// heartbeat periods (the master's watchdog interval).
-    fn heartbeat(&self, now: Instant, every: Duration) {
+    /// and no handler has been on one piece of work without handing back a response
+    /// message for four heartbeat periods (the master's watchdog interval).
+    fn heartbeat(&self, every: Duration) {
+        let now = stats::mono_ns();
         let stuck = self.handlers.iter().any(|h| {
-            h.queued > 0
-                && h.busy_since.is_some_and(|since| {
-                    let last = h.last_progress.map_or(since, |p| p.max(since));
-                    now.saturating_duration_since(last) > every * 4
-                })
+            h.shared.busy.read().is_some_and(|(_, progress)| {
+                Duration::from_nanos(now.saturating_sub(progress)) > every * 4
+            })
         });
         if stuck {
             return;
@@ -1142,16 +1180,18 @@ impl EventLoop {
 
     fn on_response(&mut self, h: usize, resp: Response) {
         let end = !matches!(resp.part, Part::Partial);
-        self.handlers[h].last_progress = Some(self.now);
         if end {
-            let now = self.now;
-            let link = &mut self.handlers[h];
-            link.queued -= 1;
-            // The handler goes on to its next request, if it has one.
-            link.busy_since = (link.queued > 0).then_some(now);
-            link.timeout_reported = false;
+            self.handlers[h].queued -= 1;
             self.total_queued -= 1;
         }
+        // A middle part's bytes count against its stream's credit until written.
+        let credit = match (&resp.part, resp.stream) {
+            (Part::Partial, Some(c)) => {
+                let n = StreamCredit::charge(crate::msg::wire_len(&resp.data, &resp.more));
+                Some((c, n))
+            }
+            _ => None,
+        };
         let slot = resp.conn.slot;
         let live = match self.conn_by_ref(resp.conn) {
             Some(conn) if !conn.closing => true,
@@ -1165,16 +1205,18 @@ impl EventLoop {
             None => false,
         };
         if !live {
-            if !end {
-                self.return_credit(h);
-                // The handler is still producing for a connection that is gone: say so
-                // again, in case the word that told it was overwritten by another
-                // connection's close (the flag holds one connection).
+            if let Some((c, n)) = credit {
+                // The handler is still producing for a connection that is gone: tell the
+                // stream itself (the connection's close may not have known it yet).
+                c.cancel();
+                self.return_credit(c, n);
+            } else if !end {
+                // Said again for every part: the handler's word holds one connection, and
+                // another's close may have overwritten it.
                 self.cancel(h, resp.conn);
             }
             return;
         }
-        let mut returned = Vec::new();
         let mut resume = false;
         let now = self.now;
         let Some(conn) = self.conn_by_ref(resp.conn) else {
@@ -1183,15 +1225,18 @@ impl EventLoop {
         if conn.wq.is_empty() {
             conn.write_at = now;
         }
-        conn.queue_response(resp.data, resp.more, resp.file, (!end).then_some(h as u16));
+        if let (None, Some((c, _))) = (&conn.stream, &credit) {
+            conn.stream = Some(c.clone());
+        }
+        conn.queue_response(resp.data, resp.more, resp.file, credit);
         match resp.part {
             Part::Partial => {}
             Part::Last { keep_alive } => {
+                conn.stream = None;
                 conn.in_flight -= 1;
                 if conn.in_flight == 0 {
                     conn.idle_pending = true;
                 }
-                conn.release_credit(&mut |c| returned.push(c));
                 if !keep_alive {
                     conn.last_request = true;
                     conn.closing = true;
@@ -1205,8 +1250,8 @@ impl EventLoop {
                 }
             }
             Part::Abort { reset } => {
+                conn.stream = None;
                 conn.in_flight -= 1;
-                conn.release_credit(&mut |c| returned.push(c));
                 conn.closing = true;
                 conn.reset_on_close |= reset;
             }
@@ -1217,9 +1262,6 @@ impl EventLoop {
         self.dirty.push(slot);
         if resume {
             self.resume.push(slot);
-        }
-        for c in returned {
-            self.return_credit(c as usize);
         }
         if let Some(me) = orphaned {
             self.cancel(h, me);
@@ -1247,16 +1289,12 @@ impl EventLoop {
         link.shared.gone[i].store(r.packed(), Ordering::Release);
     }
 
-    fn return_credit(&mut self, h: usize) {
-        // Release: pairs with the handler's Acquire load when it decides whether to wait;
-        // the wake itself is ordered by the fences in `WakeFlag`.
-        self.handlers[h]
-            .shared
-            .chunks_in_flight
-            .fetch_sub(1, Ordering::Release);
-        self.handlers[h].wake_check = true;
-        // A stream to a slow reader moves on: the handler makes progress (watchdog).
-        self.handlers[h].last_progress = Some(self.now);
+    /// `n` bytes of a streamed response were written (or dropped): its producer may go on.
+    fn return_credit(&mut self, c: Arc<StreamCredit>, n: usize) {
+        c.returned(n);
+        if let Some(link) = self.handlers.get_mut(c.handler()) {
+            link.wake_check = true;
+        }
     }
 
     fn flush_dirty(&mut self) {
@@ -1277,7 +1315,7 @@ impl EventLoop {
         // The connection is out of its slot, so credit can go back to the handlers as the
         // chunks are written.
         let now = self.now;
-        let res = conn.flush(now, &mut |h| self.return_credit(h as usize));
+        let res = conn.flush(now, &mut |c, n| self.return_credit(c, n));
         self.counters.sendfile_bytes += std::mem::take(&mut conn.sendfile_bytes);
         self.slots[slot as usize].conn = Some(conn);
         match res {
@@ -1359,12 +1397,12 @@ impl EventLoop {
         let now = self.now;
         self.next_sweep = now + self.sweep_every;
         if let Some(limit) = self.timeout {
-            self.check_stuck(now, limit);
+            self.check_stuck(limit);
         }
         if let Some(every) = self.heartbeat {
             if now >= self.next_heartbeat {
                 self.next_heartbeat = now + every;
-                self.heartbeat(now, every);
+                self.heartbeat(every);
             }
         }
         let t = self.timeouts;
@@ -1428,26 +1466,24 @@ impl EventLoop {
         self.flush_dirty();
     }
 
-    /// `--timeout`: a handler on one request for longer than the limit gets its Python stack
-    /// written to the log (`faulthandler`, registered on `python::stack_dump_signal()` at
-    /// start), and the worker asks the master to replace it (it drains once the
-    /// replacement is ready).
-    fn check_stuck(&mut self, now: Instant, limit: Duration) {
+    /// `--timeout`: a handler on one request (or one resumed stretch of a body set aside
+    /// for a slow client) for longer than the limit gets its Python stack written to the
+    /// log (`faulthandler`, registered on `python::stack_dump_signal()` at start), and the
+    /// worker asks the master to replace it (it drains once the replacement is ready).
+    fn check_stuck(&mut self, limit: Duration) {
+        let now = stats::mono_ns();
         let mut stuck = Vec::new();
         for link in &mut self.handlers {
-            let (Some(since), Some(join)) = (link.busy_since, &link.join) else {
+            let (Some((since, _)), Some(join)) = (link.shared.busy.read(), &link.join) else {
                 continue;
             };
-            if link.timeout_reported || now.saturating_duration_since(since) <= limit {
+            let ran = Duration::from_nanos(now.saturating_sub(since));
+            if link.reported == since || ran <= limit {
                 continue;
             }
-            link.timeout_reported = true;
+            link.reported = since;
             let name = join.thread().name().unwrap_or("m0s-handler").to_string();
-            stuck.push((
-                name,
-                now.saturating_duration_since(since),
-                join.as_pthread_t(),
-            ));
+            stuck.push((name, ran, join.as_pthread_t()));
         }
         for (name, ran, thread) in stuck {
             log::error!(
@@ -1492,7 +1528,14 @@ impl EventLoop {
             self.lingering_conns -= 1;
         }
         self.count_connections();
-        conn.drop_queue(&mut |h| self.return_credit(h as usize));
+        conn.drop_queue(&mut |c, n| self.return_credit(c, n));
+        if let Some(c) = conn.stream.take() {
+            // Its handler may have set the body aside: it must learn there is nobody left.
+            c.cancel();
+            if let Some(link) = self.handlers.get_mut(c.handler()) {
+                link.wake_check = true;
+            }
+        }
         if conn.in_flight > 0 {
             self.cancel(conn.handler, conn.me);
             self.mark_gone(conn.handler, conn.me);

@@ -1,7 +1,6 @@
 //! Handler threads (`m0s-handler-N`): each attaches to Python once, then takes requests
 //! from its ring and runs the app on them, releasing the GIL only while it waits.
 
-use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -51,7 +50,7 @@ fn run(setup: HandlerSetup) {
         let mut bridge = match Bridge::new(
             py,
             app,
-            Sink::Ring(RefCell::new(tx)),
+            Sink::Ring(tx),
             shared.clone(),
             loop_shared,
             &info,
@@ -68,9 +67,7 @@ fn run(setup: HandlerSetup) {
             }
         };
         loop {
-            if let Some(req) = rx.pop() {
-                stats::bump(&shared.counters.requests, 1);
-                bridge.serve(py, req);
+            if bridge.step(py, &mut rx) {
                 // Body items the loop wrote without copying are released here (their
                 // references were dropped on the loop thread, off the GIL).
                 crate::python::drop_deferred_refs(py);
@@ -84,19 +81,25 @@ fn run(setup: HandlerSetup) {
                 }
                 continue;
             }
+            shared.busy.idle();
             // Lines of the access log go out before a wait, not one write per request.
             bridge.flush_log();
             // Nothing to do: wait with the GIL released (other Python threads run), spinning
-            // briefly, then parked until the loop pushes a request and sees our flag.
-            let waiting = &mut rx;
+            // briefly, then parked until the loop pushes a request, or writes some of a body
+            // set aside (or closes its connection), and sees our flag.
+            let waiting = &rx;
             let flag = &shared;
+            let credits = bridge.credits();
             let parks = py.detach(move || {
                 park::wait_until(&flag.wake, || {
-                    !waiting.is_empty() || flag.stop.load(Ordering::Acquire)
+                    !waiting.is_empty()
+                        || flag.stop.load(Ordering::Acquire)
+                        || credits.iter().any(|c| c.can_go_on())
                 })
             });
             stats::bump(&shared.counters.parks, u64::from(parks));
         }
+        bridge.abandon(py);
         crate::python::flush_stdio(py);
     });
 }

@@ -8,24 +8,21 @@
 //! responses land in a plain queue (`Sink::Inline`) that the loop drains right after.
 //!
 //! Nothing may wait here, because the loop is the waiter's only waker. So the response
-//! side never blocks: a streamed body whose chunk credit is spent is *suspended* between
-//! two items (`Bridge::resume` goes on once the loop has written some of it, or drops it
-//! when its client leaves), and no other request starts until it ends, as with one
-//! handler thread. The loop thread holds the GIL from start to exit and releases it only
-//! while it sleeps in `epoll_wait`, so threads the app starts still run.
+//! side never blocks: a streamed body whose credit is spent is set aside between two items,
+//! as on a handler thread (`Bridge::step` goes on with it once the loop has written some
+//! of it, or closes it when its client leaves), and other requests are served meanwhile.
+//! The loop thread holds the GIL from start to exit and releases it only while it sleeps in
+//! `epoll_wait`, so threads the app starts still run.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 
 use crate::event_loop::{HandlerShared, LoopShared};
 use crate::msg::{Request, Response};
 use crate::ring::{Consumer, Producer};
-use crate::stats;
-use crate::wsgi::{Bridge, Served, ServerInfo, Sink};
+use crate::wsgi::{Bridge, ServerInfo, Sink};
 
 /// What the worker hands the loop thread for inline mode (all `Send`; the bridge itself is
 /// built on the loop thread, where it stays).
@@ -44,7 +41,7 @@ pub struct Inline {
     bridge: Bridge,
     rx: Consumer<Request>,
     /// The bridge's response messages, in order, for the loop to take.
-    out: Rc<RefCell<VecDeque<Response>>>,
+    out: Arc<Mutex<VecDeque<Response>>>,
     shared: Arc<HandlerShared>,
 }
 
@@ -65,7 +62,7 @@ impl Inline {
             access_log,
             metrics,
         } = setup;
-        let out = Rc::new(RefCell::new(VecDeque::new()));
+        let out = Arc::new(Mutex::new(VecDeque::new()));
         let bridge = Bridge::new(
             py,
             app,
@@ -90,7 +87,12 @@ impl Inline {
     }
 
     pub fn pop_response(&mut self) -> Option<Response> {
-        self.out.borrow_mut().pop_front()
+        // (Pushed under the bridge's exchange lock, by this thread or by a thread the app
+        // started while the app ran here; never contended now, with the app not running.)
+        self.out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop_front()
     }
 
     pub fn shared(&self) -> &Arc<HandlerShared> {
@@ -99,26 +101,12 @@ impl Inline {
 
     /// There is something `run` would do now.
     pub fn has_work(&self) -> bool {
-        if self.bridge.is_suspended() {
-            self.bridge.can_resume()
-        } else {
-            !self.rx.is_empty()
-        }
+        !self.rx.is_empty() || self.bridge.credits().iter().any(|c| c.can_go_on())
     }
 
-    /// Serves queued requests until none is left or a body is suspended.
+    /// Serves what can be served now: bodies whose client caught up, queued requests.
     pub fn run(&mut self, py: Python<'_>) {
-        if self.bridge.is_suspended()
-            && (!self.bridge.can_resume() || self.bridge.resume(py) == Served::Suspended)
-        {
-            return;
-        }
-        while let Some(req) = self.rx.pop() {
-            stats::bump(&self.shared.counters.requests, 1);
-            if self.bridge.serve(py, req) == Served::Suspended {
-                return;
-            }
-        }
+        while self.bridge.step(py, &mut self.rx) {}
     }
 
     /// Writes buffered access log lines (before the loop sleeps).

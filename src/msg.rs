@@ -10,6 +10,8 @@
 
 use std::net::SocketAddr;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -148,6 +150,85 @@ impl Buf {
     }
 }
 
+/// Most bytes of one streamed response that may be unwritten (in the response ring or its
+/// connection's write queue) before its producer stops: a handler thread sets the body's
+/// iterator aside and serves other requests until the loop has written some, so a client
+/// that reads slowly holds this much memory and no thread. One body item more may go past
+/// it (an item is never split).
+pub const STREAM_CREDIT_BYTES: usize = 256 * 1024;
+
+/// What one middle part counts against that credit at least, so that a body of tiny items
+/// holds at most 16 unwritten messages (each a buffer the loop keeps until written).
+pub const STREAM_PART_MIN_BYTES: usize = 16 * 1024;
+
+/// The flow control of one streamed response, shared by the handler producing it and the
+/// loop writing it: how many of its bytes are unwritten, and whether its connection is
+/// gone. One per streamed response (made at its first middle part), so a handler can hold
+/// many such responses, each waiting for its own client.
+#[derive(Debug)]
+pub struct StreamCredit {
+    unwritten: AtomicUsize,
+    gone: AtomicBool,
+    /// The handler producing it (the loop wakes that one when this changes).
+    handler: usize,
+}
+
+impl StreamCredit {
+    pub fn new(handler: usize) -> StreamCredit {
+        StreamCredit {
+            unwritten: AtomicUsize::new(0),
+            gone: AtomicBool::new(false),
+            handler,
+        }
+    }
+
+    pub fn handler(&self) -> usize {
+        self.handler
+    }
+
+    /// What a middle part of `wire_len` bytes counts against the credit (both sides use
+    /// this, so what the loop returns is what the handler added).
+    pub fn charge(wire_len: usize) -> usize {
+        wire_len.max(STREAM_PART_MIN_BYTES)
+    }
+
+    /// Producer: `n` more bytes pushed.
+    pub fn add(&self, n: usize) {
+        // Relaxed: the count reaches the loop with the ring push that follows (its Release
+        // store); the loop's own `returned` is ordered by the same push.
+        self.unwritten.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Loop: `n` bytes written (or dropped with their connection).
+    pub fn returned(&self, n: usize) {
+        // Release: pairs with the Acquire load in `can_go_on`; the wake itself is ordered by
+        // the fences of the handler's `WakeFlag`.
+        self.unwritten.fetch_sub(n, Ordering::Release);
+    }
+
+    /// Loop: its connection closed.
+    pub fn cancel(&self) {
+        // Release: pairs with the Acquire load in `is_gone`.
+        self.gone.store(true, Ordering::Release);
+    }
+
+    pub fn is_gone(&self) -> bool {
+        // Acquire: pairs with the Release store in `cancel`.
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// The credit is spent: the producer should wait (or set the body aside).
+    pub fn spent(&self) -> bool {
+        // Acquire: pairs with the Release `fetch_sub` in `returned`.
+        self.unwritten.load(Ordering::Acquire) >= STREAM_CREDIT_BYTES
+    }
+
+    /// The producer may go on: credit came back, or there is nobody left to produce for.
+    pub fn can_go_on(&self) -> bool {
+        !self.spent() || self.is_gone()
+    }
+}
+
 #[derive(Debug)]
 pub struct Response {
     pub conn: ConnRef,
@@ -161,6 +242,21 @@ pub struct Response {
     /// user space.
     pub file: Option<FileBody>,
     pub part: Part,
+    /// A streamed response's flow control: a middle part's bytes count against it until
+    /// written.
+    pub stream: Option<Arc<StreamCredit>>,
+}
+
+impl Response {
+    /// Bytes on the wire in `data` and `more` (not the file).
+    pub fn wire_len(&self) -> usize {
+        wire_len(&self.data, &self.more)
+    }
+}
+
+/// Bytes on the wire in a message's `data` and `more`.
+pub fn wire_len(data: &[u8], more: &[Buf]) -> usize {
+    data.len() + more.iter().map(Buf::len).sum::<usize>()
 }
 
 /// `len` bytes of a file from `offset`, through a descriptor of its own (a dup, so the app

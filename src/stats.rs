@@ -19,6 +19,22 @@ pub fn bump(counter: &AtomicU64, n: u64) {
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
+/// Nanoseconds on the monotonic clock (`CLOCK_MONOTONIC`, as `Instant`), as one word that
+/// threads can share through an atomic; never 0.
+pub fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the live out-pointer; the monotonic
+    // clock always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+        .max(1)
+}
+
 /// A handler thread's counters (in `HandlerShared`, on its own cache line there).
 #[derive(Default, Debug)]
 pub struct HandlerCounters {

@@ -307,7 +307,7 @@ fn serve(
         inline = Some(InlineSetup {
             tx,
             rx,
-            shared: Arc::new(HandlerShared::new()),
+            shared: Arc::new(HandlerShared::new(0, false)),
             app: apps.pop().ok_or("no application object")?,
             info: info.clone(),
             access_log: access_log.clone(),
@@ -317,7 +317,11 @@ fn serve(
     for (idx, app) in apps.into_iter().enumerate() {
         let (req_tx, req_rx) = ring::ring(REQUEST_RING_SLOTS);
         let (resp_tx, resp_rx) = ring::ring(RESPONSE_RING_SLOTS);
-        let shared = Arc::new(HandlerShared::new());
+        // The loop's watchdog reads a handler's busy clock (`--timeout`, the heartbeat).
+        let shared = Arc::new(HandlerShared::new(
+            idx,
+            config.timeout.is_some() || heartbeat.is_some(),
+        ));
         let join = handler::spawn(HandlerSetup {
             idx,
             rx: req_rx,

@@ -390,6 +390,191 @@ fn clients_that_never_read_an_8_mib_response_are_dropped_while_others_are_served
 }
 
 // ---------------------------------------------------------------------------
+// Slow readers: a streamed body waits for its client without holding a thread
+// ---------------------------------------------------------------------------
+
+/// A connection whose receive buffer is `rcvbuf` bytes (set before the connect, so the
+/// window stays small): a client that does not read holds back the server within a few KiB.
+fn connect_small(addr: std::net::SocketAddr, rcvbuf: i32) -> Conn {
+    use std::os::fd::FromRawFd;
+    let std::net::SocketAddr::V4(v4) = addr else {
+        panic!("IPv4 only: {addr}")
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns until it is handed to
+    // the TcpStream; the sockaddr is built in full and outlives the connect call.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0);
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&rcvbuf as *const i32).cast(),
+            4,
+        );
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: v4.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*v4.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::connect(
+            fd,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+        Conn::from_stream(std::net::TcpStream::from_raw_fd(fd))
+    }
+}
+
+/// The time the worst of `n` requests for `/hello` (each on a fresh connection) took.
+fn worst_of_probes(s: &Server, n: usize) -> Duration {
+    let mut worst = Duration::ZERO;
+    for _ in 0..n {
+        let t = Instant::now();
+        let r = try_get(s, "/hello", PROMPT * 4).expect("a probe is served");
+        assert_eq!(r.body_text(), "hello");
+        worst = worst.max(t.elapsed());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worst
+}
+
+/// Reads one whole response (head and chunked body) from a connection that waited, and
+/// checks that the body is `n` pieces of `size` bytes of the chunk route's letters.
+fn expect_chunks_body(c: &mut Conn, n: usize, size: usize, what: &str) {
+    c.set_io_timeout(PROMPT * 4);
+    let r = c
+        .try_read_response()
+        .unwrap_or_else(|e| panic!("{what}: {e:?}"));
+    assert_eq!(r.status, 200, "{what}");
+    assert_eq!(r.body.len(), n * size, "{what}");
+    for (i, piece) in r.body.chunks(size).enumerate() {
+        let want = b'a' + (i % 26) as u8;
+        assert!(piece.iter().all(|&b| b == want), "{what}: piece {i}");
+    }
+}
+
+#[test]
+fn clients_that_do_not_read_streamed_bodies_do_not_hold_the_one_handler_thread() {
+    // Ten clients ask for a 16 MiB streamed body (64 KiB items) and read nothing. With one
+    // handler thread, every other request is still answered at once; then each slow client
+    // reads its whole body, intact.
+    clients_that_do_not_read(&["--blocking-threads", "1", "--write-timeout", "60"]);
+}
+
+#[test]
+fn clients_that_do_not_read_streamed_bodies_do_not_hold_the_inline_app() {
+    clients_that_do_not_read(&["--blocking-threads", "0", "--write-timeout", "60"]);
+}
+
+fn clients_that_do_not_read(args: &[&str]) {
+    let s = Server::start("regress:app", args);
+    let (n, size) = (256, 65536);
+    let mut slow: Vec<Conn> = (0..10).map(|_| connect_small(s.addr(), 4096)).collect();
+    for c in &mut slow {
+        c.send(&get(&format!("/chunks?n={n}&size={size}")));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let worst = worst_of_probes(&s, 40);
+    assert!(
+        worst < Duration::from_millis(500),
+        "with 10 clients not reading, a request took {worst:?}"
+    );
+    for (i, c) in slow.iter_mut().enumerate() {
+        expect_chunks_body(c, n, size, &format!("slow client {i}"));
+    }
+}
+
+#[test]
+fn clients_reading_slowly_are_served_at_their_pace_while_others_are_served_at_once() {
+    // Four clients read a 4 MiB streamed body at about 1 MiB/s each, in small reads; one
+    // handler thread answers everyone else meanwhile.
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let (n, size) = (64, 65536);
+    let readers: Vec<_> = (0..4)
+        .map(|i| {
+            let addr = s.addr();
+            std::thread::spawn(move || {
+                let mut c = connect_small(addr, 4096);
+                c.send(&get(&format!("/chunks?n={n}&size={size}")));
+                let mut got = 0usize;
+                let mut buf = [0u8; 4096];
+                let start = Instant::now();
+                c.stream.set_read_timeout(Some(PROMPT)).unwrap();
+                // Past the head: a chunked body of n * size bytes plus framing.
+                while got < n * size {
+                    use std::io::Read;
+                    let k = c.stream.read(&mut buf).expect("the body keeps coming");
+                    assert!(k > 0, "reader {i}: closed after {got} bytes");
+                    got += k;
+                    std::thread::sleep(Duration::from_millis(4));
+                }
+                start.elapsed()
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let worst = worst_of_probes(&s, 40);
+    assert!(
+        worst < Duration::from_millis(500),
+        "with 4 slow readers, a request took {worst:?}"
+    );
+    for r in readers {
+        let took = r.join().unwrap();
+        assert!(took > Duration::from_millis(1500), "read too fast to test: {took:?}");
+    }
+}
+
+#[test]
+fn requests_pipelined_behind_a_body_set_aside_keep_their_order() {
+    pipelined_behind_a_body_set_aside(&["--blocking-threads", "1"]);
+}
+
+#[test]
+fn requests_pipelined_behind_a_body_set_aside_keep_their_order_inline() {
+    pipelined_behind_a_body_set_aside(&["--blocking-threads", "0"]);
+}
+
+fn pipelined_behind_a_body_set_aside(args: &[&str]) {
+    let s = Server::start("regress:app", args);
+    let (n, size) = (256, 65536);
+    let mut c = connect_small(s.addr(), 4096);
+    let mut pipelined = get(&format!("/chunks?n={n}&size={size}"));
+    pipelined.extend_from_slice(&get("/hello"));
+    pipelined.extend_from_slice(&get("/ticks?n=3"));
+    c.send(&pipelined);
+    std::thread::sleep(Duration::from_millis(300));
+    // The body waits for its reader; the handler serves others meanwhile.
+    let worst = worst_of_probes(&s, 10);
+    assert!(worst < Duration::from_millis(500), "{worst:?}");
+    expect_chunks_body(&mut c, n, size, "the first response");
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "hello", "the second response");
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "s0\ns1\ns2\n", "the third response");
+}
+
+#[test]
+fn a_body_set_aside_is_closed_when_its_client_leaves() {
+    let tmp = TempDir::new("aside-gone");
+    let mark = tmp.file("mark");
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let mut c = connect_small(s.addr(), 4096);
+    c.send(&get(&format!("/endless?mark={mark}")));
+    std::thread::sleep(Duration::from_millis(300));
+    // Set aside (nothing read): the handler is free.
+    assert!(worst_of_probes(&s, 3) < Duration::from_millis(500));
+    reset(c);
+    wait_for_file_containing(&mark, "closed", PROMPT)
+        .expect("close() of the body set aside, after its client left");
+    assert_served(&s, PROMPT, "after the client left");
+}
+
+// ---------------------------------------------------------------------------
 // Client gone
 // ---------------------------------------------------------------------------
 

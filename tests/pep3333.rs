@@ -491,6 +491,56 @@ fn write_callable_output_comes_before_the_iterable() {
 }
 
 #[test]
+fn start_response_and_write_work_from_a_thread_the_app_started() {
+    let s = Server::start("pep3333:app", &[]);
+    let r = s.get("/thread-start");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert_eq!(r.body_text(), "from a thread, then the iterable");
+}
+
+#[test]
+fn threads_writing_at_once_each_get_every_piece_through_whole() {
+    // Four threads write 50 pieces of 1000 bytes each at the same time: every piece
+    // arrives whole (pieces may interleave, bytes within one may not), framed correctly.
+    let s = Server::start("pep3333:app", &[]);
+    let r = s.get("/thread-writers?n=4&count=50&size=1000");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert_eq!(r.body.len(), 4 * 50 * 1000);
+    for (i, piece) in r.body.chunks(1000).enumerate() {
+        assert!(
+            piece.iter().all(|&b| b == piece[0]),
+            "piece {i} mixes two writers' bytes"
+        );
+    }
+    for letter in b"abcd" {
+        assert_eq!(r.body.iter().filter(|&&b| b == *letter).count(), 50 * 1000);
+    }
+}
+
+#[test]
+fn callables_kept_past_their_request_raise_runtime_error_from_any_thread() {
+    let s = Server::start("pep3333:app", &[]);
+    let mut c = s.connect();
+    c.send(&get("/stale-callables?keep=1"));
+    assert_eq!(c.read_response().body_text(), "kept");
+    c.send(&get("/stale-callables?use=1"));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    let text = r.body_text();
+    for what in ["write", "start_response", "thread write"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{what}:")))
+            .unwrap_or_else(|| panic!("no line for {what} in {text:?}"));
+        assert!(
+            line.contains("RuntimeError") && line.contains("outside its request"),
+            "{line}"
+        );
+    }
+    // (The server guard asserts that nothing panicked.)
+}
+
+#[test]
 fn exc_info_before_headers_are_sent_replaces_them() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get("/exc-info/before");

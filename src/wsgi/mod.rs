@@ -9,7 +9,7 @@ pub mod proxy;
 pub mod response;
 pub mod start_response;
 
-use std::rc::Rc;
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
@@ -17,12 +17,15 @@ use pyo3::types::{PyDict, PyIterator, PyList, PyTuple};
 
 use crate::access_log::AccessLogger;
 use crate::event_loop::{HandlerShared, LoopShared};
-use crate::msg::Request;
+use crate::log;
+use crate::msg::{ConnRef, Request, StreamCredit};
+use crate::ring::Consumer;
+use crate::stats;
 use environ::EnvBuilder;
 use file_wrapper::FileWrapper;
 use input::Input;
 pub use response::Sink;
-use response::{bytes_of, Exchange, ReqInfo};
+use response::{bytes_of, Credit, Exchange, LengthMismatch, ReqInfo, State};
 use start_response::{ClientDisconnected, StartResponse};
 
 /// What the environ says about this server, fixed per worker.
@@ -71,20 +74,28 @@ pub struct Bridge {
     /// `--metrics-port`: this thread's counters, and the request being served.
     metrics: Option<crate::metrics::Recorder>,
     timing: Option<Timing>,
-    ex: Rc<Exchange>,
+    ex: Arc<Exchange>,
     env: EnvBuilder,
     next_id: u64,
-    /// Inline mode: a streamed body waits between items instead of inside a push.
-    inline: bool,
-    /// Inline mode: the response whose body waits for chunk credit.
-    pending: Option<Pending>,
+    /// Streamed bodies set aside while their clients catch up, oldest first, and their
+    /// credits (the same order), which a waiting handler checks without the GIL.
+    suspended: Vec<Pending>,
+    credits: Vec<Arc<StreamCredit>>,
+    /// Requests whose connection has a body set aside (or an earlier request here): they
+    /// wait for it, in the order they came, so a connection's responses stay in order.
+    deferred: VecDeque<Request>,
 }
 
-/// A streamed body suspended between two items (inline mode).
+/// A streamed body set aside between two items, with everything its response needs to go
+/// on: served again by the same thread (Python objects never leave it).
 struct Pending {
     iterable: Py<PyAny>,
     iter: Py<PyIterator>,
     environ: Py<PyDict>,
+    state: State,
+    log: Option<LogCtx>,
+    timing: Option<Timing>,
+    conn: ConnRef,
 }
 
 /// How driving the body ended when it did not fail.
@@ -92,7 +103,7 @@ enum Outcome {
     Done,
     /// The client went away; the rest of the body was not produced.
     Cancelled,
-    /// Inline mode: the chunk credit is spent; iteration goes on in `Bridge::resume`.
+    /// The response's credit is spent: iteration goes on in `Bridge::resume`.
     Suspended(Py<PyIterator>),
 }
 
@@ -101,7 +112,7 @@ enum Outcome {
 pub enum Served {
     /// The final part is queued.
     Done,
-    /// Inline mode: the body waits for the loop to write what is queued.
+    /// The body is set aside until the loop has written some of it.
     Suspended,
 }
 
@@ -119,8 +130,7 @@ impl Bridge {
             access_log,
             metrics,
         } = observers;
-        let inline = matches!(sink, Sink::Inline(_));
-        let ex = Rc::new(Exchange::new(sink, shared, loop_shared));
+        let ex = Arc::new(Exchange::new(sink, shared, loop_shared));
         let env = EnvBuilder::new(py, info)?;
         let gone = Bound::new(py, ClientDisconnected { ex: ex.clone() })?;
         env.add_constant(py, "m0serve.client_disconnected", gone.into_any())?;
@@ -133,23 +143,66 @@ impl Bridge {
             ex,
             env,
             next_id: 0,
-            inline,
-            pending: None,
+            suspended: Vec::new(),
+            credits: Vec::new(),
+            deferred: VecDeque::new(),
         })
     }
 
-    /// A body is suspended (inline mode): no other request may start before it ends.
-    pub fn is_suspended(&self) -> bool {
-        self.pending.is_some()
+    /// The credits of the bodies set aside: a waiting handler wakes when one can go on.
+    pub fn credits(&self) -> &[Arc<StreamCredit>] {
+        &self.credits
     }
 
-    /// The suspended body may go on: credit came back, or its client left.
-    pub fn can_resume(&self) -> bool {
-        self.pending.is_some() && (!self.ex.out_of_credit() || self.ex.cancelled())
+    /// Bodies are set aside or requests deferred (inline mode's loop keeps serving).
+    pub fn has_pending(&self) -> bool {
+        !self.suspended.is_empty() || !self.deferred.is_empty()
     }
 
-    /// Serves one request; every outcome ends in exactly one final part on the sink, or,
-    /// inline, in `Served::Suspended` until `resume` ends it.
+    /// Does one piece of work if there is one: resumes the oldest body set aside whose
+    /// client took some of it (or left), else serves the next request in order (a
+    /// deferred one whose connection is free again, else one from the ring). `false` when
+    /// there was nothing to do.
+    pub fn step(&mut self, py: Python<'_>, rx: &mut Consumer<Request>) -> bool {
+        if let Some(i) = self.credits.iter().position(|c| c.can_go_on()) {
+            self.ex.shared.busy.start();
+            self.resume(py, i);
+            return true;
+        }
+        let Some(req) = self.next_request(rx) else {
+            return false;
+        };
+        stats::bump(&self.ex.shared.counters.requests, 1);
+        self.ex.shared.busy.start();
+        self.serve(py, req);
+        true
+    }
+
+    /// The next request that may be served now.
+    fn next_request(&mut self, rx: &mut Consumer<Request>) -> Option<Request> {
+        if !self.deferred.is_empty() {
+            // The first deferred request of each connection is its oldest.
+            if let Some(i) = self.deferred.iter().position(|r| !self.blocked(r.conn)) {
+                return self.deferred.remove(i);
+            }
+        }
+        while let Some(req) = rx.pop() {
+            if self.blocked(req.conn) || self.deferred.iter().any(|r| r.conn == req.conn) {
+                self.deferred.push_back(req);
+                continue;
+            }
+            return Some(req);
+        }
+        None
+    }
+
+    /// A body of this connection is set aside: its next request must wait for it.
+    fn blocked(&self, conn: ConnRef) -> bool {
+        self.suspended.iter().any(|p| p.conn == conn)
+    }
+
+    /// Serves one request; every outcome ends in exactly one final part on the sink, or in
+    /// `Served::Suspended` until `resume` ends it.
     pub fn serve(&mut self, py: Python<'_>, req: Request) -> Served {
         // One clock reading for the access log and the metrics, none for neither.
         let now = (self.log.is_some() || self.metrics.is_some()).then(std::time::Instant::now);
@@ -172,27 +225,27 @@ impl Bridge {
         }
         let served = self.serve_request(py, req);
         if served == Served::Done {
-            self.request_done();
+            self.request_done(py);
         }
         served
     }
 
     /// The request being served ended: its access log line and its metrics.
-    fn request_done(&mut self) {
+    fn request_done(&mut self, py: Python<'_>) {
         if self.current.is_none() && self.timing.is_none() {
             return;
         }
         let now = std::time::Instant::now();
-        self.log_response(now);
-        self.count_response(now);
+        let (code, body_bytes) = self.ex.outcome(py);
+        self.log_response(now, code, body_bytes);
+        self.count_response(now, code);
     }
 
     /// Adds the request just ended to the metrics.
-    fn count_response(&mut self, now: std::time::Instant) {
+    fn count_response(&mut self, now: std::time::Instant, code: u16) {
         let (Some(m), Some(t)) = (self.metrics.as_ref(), self.timing.take()) else {
             return;
         };
-        let code = self.ex.st.borrow().code;
         m.section().request_done(
             code,
             t.taken_at.saturating_duration_since(t.queued_at),
@@ -202,18 +255,17 @@ impl Bridge {
     }
 
     /// Writes the access log line of the request just ended.
-    fn log_response(&mut self, now: std::time::Instant) {
+    fn log_response(&mut self, now: std::time::Instant, code: u16, body_bytes: u64) {
         let (Some(log), Some(ctx)) = (self.log.as_mut(), self.current.take()) else {
             return;
         };
-        let st = self.ex.st.borrow();
         log.record(&crate::access_log::Entry {
             peer: ctx.peer,
             client: ctx.client.as_deref(),
             head_bytes: &ctx.head_bytes,
             head: &ctx.head,
-            status: if ctx.cancelled { 499 } else { st.code },
-            body_bytes: st.body_bytes,
+            status: if ctx.cancelled { 499 } else { code },
+            body_bytes,
             duration: now.saturating_duration_since(ctx.started),
         });
     }
@@ -236,8 +288,8 @@ impl Bridge {
             is_head: method == b"HEAD",
             keep_alive: req.head.keep_alive,
         };
-        self.ex.begin(info);
-        if self.ex.cancelled() {
+        self.ex.begin(py, info);
+        if self.ex.cancelled(py) {
             // Its connection closed before the app ran (a response ahead of it in the
             // pipeline closed it, or the client left): do not run the app for nobody, and
             // do not count it as served (the metrics would show a 500 nobody got).
@@ -289,36 +341,37 @@ impl Bridge {
         self.conclude(py, iterable, env_ref, outcome)
     }
 
-    /// Goes on with the suspended body (inline mode, when `can_resume`).
-    pub fn resume(&mut self, py: Python<'_>) -> Served {
-        let served = self.resume_body(py);
-        if served == Served::Done {
-            self.request_done();
-        }
-        served
-    }
-
-    fn resume_body(&mut self, py: Python<'_>) -> Served {
-        let Some(p) = self.pending.take() else {
-            return Served::Done;
-        };
+    /// Goes on with the body set aside at `i` (its credit came back, or its client left).
+    fn resume(&mut self, py: Python<'_>, i: usize) -> Served {
+        let p = self.suspended.remove(i);
+        self.credits.remove(i);
+        self.ex.put_state(py, p.state);
+        self.current = p.log;
+        self.timing = p.timing;
         let iter = p.iter.into_bound(py);
-        let outcome = if self.ex.cancelled() {
+        let outcome = if self.ex.cancelled(py) {
             Ok(Outcome::Cancelled)
         } else {
             self.pump(py, iter)
         };
-        self.conclude(
+        let served = self.conclude(
             py,
             p.iterable.into_bound(py),
             p.environ.into_bound(py),
             outcome,
-        )
+        );
+        if served == Served::Done {
+            self.request_done(py);
+        }
+        served
     }
 
-    /// At exit (inline mode): a body still suspended is given up, its iterable closed.
+    /// At exit: bodies still set aside are given up, their iterables closed; deferred
+    /// requests are dropped (the loop has stopped).
     pub fn abandon(&mut self, py: Python<'_>) {
-        if let Some(p) = self.pending.take() {
+        self.credits.clear();
+        self.deferred.clear();
+        for p in std::mem::take(&mut self.suspended) {
             let iterable = p.iterable.into_bound(py);
             if let Err(e) = close_iterable(&iterable) {
                 let what = errors::describe_environ(p.environ.bind(py));
@@ -327,7 +380,8 @@ impl Bridge {
         }
     }
 
-    /// Ends a response once its body was driven: `close()`, then the final part.
+    /// Ends a response once its body was driven: `close()`, then the final part; or sets
+    /// the body aside.
     fn conclude(
         &mut self,
         py: Python<'_>,
@@ -336,10 +390,21 @@ impl Bridge {
         outcome: PyResult<Outcome>,
     ) -> Served {
         if let Ok(Outcome::Suspended(iter)) = outcome {
-            self.pending = Some(Pending {
+            let state = self.ex.take_state(py);
+            let Some(credit) = state.stream().cloned() else {
+                // (Unreachable: a spent credit exists.) Serve on as if it were done.
+                self.ex.put_state(py, state);
+                return self.conclude(py, iterable, environ, Ok(Outcome::Done));
+            };
+            self.credits.push(credit);
+            self.suspended.push(Pending {
                 iterable: iterable.unbind(),
                 iter,
                 environ: environ.unbind(),
+                conn: state.req.conn,
+                state,
+                log: self.current.take(),
+                timing: self.timing.take(),
             });
             return Served::Suspended;
         }
@@ -357,9 +422,21 @@ impl Bridge {
             (Err(e), _) | (Ok(Outcome::Done | Outcome::Suspended(_)), Err(e)) => Err(e),
             (Ok(Outcome::Done | Outcome::Suspended(_)), Ok(())) => self.ex.finish(py),
         };
-        if let Err(e) = result {
-            errors::log_exception(py, &e, &format!("the application failed on {}", what()));
-            self.ex.fail(py);
+        match result {
+            Ok(None) => {}
+            Ok(Some(LengthMismatch { declared, produced })) => {
+                // PEP 3333: "the server should" note an app that sends other than the
+                // Content-Length it declared; the connection closes after the response.
+                log::warn!(
+                    "{}: the application declared Content-Length: {declared} but its body had \
+                     {produced} bytes; the response was cut to match and its connection closed",
+                    what()
+                );
+            }
+            Err(e) => {
+                errors::log_exception(py, &e, &format!("the application failed on {}", what()));
+                self.ex.fail(py);
+            }
         }
         Served::Done
     }
@@ -387,22 +464,22 @@ impl Bridge {
         self.pump(py, iterable.try_iter()?)
     }
 
-    /// Iterates a body to its end (or its client's departure); inline, only while chunk
-    /// credit lasts.
+    /// Iterates a body to its end, its client's departure, or its spent credit (then it
+    /// is set aside: this thread serves others until the loop has written some).
     fn pump(&self, py: Python<'_>, mut iter: Bound<'_, PyIterator>) -> PyResult<Outcome> {
         loop {
-            if self.inline && self.ex.out_of_credit() {
+            if self.ex.out_of_credit(py) {
                 return Ok(Outcome::Suspended(iter.unbind()));
             }
             let Some(item) = iter.next() else {
                 return Ok(Outcome::Done);
             };
             let item = item?;
-            self.ex.send(py, bytes_of(&item)?)?;
-            if self.ex.cancelled() {
+            self.ex.send(py, None, bytes_of(&item)?, Credit::Checked)?;
+            if self.ex.cancelled(py) {
                 return Ok(Outcome::Cancelled);
             }
-            if self.ex.body_complete() {
+            if self.ex.body_complete(py) {
                 return Ok(Outcome::Done);
             }
         }

@@ -2,32 +2,30 @@
 //! the first non-empty body data (PEP 3333 "the server must not transmit the headers until
 //! the first non-empty bytestring is yielded"), framing, and pushing wire bytes into the
 //! response ring with flow control.
+//!
+//! PEP 3333 does not tie `start_response` and `write` to a thread, and apps do call them
+//! from threads they start: everything here may run on any thread that holds the GIL, for
+//! the request being served. See [`Exchange`] for how that stays safe.
 
-use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::sync::MutexExt;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use crate::event_loop::{HandlerShared, LoopShared};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
 use crate::http::parse::Version;
-use crate::msg::{Buf, ConnRef, FileBody, Part, PyBytesRef, Response};
+use crate::msg::{Buf, ConnRef, FileBody, Part, PyBytesRef, Response, StreamCredit};
 use crate::park;
 use crate::ring::Producer;
 use crate::stats;
-
-/// Streamed chunks a handler may have in the response ring or a connection's write queue
-/// before it waits for the loop to write them: a client that does not read stalls only the
-/// handler streaming to it, and memory stays bounded.
-pub const MAX_CHUNKS_IN_FLIGHT: usize = 16;
 
 /// Body bytes gathered into one message before a streamed part is pushed when the app
 /// declared a Content-Length (the whole response then goes out in one write).
@@ -90,33 +88,56 @@ pub struct ReqInfo {
 
 /// Where an exchange's response messages go.
 pub enum Sink {
-    /// A handler thread's response ring: a full ring or spent chunk credit waits with the
-    /// GIL released until the loop makes room.
-    Ring(RefCell<Producer<Response>>),
+    /// A handler thread's response ring: a full ring waits, GIL released, until the loop
+    /// makes room.
+    Ring(Producer<Response>),
     /// Inline mode (`--blocking-threads 0`): the app runs on the loop thread, which takes
     /// these after the app returns. Pushing never waits (the loop cannot run while the app
-    /// does); a streamed body is suspended between items instead when its credit is spent
-    /// (`Bridge::resume`).
-    Inline(Rc<RefCell<VecDeque<Response>>>),
+    /// does); a streamed body is set aside between items instead when its credit is spent.
+    Inline(Arc<Mutex<VecDeque<Response>>>),
 }
 
-/// Per handler thread, reset for each request.
+/// The app's body disagreed with its own Content-Length (PEP 3333: the server should
+/// note it): what it declared and what it produced.
+#[derive(Clone, Copy, Debug)]
+pub struct LengthMismatch {
+    pub declared: u64,
+    pub produced: u64,
+}
+
+/// One handler's exchange: the response of the request being served, and where its
+/// messages go. Shared (`Arc`) with the callables handed to the app.
+///
+/// Those callables may be called from any thread, so all that changes is behind one lock,
+/// always taken with `lock_py_attached`: a thread that must wait for it lets go of the
+/// GIL first. That matters because the holder may itself wait for the loop (ring room,
+/// stream credit) with the GIL released and the lock kept (so the messages of one response
+/// stay in order); it needs the GIL back afterwards, which a thread blocked on the lock
+/// while holding the GIL would never give. No Python code runs with the lock held (the
+/// headers are a list by then, see `start`), so the lock is never taken twice by a thread.
 pub struct Exchange {
+    inner: Mutex<Inner>,
     pub shared: Arc<HandlerShared>,
-    pub loop_shared: Arc<LoopShared>,
-    sink: Sink,
-    pub st: RefCell<State>,
-    date: RefCell<DateCache>,
-    /// `ConnRef::packed` of the last connection this handler answered with a close.
-    closed_conn: Cell<u64>,
+    loop_shared: Arc<LoopShared>,
 }
 
+struct Inner {
+    st: State,
+    sink: Sink,
+    date: DateCache,
+    /// `ConnRef::packed` of the last connection this handler answered with a close.
+    closed_conn: u64,
+}
+
+/// One response in the making. Moved out of the exchange while its body is set aside for a
+/// slow client (`take_state`), and back when it resumes.
 pub struct State {
     pub req: ReqInfo,
-    pub status: Option<Py<PyAny>>,
-    pub headers: Option<Py<PyAny>>,
+    status: Option<Py<PyString>>,
+    /// Always a list (`start` copies another iterable into one).
+    headers: Option<Py<PyList>>,
     /// The head has been encoded into `out`.
-    pub sent: bool,
+    sent: bool,
     /// The head has left for the loop: from here on the response cannot be replaced.
     pushed: bool,
     framing: Framing,
@@ -124,68 +145,129 @@ pub struct State {
     /// For `Framing::Length`: body bytes the declared length still allows.
     remaining: u64,
     /// The app sent fewer or more bytes than it declared: close after this response.
-    pub mismatch: bool,
+    mismatch: bool,
+    /// The app's own Content-Length, and the body bytes it produced (for the warning).
+    declared: Option<u64>,
+    produced: u64,
     /// Wire bytes not yet pushed: `out`, then `more` (large items uncopied, and the bytes
     /// after them).
     out: Vec<u8>,
     more: Vec<Buf>,
     /// A file body to send after `out` with the last part.
     file: Option<FileBody>,
+    /// The flow control of this response's middle parts (made with the first one).
+    stream: Option<Arc<StreamCredit>>,
     /// For the access log: the status sent, and the body bytes framed so far.
     pub code: u16,
     pub body_bytes: u64,
 }
 
+impl State {
+    /// The flow control of its middle parts, once it has one.
+    pub fn stream(&self) -> Option<&Arc<StreamCredit>> {
+        self.stream.as_ref()
+    }
+
+    fn new(req: ReqInfo) -> State {
+        State {
+            req,
+            status: None,
+            headers: None,
+            sent: false,
+            pushed: false,
+            framing: Framing::NoBody,
+            keep_alive: false,
+            remaining: 0,
+            mismatch: false,
+            declared: None,
+            produced: 0,
+            out: Vec::new(),
+            more: Vec::new(),
+            file: None,
+            stream: None,
+            code: 0,
+            body_bytes: 0,
+        }
+    }
+}
+
+/// A wait that may be needed before a body item is sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Credit {
+    /// `write()`: PEP 3333 has it block until the data is on its way, so a spent credit
+    /// waits (on a handler thread; inline mode never waits, the loop being this thread).
+    Wait,
+    /// An item of the body iterable: the caller checks the credit before it asks the
+    /// iterator for the item, and sets the body aside instead of waiting.
+    Checked,
+}
+
 impl Exchange {
     pub fn new(sink: Sink, shared: Arc<HandlerShared>, loop_shared: Arc<LoopShared>) -> Exchange {
+        let idle = ReqInfo {
+            id: 0,
+            conn: ConnRef { slot: 0, gen: 0 },
+            version: Version::Http11,
+            is_head: false,
+            keep_alive: false,
+        };
         Exchange {
+            inner: Mutex::new(Inner {
+                st: State::new(idle),
+                sink,
+                date: DateCache::new(),
+                closed_conn: u64::MAX,
+            }),
             shared,
             loop_shared,
-            sink,
-            st: RefCell::new(State {
-                req: ReqInfo {
-                    id: 0,
-                    conn: ConnRef { slot: 0, gen: 0 },
-                    version: Version::Http11,
-                    is_head: false,
-                    keep_alive: false,
-                },
-                status: None,
-                headers: None,
-                sent: false,
-                pushed: false,
-                framing: Framing::NoBody,
-                keep_alive: false,
-                remaining: 0,
-                mismatch: false,
-                out: Vec::new(),
-                more: Vec::new(),
-                file: None,
-                code: 0,
-                body_bytes: 0,
-            }),
-            date: RefCell::new(DateCache::new()),
-            closed_conn: Cell::new(u64::MAX),
         }
     }
 
-    pub fn begin(&self, req: ReqInfo) {
-        let mut st = self.st.borrow_mut();
-        st.req = req;
-        st.status = None;
-        st.headers = None;
-        st.sent = false;
-        st.pushed = false;
-        st.mismatch = false;
-        st.out = Vec::new();
-        st.more = Vec::new();
-        st.file = None;
-        st.code = 0;
-        st.body_bytes = 0;
+    /// The lock (see the type's doc). A poisoned lock (a panic while it was held, which
+    /// would be a bug) is taken as it is: its state is still a valid response in the making.
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Inner> {
+        self.inner
+            .lock_py_attached(py)
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new request; what the exchange held (a finished response) is dropped.
+    pub fn begin(&self, py: Python<'_>, req: ReqInfo) {
+        let old = std::mem::replace(&mut self.lock(py).st, State::new(req));
+        // Dropped with the lock released: a decref may run Python code (a `__del__`).
+        drop(old);
+    }
+
+    /// Takes the current response out (its body is set aside); the exchange is idle until
+    /// the next `begin` or `put_state`.
+    pub fn take_state(&self, py: Python<'_>) -> State {
+        let mut inner = self.lock(py);
+        let idle = ReqInfo {
+            id: 0,
+            ..inner.st.req
+        };
+        std::mem::replace(&mut inner.st, State::new(idle))
+    }
+
+    /// Makes a set-aside response current again.
+    pub fn put_state(&self, py: Python<'_>, st: State) {
+        let old = std::mem::replace(&mut self.lock(py).st, st);
+        drop(old);
+    }
+
+    /// The id of the request being served (0: none).
+    pub fn current_id(&self, py: Python<'_>) -> u64 {
+        self.lock(py).st.req.id
+    }
+
+    /// The access log's view of the response: its status and body bytes.
+    pub fn outcome(&self, py: Python<'_>) -> (u16, u64) {
+        let inner = self.lock(py);
+        (inner.st.code, inner.st.body_bytes)
     }
 
     /// `start_response(status, headers, exc_info)`, PEP 3333 "The start_response()
-    /// Callable".
+    /// Callable", for request `id`.
     pub fn start(
         &self,
         py: Python<'_>,
@@ -194,15 +276,36 @@ impl Exchange {
         headers: Bound<'_, PyAny>,
         exc_info: Option<Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let mut st = self.st.borrow_mut();
-        if st.req.id != id {
-            return Err(PyRuntimeError::new_err(
-                "start_response called after its request finished",
+        // Fail fast where the app can see it: the status must be a valid status string.
+        let code = encode::parse_status(latin1(&status, "status")?).map_err(encode_err)?;
+        if code < 200 {
+            return Err(PyValueError::new_err(
+                "a WSGI application cannot send a 1xx status",
             ));
+        }
+        let status = status.cast_into::<PyString>()?;
+        // Any iterable of pairs, copied into a list here, before the lock: iterating it
+        // may run Python code, and the head is encoded from the list with the lock held.
+        let headers = match headers.cast_into_exact::<PyList>() {
+            Ok(list) => list,
+            Err(e) => {
+                let it = e.into_inner().try_iter().map_err(|_| {
+                    PyTypeError::new_err(
+                        "response headers must be a list of (name, value) tuples",
+                    )
+                })?;
+                PyList::new(py, it.collect::<PyResult<Vec<_>>>()?)?
+            }
+        };
+        let mut inner = self.lock(py);
+        let st = &mut inner.st;
+        if st.req.id != id {
+            return Err(outside_request("start_response"));
         }
         match exc_info.filter(|e| !e.is_none()) {
             Some(exc) => {
                 if st.pushed {
+                    drop(inner);
                     // "if exc_info is provided, and the HTTP headers have already been
                     // sent, start_response must raise an error, and should re-raise using
                     // the exc_info tuple."
@@ -223,25 +326,24 @@ impl Exchange {
                 }
             }
         }
-        // Fail fast where the app can see it: the status must be a valid status string.
-        let code = encode::parse_status(latin1(&status, "status")?).map_err(encode_err)?;
-        if code < 200 {
-            return Err(PyValueError::new_err(
-                "a WSGI application cannot send a 1xx status",
-            ));
-        }
-        headers.try_iter().map_err(|_| {
-            PyTypeError::new_err("response headers must be a list of (name, value) tuples")
-        })?;
-        st.status = Some(status.unbind());
-        st.headers = Some(headers.unbind());
-        drop(st);
-        let _ = py;
+        let old = (
+            st.status.replace(status.unbind()),
+            st.headers.replace(headers.unbind()),
+        );
+        drop(inner);
+        drop(old);
         Ok(())
     }
 
     /// Encodes the head into `out`. `known_len` is the whole body's length when known.
-    fn encode_head(&self, py: Python<'_>, st: &mut State, known_len: Option<u64>) -> PyResult<()> {
+    /// Runs no Python code: the status is a str and the headers a list.
+    fn encode_head(
+        &self,
+        py: Python<'_>,
+        inner: &mut Inner,
+        known_len: Option<u64>,
+    ) -> PyResult<()> {
+        let st = &mut inner.st;
         let (Some(status), Some(headers)) = (&st.status, &st.headers) else {
             return Err(PyRuntimeError::new_err(
                 "the application returned a body before calling start_response",
@@ -251,12 +353,11 @@ impl Exchange {
         let headers = headers.bind(py).clone();
         let mut out = std::mem::take(&mut st.out);
         let mark = out.len();
-        let result = (|| -> PyResult<u16> {
+        let result = (|| -> PyResult<(u16, Option<u64>)> {
             let (mut w, code) =
                 HeadWriter::new(&mut out, latin1(&status, "status")?).map_err(encode_err)?;
             let (mut app_len, mut app_date, mut app_server) = (None, false, false);
-            for item in headers.try_iter()? {
-                let item = item?;
+            for item in headers.iter() {
                 let pair = item.cast::<PyTuple>().map_err(|_| {
                     PyTypeError::new_err("each response header must be a (name, value) tuple")
                 })?;
@@ -297,13 +398,12 @@ impl Exchange {
                 known_len,
                 st.req.keep_alive,
             );
-            let mut date = self.date.borrow_mut();
             w.finish(
                 framing,
                 app_len.is_some(),
                 keep_alive,
                 st.req.version,
-                date.get(),
+                inner.date.get(),
                 app_date,
                 app_server,
             );
@@ -313,36 +413,88 @@ impl Exchange {
                 Framing::Length(n) => n,
                 _ => 0,
             };
-            Ok(code)
+            Ok((code, app_len))
         })();
         if result.is_err() {
             out.truncate(mark);
         }
         st.out = out;
-        st.code = result?;
+        let (code, declared) = result?;
+        st.code = code;
+        st.declared = declared;
         st.body_bytes = 0;
         st.sent = true;
         Ok(())
     }
 
-    /// Body data from the app (an item of its iterable, or `write()`).
-    pub fn send(&self, py: Python<'_>, data: &Bound<'_, PyBytes>) -> PyResult<()> {
+    /// Body data from the app: an item of its iterable (`id` `None`: the current request),
+    /// or `write()` for request `id`.
+    pub fn send(
+        &self,
+        py: Python<'_>,
+        id: Option<u64>,
+        data: &Bound<'_, PyBytes>,
+        credit: Credit,
+    ) -> PyResult<()> {
+        let mut inner = self.lock(py);
+        if id.is_some_and(|id| id != inner.st.req.id) {
+            return Err(outside_request("write()"));
+        }
         if data.as_bytes().is_empty() {
             return Ok(());
         }
-        let mut st = self.st.borrow_mut();
-        if !st.sent {
-            self.encode_head(py, &mut st, None)?;
+        if credit == Credit::Wait {
+            self.wait_for_credit(py, &inner);
         }
-        let hold = append_body(&mut st, data);
+        if !inner.st.sent {
+            self.encode_head(py, &mut inner, None)?;
+        }
+        let st = &mut inner.st;
+        let hold = append_body(st, data);
         if !hold && (!st.out.is_empty() || !st.more.is_empty()) {
             st.pushed = true;
-            let (out, more) = take_message(&mut st);
+            let (out, more) = take_message(st);
             let conn = st.req.conn;
-            drop(st);
-            self.push(py, conn, out, more, Part::Partial);
+            let stream = st
+                .stream
+                .get_or_insert_with(|| Arc::new(StreamCredit::new(self.shared.index)))
+                .clone();
+            self.push(
+                py,
+                &mut inner,
+                Response {
+                    conn,
+                    data: out,
+                    more,
+                    file: None,
+                    part: Part::Partial,
+                    stream: Some(stream),
+                },
+            );
         }
         Ok(())
+    }
+
+    /// `write()` with its response's credit spent: waits, GIL released (other Python
+    /// threads run), until the loop has written some or the client is gone. Only on a
+    /// handler thread; the loop wakes it (`HandlerLink::notify`) when credit returns.
+    fn wait_for_credit(&self, py: Python<'_>, inner: &Inner) {
+        let Some(stream) = inner.st.stream.as_ref() else {
+            return;
+        };
+        if matches!(inner.sink, Sink::Inline(_)) || stream.can_go_on() {
+            return;
+        }
+        let shared = &*self.shared;
+        let conn = inner.st.req.conn.packed();
+        let parks = py.detach(|| {
+            park::wait_until(&shared.wake, || {
+                // Acquire: pairs with the loop's Release store when it closed the
+                // connection.
+                stream.can_go_on() || shared.cancelled.load(Ordering::Acquire) == conn
+            })
+        });
+        stats::bump(&shared.counters.parks, u64::from(parks));
     }
 
     /// A body whose total length is known up front (a list or tuple): head and body
@@ -353,8 +505,8 @@ impl Exchange {
         chunks: &[Bound<'_, PyAny>],
         total: u64,
     ) -> PyResult<()> {
-        let mut st = self.st.borrow_mut();
-        if !st.sent {
+        let mut inner = self.lock(py);
+        if !inner.st.sent {
             // Room for what is copied: the head and the items too small to go uncopied.
             let copied: usize = chunks
                 .iter()
@@ -362,45 +514,50 @@ impl Exchange {
                 .map(|b| b.as_bytes().len())
                 .filter(|&n| n < ZERO_COPY_MIN_BYTES)
                 .sum();
-            st.out.reserve(256 + copied);
-            self.encode_head(py, &mut st, Some(total))?;
+            inner.st.out.reserve(256 + copied);
+            self.encode_head(py, &mut inner, Some(total))?;
         }
         for c in chunks {
             let b = bytes_of(c)?;
             if !b.as_bytes().is_empty() {
-                append_body(&mut st, b);
+                append_body(&mut inner.st, b);
             }
         }
         Ok(())
     }
 
-    /// The body is complete: end it and push the last part.
-    pub fn finish(&self, py: Python<'_>) -> PyResult<()> {
-        let mut st = self.st.borrow_mut();
-        if !st.sent {
-            self.encode_head(py, &mut st, Some(0))?;
+    /// The body is complete: end it and push the last part. A body that disagreed with
+    /// the app's Content-Length is reported (the connection closes after it).
+    pub fn finish(&self, py: Python<'_>) -> PyResult<Option<LengthMismatch>> {
+        let mut inner = self.lock(py);
+        if !inner.st.sent {
+            self.encode_head(py, &mut inner, Some(0))?;
         }
+        let st = &mut inner.st;
         match st.framing {
             Framing::Chunked => encode::write_last_chunk(&mut st.out),
             Framing::Length(_) if st.remaining > 0 => st.mismatch = true,
             _ => {}
         }
+        let mismatch = match (st.mismatch, st.declared) {
+            (true, Some(declared)) => Some(LengthMismatch {
+                declared,
+                produced: st.produced,
+            }),
+            _ => None,
+        };
         let keep_alive = st.keep_alive && !st.mismatch;
-        let (out, more) = take_message(&mut st);
-        let file = st.file.take();
-        let conn = st.req.conn;
-        drop(st);
-        self.push_with_file(
-            py,
-            Response {
-                conn,
-                data: out,
-                more,
-                file,
-                part: Part::Last { keep_alive },
-            },
-        );
-        Ok(())
+        let (out, more) = take_message(st);
+        let resp = Response {
+            conn: st.req.conn,
+            data: out,
+            more,
+            file: st.file.take(),
+            part: Part::Last { keep_alive },
+            stream: None,
+        };
+        self.push(py, &mut inner, resp);
+        Ok(mismatch)
     }
 
     /// The body is `len` bytes of a regular file from `offset`: the head goes out with a
@@ -408,11 +565,13 @@ impl Exchange {
     /// `false` when the response already started otherwise (after `write()`): the caller
     /// then iterates the file as any body.
     pub fn take_file(&self, py: Python<'_>, fd: OwnedFd, offset: u64, len: u64) -> PyResult<bool> {
-        let mut st = self.st.borrow_mut();
-        if st.sent {
+        let mut inner = self.lock(py);
+        if inner.st.sent {
             return Ok(false);
         }
-        self.encode_head(py, &mut st, Some(len))?;
+        self.encode_head(py, &mut inner, Some(len))?;
+        let st = &mut inner.st;
+        st.produced = len;
         let len = match st.framing {
             Framing::Length(n) => {
                 // The app's own Content-Length wins; a file shorter than it is a mismatch.
@@ -433,60 +592,77 @@ impl Exchange {
     /// The response failed. Before the head went out: a 500 (the connection stays usable).
     /// After: close the connection without ending the body.
     pub fn fail(&self, py: Python<'_>) {
-        let mut st = self.st.borrow_mut();
+        let mut inner = self.lock(py);
+        let st = &mut inner.st;
         let conn = st.req.conn;
         if st.pushed {
-            let (out, more) = take_message(&mut st);
+            let (out, more) = take_message(st);
             // A close-delimited body (HTTP/1.0 streaming) only looks truncated to the
             // client if the connection is reset.
             let reset = st.framing == Framing::Close;
-            drop(st);
-            self.push(py, conn, out, more, Part::Abort { reset });
+            let resp = Response {
+                conn,
+                data: out,
+                more,
+                file: None,
+                part: Part::Abort { reset },
+                stream: None,
+            };
+            self.push(py, &mut inner, resp);
             return;
         }
         // Whatever was encoded but held is dropped: the 500 replaces it.
         st.out.clear();
         st.more.clear();
+        st.file = None;
         let keep_alive = st.req.keep_alive;
+        let (version, is_head) = (st.req.version, st.req.is_head);
         let body: &[u8] = b"Internal Server Error\n";
         let mut out = Vec::with_capacity(256);
         if let Ok((mut w, _)) = HeadWriter::new(&mut out, b"500 Internal Server Error") {
             let _ = w.header(b"Content-Type", b"text/plain; charset=utf-8");
-            let mut date = self.date.borrow_mut();
             w.finish(
                 Framing::Length(body.len() as u64),
                 false,
                 keep_alive,
-                st.req.version,
-                date.get(),
+                version,
+                inner.date.get(),
                 false,
                 false,
             );
         }
-        if !st.req.is_head {
+        if !is_head {
             out.extend_from_slice(body);
         }
+        let st = &mut inner.st;
         st.code = 500;
-        st.body_bytes = if st.req.is_head { 0 } else { body.len() as u64 };
+        st.body_bytes = if is_head { 0 } else { body.len() as u64 };
         st.sent = true;
-        drop(st);
-        self.push(py, conn, out, Vec::new(), Part::Last { keep_alive });
+        let resp = Response {
+            conn,
+            data: out,
+            more: Vec::new(),
+            file: None,
+            part: Part::Last { keep_alive },
+            stream: None,
+        };
+        self.push(py, &mut inner, resp);
     }
 
     /// The head is out and the response has no body (HEAD, 204, 304): iterating further
     /// would only produce bytes to discard, and a client that left would never be noticed.
-    pub fn body_complete(&self) -> bool {
-        let st = self.st.borrow();
-        st.sent && st.framing == Framing::NoBody
+    pub fn body_complete(&self, py: Python<'_>) -> bool {
+        let inner = self.lock(py);
+        inner.st.sent && inner.st.framing == Framing::NoBody
     }
 
     /// The client of the current request has left (or half-closed): the loop saw its end
     /// of stream or closed its connection. `m0serve.client_disconnected()`.
-    pub fn client_gone(&self) -> bool {
-        if self.cancelled() {
+    pub fn client_gone(&self, py: Python<'_>) -> bool {
+        if self.cancelled(py) {
             return true;
         }
-        let conn = self.st.borrow().req.conn.packed();
+        let conn = self.lock(py).st.req.conn.packed();
         // Acquire: pairs with the loop's Release store in `mark_gone`.
         self.shared
             .gone
@@ -494,74 +670,41 @@ impl Exchange {
             .any(|g| g.load(Ordering::Acquire) == conn)
     }
 
-    /// The loop closed this request's connection: stop producing its body.
-    pub fn cancelled(&self) -> bool {
-        let conn = self.st.borrow().req.conn.packed();
-        // This handler itself ended the connection's last response with a close: requests
-        // pipelined behind it will never be answered (known here before the loop knows).
-        if self.closed_conn.get() == conn {
-            return true;
-        }
-        // Acquire: pairs with the loop's Release store when it closed the connection.
-        self.shared.cancelled.load(Ordering::Acquire) == conn
+    /// The current request's connection is gone: stop producing its body.
+    pub fn cancelled(&self, py: Python<'_>) -> bool {
+        let inner = self.lock(py);
+        is_cancelled(&self.shared, &inner)
     }
 
-    /// Streamed chunks are unwritten up to the credit: the next body item should wait.
-    pub fn out_of_credit(&self) -> bool {
-        // Acquire: pairs with the loop's Release `fetch_sub` when it wrote a chunk.
-        self.shared.chunks_in_flight.load(Ordering::Acquire) >= MAX_CHUNKS_IN_FLIGHT
+    /// The current response's credit is spent: its body should be set aside.
+    pub fn out_of_credit(&self, py: Python<'_>) -> bool {
+        self.lock(py).st.stream.as_ref().is_some_and(|c| c.spent())
     }
 
-    /// Pushes one message, waiting with the GIL released when the ring is full or too
-    /// many streamed chunks are unwritten; wakes the loop only if it sleeps. Inline, it
-    /// queues the message for the loop and never waits.
-    fn push(&self, py: Python<'_>, conn: ConnRef, data: Vec<u8>, more: Vec<Buf>, part: Part) {
-        self.push_with_file(
-            py,
-            Response {
-                conn,
-                data,
-                more,
-                file: None,
-                part,
-            },
-        );
-    }
-
-    fn push_with_file(&self, py: Python<'_>, resp: Response) {
+    /// Pushes one message, waiting with the GIL released (and the lock kept, so the
+    /// messages of a response stay in order) when the ring is full; wakes the loop only if
+    /// it sleeps. Inline, it queues the message for the loop and never waits.
+    fn push(&self, py: Python<'_>, inner: &mut Inner, resp: Response) {
         let shared = &*self.shared;
-        let ring = match &self.sink {
-            Sink::Ring(tx) => Some(tx),
-            Sink::Inline(_) => None,
-        };
-        if resp.part == Part::Partial {
-            if ring.is_some() && self.out_of_credit() {
-                let conn = resp.conn.packed();
-                let parks = py.detach(|| {
-                    park::wait_until(&shared.wake, || {
-                        shared.chunks_in_flight.load(Ordering::Acquire) < MAX_CHUNKS_IN_FLIGHT
-                            || shared.cancelled.load(Ordering::Acquire) == conn
-                    })
-                });
-                stats::bump(&shared.counters.parks, u64::from(parks));
-            }
-            // Relaxed: the count is published to the loop by the ring push below (inline,
-            // the loop runs on this thread).
-            shared.chunks_in_flight.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = &resp.stream {
+            c.add(StreamCredit::charge(resp.wire_len()));
         }
         if matches!(
             resp.part,
             Part::Abort { .. } | Part::Last { keep_alive: false }
         ) {
-            self.closed_conn.set(resp.conn.packed());
+            inner.closed_conn = resp.conn.packed();
         }
-        let Some(tx) = ring else {
-            if let Sink::Inline(queue) = &self.sink {
-                queue.borrow_mut().push_back(resp);
+        let tx = match &mut inner.sink {
+            Sink::Inline(queue) => {
+                queue
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push_back(resp);
+                return;
             }
-            return;
+            Sink::Ring(tx) => tx,
         };
-        let mut tx = tx.borrow_mut();
         let mut resp = resp;
         loop {
             match tx.push(resp) {
@@ -569,13 +712,12 @@ impl Exchange {
                 Err(back) => {
                     resp = back;
                     self.notify_loop();
-                    let tx = &mut *tx;
-                    let parks = py.detach(move || park::wait_until(&shared.wake, || !tx.is_full()));
+                    let parks = py.detach(|| park::wait_until(&shared.wake, || !tx.is_full()));
                     stats::bump(&shared.counters.parks, u64::from(parks));
                 }
             }
         }
-        drop(tx);
+        shared.busy.progressed();
         self.notify_loop();
     }
 
@@ -584,6 +726,30 @@ impl Exchange {
             stats::bump(&self.shared.counters.loop_wakes, 1);
         }
     }
+}
+
+/// The request's connection is gone, as far as this handler knows.
+fn is_cancelled(shared: &HandlerShared, inner: &Inner) -> bool {
+    let conn = inner.st.req.conn.packed();
+    // This handler itself ended the connection's last response with a close: requests
+    // pipelined behind it will never be answered (known here before the loop knows).
+    if inner.closed_conn == conn {
+        return true;
+    }
+    if inner.st.stream.as_ref().is_some_and(|c| c.is_gone()) {
+        return true;
+    }
+    // Acquire: pairs with the loop's Release store when it closed the connection.
+    shared.cancelled.load(Ordering::Acquire) == conn
+}
+
+/// The error for a callable used outside its request's time.
+fn outside_request(what: &str) -> PyErr {
+    PyRuntimeError::new_err(format!(
+        "{what} called outside its request: the request has finished, or its body is paused \
+         while a slow client catches up (start_response and write work from any thread only \
+         while the application call or its body iterable is running)"
+    ))
 }
 
 /// The message being built, taken for a push.
@@ -619,6 +785,7 @@ fn put(st: &mut State, data: &Bound<'_, PyBytes>, range: std::ops::Range<usize>)
 /// length is complete and the whole response can go out with the last part).
 fn append_body(st: &mut State, data: &Bound<'_, PyBytes>) -> bool {
     let len = data.as_bytes().len();
+    st.produced += len as u64;
     if st.framing != Framing::NoBody {
         st.body_bytes += len as u64;
     }

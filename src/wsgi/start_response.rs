@@ -1,17 +1,19 @@
 //! The `start_response` and `write` callables handed to the app.
 //!
-//! Both are thin handles on the handler thread's [`Exchange`]; each remembers the request
-//! it was made for, so one kept past its request raises instead of touching the next.
+//! Both are handles on the handler's [`Exchange`], usable from any thread (PEP 3333 ties
+//! them to none, and apps call them from threads they start): each remembers the request
+//! it was made for, so one kept past its request, or called while that request's body is
+//! set aside, raises a `RuntimeError` instead of touching another request.
 
-use std::rc::Rc;
+use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::response::{bytes_of, Exchange};
+use super::response::{bytes_of, Credit, Exchange};
 
-#[pyclass(module = "m0serve", name = "StartResponse", unsendable)]
+#[pyclass(module = "m0serve", name = "StartResponse", frozen)]
 pub struct StartResponse {
-    pub ex: Rc<Exchange>,
+    pub ex: Arc<Exchange>,
     pub id: u64,
 }
 
@@ -39,22 +41,19 @@ impl StartResponse {
 }
 
 /// The imperative `write()` callable (PEP 3333 "The write() Callable"): the data is
-/// handed to the loop before `write` returns.
-#[pyclass(module = "m0serve", name = "Write", unsendable)]
+/// handed to the loop before `write` returns, after waiting (GIL released) while the
+/// client has too much of this response unread.
+#[pyclass(module = "m0serve", name = "Write", frozen)]
 pub struct Write {
-    ex: Rc<Exchange>,
+    ex: Arc<Exchange>,
     id: u64,
 }
 
 #[pymethods]
 impl Write {
     fn __call__(&self, py: Python<'_>, data: Bound<'_, PyAny>) -> PyResult<()> {
-        if self.ex.st.borrow().req.id != self.id {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                "write() called after its request finished",
-            ));
-        }
-        self.ex.send(py, bytes_of(&data)?)
+        self.ex
+            .send(py, Some(self.id), bytes_of(&data)?, Credit::Wait)
     }
 }
 
@@ -62,14 +61,14 @@ impl Write {
 /// being served has gone (its end of stream or a reset reached the loop), so a long-running
 /// app can stop early. One object per handler, answering for the request it is called
 /// during: a flag check, no system call.
-#[pyclass(module = "m0serve", name = "ClientDisconnected", unsendable)]
+#[pyclass(module = "m0serve", name = "ClientDisconnected", frozen)]
 pub struct ClientDisconnected {
-    pub ex: Rc<Exchange>,
+    pub ex: Arc<Exchange>,
 }
 
 #[pymethods]
 impl ClientDisconnected {
-    fn __call__(&self) -> bool {
-        self.ex.client_gone()
+    fn __call__(&self, py: Python<'_>) -> bool {
+        self.ex.client_gone(py)
     }
 }

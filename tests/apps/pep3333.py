@@ -9,6 +9,7 @@ what happened inside the app, e.g. that close() was called on every path.
 
 import io
 import os
+import threading
 import sys
 import time
 
@@ -424,7 +425,71 @@ def r_status_reason(environ, start_response, q):
     return [b"ok"]
 
 
+def r_thread_start(environ, start_response, q):
+    """start_response and write() called from a thread the app starts and joins."""
+    def work():
+        write = start_response("200 OK", text())
+        write(b"from a thread, ")
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    return [b"then the iterable"]
+
+
+def r_thread_writers(environ, start_response, q):
+    """`n` threads each write() `count` pieces of `size` bytes of their own letter, at the
+    same time as each other, while the app's own call waits for them."""
+    n, count, size = int(q.get("n", "4")), int(q.get("count", "50")), int(q.get("size", "1000"))
+    write = start_response("200 OK", text())
+    barrier = threading.Barrier(n)
+
+    def work(i):
+        barrier.wait()
+        for _ in range(count):
+            write(bytes([97 + i]) * size)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return []
+
+
+_KEPT = {}
+
+
+def r_stale_callables(environ, start_response, q):
+    """`?keep`: answers and keeps its start_response and write. `?use`: calls the kept ones
+    (from this request's thread and from another) and answers with what each raised."""
+    if "keep" in q:
+        write = start_response("200 OK", text() + [("Content-Length", "4")])
+        _KEPT["sr"], _KEPT["write"] = start_response, write
+        return [b"kept"]
+    seen = []
+
+    def attempt(what, call):
+        try:
+            call()
+            seen.append("%s: no error" % what)
+        except Exception as e:  # noqa: BLE001 -- the type is what the test checks
+            seen.append("%s: %s: %s" % (what, type(e).__name__, e))
+
+    attempt("write", lambda: _KEPT["write"](b"late"))
+    attempt("start_response", lambda: _KEPT["sr"]("200 OK", []))
+    t = threading.Thread(target=attempt, args=("thread write", lambda: _KEPT["write"](b"late")))
+    t.start()
+    t.join()
+    body = "\n".join(seen).encode()
+    start_response("200 OK", text() + [("Content-Length", str(len(body)))])
+    return [body]
+
+
 ROUTES = {
+    "/thread-start": r_thread_start,
+    "/thread-writers": r_thread_writers,
+    "/stale-callables": r_stale_callables,
     "/write": r_write,
     "/write-only": r_write_only,
     "/exc-info/before": r_exc_info_before,
