@@ -69,6 +69,18 @@ pub struct Cli {
     )]
     pub timeout: f64,
 
+    /// Seconds a worker's loop thread may go without its heartbeat to the master (one a
+    /// second while it runs) before the master kills it (SIGKILL) and starts another: a
+    /// worker stopped (SIGSTOP) or frozen. In inline mode the app runs on that thread, so
+    /// this is also the longest one request may take there. Must be longer than --timeout.
+    #[arg(
+        long,
+        env = "M0SERVE_SILENT_TIMEOUT",
+        default_value_t = 60.0,
+        value_name = "SECS"
+    )]
+    pub silent_timeout: f64,
+
     /// Recycle a worker after it has served this many requests (0: never); its
     /// replacement is ready before it drains.
     #[arg(

@@ -163,6 +163,8 @@ pub struct Config {
     pub backlog: i32,
     /// `--timeout`: `None` for no limit.
     pub timeout: Option<Duration>,
+    /// `--silent-timeout`.
+    pub silent_timeout: Duration,
     pub max_requests: u64,
     pub max_requests_jitter: u64,
     pub workers_max_rss: u64,
@@ -281,6 +283,21 @@ impl Config {
         // Checked even when the access log is off, so a typo is found before it is needed.
         let access_log_format = crate::access_log::Format::parse(&cli.access_log_format)?;
         const DAY: f64 = 86_400.0;
+        let timeout = if cli.timeout == 0.0 {
+            None
+        } else {
+            Some(seconds("--timeout", cli.timeout, 0.05, DAY)?)
+        };
+        let silent_timeout = seconds("--silent-timeout", cli.silent_timeout, 1.0, DAY)?;
+        if let Some(t) = timeout.filter(|t| *t >= silent_timeout) {
+            return Err(format!(
+                "--silent-timeout {}: must be longer than --timeout {} (a worker is silent \
+                 while its loop thread waits on the app in inline mode, and a request past \
+                 --timeout should be reported before its worker is killed)",
+                cli.silent_timeout,
+                t.as_secs_f64()
+            ));
+        }
         let timeouts = Timeouts {
             header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
             keep_alive: seconds("--keep-alive-timeout", cli.keep_alive_timeout, 0.05, DAY)?,
@@ -346,11 +363,8 @@ impl Config {
             max_connections,
             timeouts,
             backlog,
-            timeout: if cli.timeout == 0.0 {
-                None
-            } else {
-                Some(seconds("--timeout", cli.timeout, 0.05, DAY)?)
-            },
+            timeout,
+            silent_timeout,
             max_requests: cli.max_requests,
             max_requests_jitter: cli.max_requests_jitter,
             workers_max_rss: cli.workers_max_rss,

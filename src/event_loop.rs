@@ -73,6 +73,18 @@ const SWEEP_MIN: Duration = Duration::from_millis(25);
 /// served with `Connection: close`; then the idle connections close.
 const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(2);
 
+/// At most one log line per this long about failing accepts (descriptors exhausted, say).
+const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// How often a worker's loop tells the master it lives (`--silent-timeout` counts from the
+/// last beat): a write of one byte a second.
+const LIVENESS_BEAT: Duration = Duration::from_secs(1);
+
+/// The heartbeat's period: a second, or the systemd watchdog's shorter one.
+fn beat_every(watchdog: Option<Duration>) -> Duration {
+    watchdog.map_or(LIVENESS_BEAT, |w| w.min(LIVENESS_BEAT))
+}
+
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -264,7 +276,7 @@ pub struct LoopOptions {
     pub max_requests: u64,
     /// `--timeout`.
     pub timeout: Option<Duration>,
-    /// The systemd watchdog through the master: how often to send it a heartbeat.
+    /// The systemd watchdog through the master: how often it wants a heartbeat.
     pub heartbeat: Option<Duration>,
     pub stats: bool,
     pub static_response: bool,
@@ -303,7 +315,8 @@ pub struct EventLoop {
     timeouts: crate::config::Timeouts,
     max_requests: u64,
     timeout: Option<Duration>,
-    heartbeat: Option<Duration>,
+    /// The systemd watchdog's heartbeat period, when there is one.
+    watchdog: Option<Duration>,
     next_heartbeat: Instant,
     /// The write end of the status pipe to the master ("M": replace me).
     master_pipe: Option<std::os::fd::OwnedFd>,
@@ -346,9 +359,23 @@ pub struct EventLoop {
     metrics_conns: usize,
     /// Of `conns`, those of the app's ports in their lingering close.
     lingering_conns: usize,
+    accept_errors: AcceptErrors,
+}
+
+/// Accept failures counted between two log lines.
+#[derive(Default)]
+struct AcceptErrors {
+    logged_at: Option<Instant>,
+    since_logged: u64,
+    /// The last one's message.
+    last: String,
 }
 
 impl EventLoop {
+    fn beat_every(&self) -> Duration {
+        beat_every(self.watchdog)
+    }
+
     pub fn new(
         poll: Poll,
         mut listeners: Vec<Listener>,
@@ -393,12 +420,12 @@ impl EventLoop {
             timeouts: opts.timeouts,
             max_requests: opts.max_requests,
             timeout: opts.timeout,
-            heartbeat: opts.heartbeat,
+            watchdog: opts.heartbeat,
             next_heartbeat: Instant::now(),
             master_pipe: None,
             access_log: None,
             now: Instant::now(),
-            sweep_every: sweep_interval(&opts.timeouts, opts.timeout, opts.heartbeat),
+            sweep_every: sweep_interval(&opts.timeouts, opts.timeout, beat_every(opts.heartbeat)),
             next_sweep: Instant::now(),
             date: DateCache::new(),
             deadline: None,
@@ -423,6 +450,7 @@ impl EventLoop {
             metrics: None,
             metrics_conns: 0,
             lingering_conns: 0,
+            accept_errors: AcceptErrors::default(),
         })
     }
 
@@ -620,10 +648,8 @@ impl EventLoop {
     fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let mut next = self.deadline;
-        // Idle with no connections the loop sleeps until an event, unless heartbeats are due.
-        if self.conns > 0 || self.heartbeat.is_some() {
-            next = Some(next.map_or(self.next_sweep, |d| d.min(self.next_sweep)));
-        }
+        // Idle, the loop still wakes for its heartbeat.
+        next = Some(next.map_or(self.next_sweep, |d| d.min(self.next_sweep)));
         if let Some(t) = self.drain_check_at {
             next = Some(next.map_or(t, |d| d.min(t)));
         }
@@ -764,8 +790,7 @@ impl EventLoop {
                 Err(e) => {
                     // EMFILE and friends: the connection stays in the backlog; retry when
                     // a connection closes (or on the next edge) rather than spin.
-                    log::warn!("accept failed: {e}");
-                    self.accept_blocked = true;
+                    self.accept_failed("accept", &e);
                     return;
                 }
             }
@@ -773,6 +798,45 @@ impl EventLoop {
         // The batch is spent and more may be waiting (no WouldBlock seen, so no new edge
         // will say so): take more on the next pass, after this one's work.
         self.accept_more = true;
+    }
+
+    /// An accept failed for lack of a resource (descriptors, memory): retried when a
+    /// connection closes. Under churn that is often, so the log gets the first failure,
+    /// then at most a line a second counting the others (`report_accept_failures`).
+    fn accept_failed(&mut self, what: &str, e: &io::Error) {
+        self.accept_blocked = true;
+        let now = self.now;
+        match self.accept_errors.logged_at {
+            Some(t) if now.saturating_duration_since(t) < ACCEPT_ERROR_LOG_EVERY => {
+                self.accept_errors.since_logged += 1;
+                self.accept_errors.last = format!("{what} failed: {e}");
+            }
+            _ => {
+                let more = std::mem::take(&mut self.accept_errors.since_logged);
+                if more > 0 {
+                    log::warn!("{what} failed: {e} (and {more} more times since the last report)");
+                } else {
+                    log::warn!("{what} failed: {e}");
+                }
+                self.accept_errors.logged_at = Some(now);
+            }
+        }
+    }
+
+    /// The accept failures not logged yet, once their second is over.
+    fn report_accept_failures(&mut self) {
+        let e = &mut self.accept_errors;
+        if e.since_logged > 0
+            && e.logged_at
+                .is_none_or(|t| self.now.saturating_duration_since(t) >= ACCEPT_ERROR_LOG_EVERY)
+        {
+            log::warn!(
+                "{} ({} times since the last report)",
+                e.last,
+                std::mem::take(&mut e.since_logged)
+            );
+            e.logged_at = Some(self.now);
+        }
     }
 
     /// Takes the scrapes waiting on the metrics port (few, so all of them).
@@ -796,8 +860,7 @@ impl EventLoop {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) => {
                     // EMFILE and friends: retry when a connection closes, as `accept_from`.
-                    log::warn!("accept on the metrics port failed: {e}");
-                    self.accept_blocked = true;
+                    self.accept_failed("accept on the metrics port", &e);
                     return;
                 }
             }
@@ -1077,23 +1140,25 @@ impl EventLoop {
         Ok(())
     }
 
-    /// The systemd watchdog: "H" to the master while this loop runs (it is running this)
-    /// and no handler has been on one piece of work without handing back a response
-    /// message for four heartbeat periods (the master's watchdog interval).
-    fn heartbeat(&self, every: Duration) {
+    /// The heartbeat to the master, sent while this loop runs (it is running this): "H"
+    /// when no handler has been on one piece of work without handing back a response
+    /// message for four watchdog periods (what the systemd watchdog is fed on), else "L"
+    /// (the loop lives; `--silent-timeout` counts either).
+    fn heartbeat(&self) {
         let now = stats::mono_ns();
-        let stuck = self.handlers.iter().any(|h| {
-            h.shared.busy.read().is_some_and(|(_, progress)| {
-                Duration::from_nanos(now.saturating_sub(progress)) > every * 4
+        let stuck = self.watchdog.is_some_and(|every| {
+            self.handlers.iter().any(|h| {
+                h.shared.busy.read().is_some_and(|(_, progress)| {
+                    Duration::from_nanos(now.saturating_sub(progress)) > every * 4
+                })
             })
         });
-        if stuck {
-            return;
-        }
+        let beat: &[u8; 1] = if stuck { b"L" } else { b"H" };
         if let Some(fd) = &self.master_pipe {
             use std::os::fd::AsRawFd;
-            // SAFETY: a one-byte write from a live buffer to a descriptor we own.
-            unsafe { libc::write(fd.as_raw_fd(), b"H".as_ptr().cast(), 1) };
+            // SAFETY: a one-byte write from a live buffer to a descriptor we own; a full
+            // pipe (the master busy) or a closed one (the master gone) loses one beat.
+            unsafe { libc::write(fd.as_raw_fd(), beat.as_ptr().cast(), 1) };
         }
     }
 
@@ -1396,14 +1461,13 @@ impl EventLoop {
     fn sweep(&mut self) {
         let now = self.now;
         self.next_sweep = now + self.sweep_every;
+        self.report_accept_failures();
         if let Some(limit) = self.timeout {
             self.check_stuck(limit);
         }
-        if let Some(every) = self.heartbeat {
-            if now >= self.next_heartbeat {
-                self.next_heartbeat = now + every;
-                self.heartbeat(every);
-            }
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.beat_every();
+            self.heartbeat();
         }
         let t = self.timeouts;
         for slot in 0..self.slots.len() as u32 {
@@ -1671,10 +1735,10 @@ fn body_expired(conn: &Conn, now: Instant, t: &crate::config::Timeouts) -> bool 
 fn sweep_interval(
     t: &crate::config::Timeouts,
     timeout: Option<Duration>,
-    heartbeat: Option<Duration>,
+    heartbeat: Duration,
 ) -> Duration {
     let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
     let shortest = timeout.map_or(shortest, |d| shortest.min(d));
-    let shortest = heartbeat.map_or(shortest, |d| shortest.min(d * 4));
+    let shortest = shortest.min(heartbeat * 4);
     (shortest / 4).clamp(SWEEP_MIN, SWEEP_MAX)
 }

@@ -77,6 +77,11 @@ struct Worker {
     recycling: bool,
     /// Its last heartbeat ("H" on the status pipe: its loop and handlers make progress).
     heartbeat: Instant,
+    /// The last byte it sent on the status pipe (its loop beats once a second):
+    /// `--silent-timeout` counts from here.
+    alive_at: Instant,
+    /// Killed for its silence: its death is no surprise.
+    silenced: bool,
     ready: bool,
     /// Told to drain (reload, fewer workers, recycling): its exit is expected.
     retiring: bool,
@@ -337,6 +342,7 @@ impl Master {
                 self.feed_watchdog(now, every);
             }
         }
+        self.kill_silent(now);
         if self.config.workers_max_rss > 0 && now >= self.next_rss_check {
             self.next_rss_check = now + RSS_CHECK_EVERY;
             self.check_rss();
@@ -548,6 +554,29 @@ impl Master {
         }
     }
 
+    /// `--silent-timeout`: a worker that was serving and has sent nothing for that long
+    /// (stopped, or its loop frozen) is killed; `reap` replaces it.
+    fn kill_silent(&mut self, now: Instant) {
+        let limit = self.config.silent_timeout;
+        for w in self.workers.iter_mut().filter(|w| w.ready && !w.silenced) {
+            let silent = now.saturating_duration_since(w.alive_at);
+            if silent <= limit {
+                continue;
+            }
+            log::error!(
+                "worker {} sent no heartbeat for {:.1} s (--silent-timeout {:.1} s): it is \
+                 stopped or its loop thread is stuck; killing it (SIGKILL) and starting a \
+                 replacement",
+                w.pid,
+                silent.as_secs_f64(),
+                limit.as_secs_f64()
+            );
+            w.silenced = true;
+            // SAFETY: kill(2) on our own unreaped child; SIGKILL ends a stopped process too.
+            unsafe { libc::kill(w.pid, libc::SIGKILL) };
+        }
+    }
+
     /// `--workers-max-rss`: a serving worker past the limit is recycled.
     fn check_rss(&mut self) {
         let limit_kib = self.config.workers_max_rss * 1024;
@@ -604,6 +633,10 @@ impl Master {
             let how = describe_exit(status);
             if self.stop_deadline.is_some() || w.retiring {
                 log::debug!("worker {pid} exited ({how})");
+                continue;
+            }
+            if w.silenced {
+                log::info!("silent worker {pid} is gone; its replacement starts");
                 continue;
             }
             if w.ready {
@@ -739,6 +772,8 @@ impl Master {
             ready_pipe: Some(ready_read),
             recycling: false,
             heartbeat: Instant::now(),
+            alive_at: Instant::now(),
+            silenced: false,
             ready: false,
             retiring: false,
             generation: self.generation,
@@ -764,6 +799,9 @@ fn check_ready(w: &mut Worker) -> bool {
         return false;
     }
     let mut became_ready = false;
+    if n > 0 {
+        w.alive_at = Instant::now();
+    }
     for &b in &buf[..n.max(0) as usize] {
         match b {
             b'H' => w.heartbeat = Instant::now(),

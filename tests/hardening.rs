@@ -389,6 +389,31 @@ fn clients_that_never_read_an_8_mib_response_are_dropped_while_others_are_served
     assert_served(&s, PROMPT, "after the stuck clients were dropped");
 }
 
+#[test]
+fn running_out_of_descriptors_is_logged_once_then_counted_at_most_once_a_second() {
+    // A worker with 64 descriptors and clients that hold ~80 connections, churning: every
+    // close lets it accept again, and the next accept fails with EMFILE.
+    let s = Server::builder("regress:app")
+        .wrapped(&["sh", "-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
+        .start();
+    let mut held: Vec<Conn> = (0..80).map(|_| s.connect()).collect();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        held.remove(0);
+        held.push(s.connect());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let log = s.log_text();
+    let lines = log.matches("accept failed").count();
+    assert!(
+        (1..=6).contains(&lines),
+        "{lines} lines about failed accepts in 3 s of churn:\n{log}"
+    );
+    assert!(log.contains("Too many open files"), "{log}");
+    drop(held);
+    assert_served(&s, PROMPT, "once the descriptors are back");
+}
+
 // ---------------------------------------------------------------------------
 // Slow readers: a streamed body waits for its client without holding a thread
 // ---------------------------------------------------------------------------

@@ -277,6 +277,11 @@ fn body_shorter_than_the_apps_content_length_closes_the_connection() {
         !contains(&err.raw, b"abcdefg"),
         "the next pipelined request was answered on a broken connection"
     );
+    // PEP 3333: the server should note it; one warning naming the request and both
+    // lengths.
+    let line = "GET /cl-short: the application declared Content-Length: 10 but its body had 3 bytes";
+    assert!(s.wait_for_log(line, Duration::from_secs(5)), "{}", s.log_text());
+    assert_eq!(s.log_text().matches("declared Content-Length").count(), 1);
 }
 
 #[test]
@@ -289,6 +294,8 @@ fn body_longer_than_the_apps_content_length_is_cut_at_the_length() {
     let r = c.read_response();
     assert_eq!(r.framing, Framing::ContentLength(3));
     assert_eq!(r.body_text(), "abc");
+    let line = "GET /cl-long: the application declared Content-Length: 3 but its body had 58 bytes";
+    assert!(s.wait_for_log(line, Duration::from_secs(5)), "{}", s.log_text());
     match c.try_read_response() {
         Ok(next) => {
             assert_eq!(

@@ -34,6 +34,8 @@ fn environ_has_every_required_key_with_the_right_type() {
         "SERVER_PROTOCOL",
         "REMOTE_ADDR",
         "REMOTE_PORT",
+        "REMOTE_HOST",
+        "SERVER_SOFTWARE",
         "HTTP_HOST",
         "HTTP_USER_AGENT",
     ] {
@@ -58,6 +60,12 @@ fn environ_has_every_required_key_with_the_right_type() {
     assert!(!e.must("SERVER_NAME").is_empty(), "SERVER_NAME is empty");
     assert_eq!(e.must("SERVER_PORT"), s.port().to_string());
     assert_eq!(e.must("REMOTE_ADDR"), "127.0.0.1");
+    // RFC 3875 §4.1.9 lets REMOTE_HOST be the address; §4.1.17 SERVER_SOFTWARE.
+    assert_eq!(e.must("REMOTE_HOST"), "127.0.0.1");
+    assert_eq!(
+        e.must("SERVER_SOFTWARE"),
+        concat!("m0serve/", env!("CARGO_PKG_VERSION"))
+    );
     assert_eq!(e.must("REMOTE_PORT"), c.local_port().to_string());
     assert_eq!(e.must("HTTP_HOST"), "example.test:8080");
 
@@ -247,6 +255,37 @@ fn headers_are_never_carried_over_from_the_previous_request() {
         }
         assert_eq!(e.header_vars(), want, "{what}");
     }
+}
+
+#[test]
+fn an_absolute_form_target_replaces_host() {
+    // RFC 9112 §3.2.2: the target's authority, not the Host header, names the host.
+    let s = Server::start("echo:app", &[]);
+    let mut c = s.connect();
+    c.send(b"GET http://a.example:8081/p/q?x=1 HTTP/1.1\r\nHost: b.example\r\n\r\n");
+    let e = c.read_response().echo();
+    assert_eq!(e.must("HTTP_HOST"), "a.example:8081");
+    assert_eq!(e.must("SERVER_NAME"), "a.example");
+    assert_eq!(e.must("PATH_INFO"), "/p/q");
+    assert_eq!(e.must("QUERY_STRING"), "x=1");
+    // The next request on the connection, in origin form, has its own Host again.
+    c.send(b"GET /o HTTP/1.1\r\nHost: b.example\r\n\r\n");
+    let e = c.read_response().echo();
+    assert_eq!(e.must("HTTP_HOST"), "b.example");
+    assert_ne!(e.must("SERVER_NAME"), "a.example");
+}
+
+#[test]
+fn a_higher_http_1_minor_version_is_served_as_http_1_1() {
+    // RFC 9110 §2.5: HTTP/1.2 is processed as the highest 1.x the server speaks; 2.0 and
+    // up keep 505.
+    let s = Server::start("echo:app", &[]);
+    let r = s.request(b"GET /v HTTP/1.2\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert_eq!(r.version, "HTTP/1.1");
+    assert_eq!(r.echo().must("SERVER_PROTOCOL"), "HTTP/1.1");
+    let r = s.request(b"GET /v HTTP/2.0\r\nHost: x\r\n\r\n");
+    assert_eq!(r.status, 505, "{}", r.status_line());
 }
 
 #[test]

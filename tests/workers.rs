@@ -627,3 +627,45 @@ fn a_request_crossing_a_draining_workers_close_is_answered_or_cleanly_refused() 
     let ran = std::fs::metadata(&count).unwrap().len() as usize;
     assert_eq!(ran, N + answered, "the app ran {ran}: {N} before, {answered} answered");
 }
+
+#[test]
+fn a_stopped_worker_is_killed_and_replaced_after_the_silent_timeout() {
+    let s = Server::start("regress:app", &["--workers", "2", "--silent-timeout", "2"]);
+    let before = s.wait_for_workers(2, PROMPT);
+    let t = Instant::now();
+    // SAFETY: kill(2) on a process this test started (a worker of its server).
+    unsafe { libc::kill(before[0] as i32, libc::SIGSTOP) };
+    let replaced = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 2 && !now.contains(&before[0])
+    });
+    assert!(replaced, "the stopped worker was not replaced\n{}", s.log_text());
+    let took = t.elapsed();
+    assert!(
+        (Duration::from_millis(1800)..Duration::from_secs(6)).contains(&took),
+        "replaced after {took:?} with --silent-timeout 2"
+    );
+    let log = s.log_text();
+    assert!(
+        log.contains(&format!("worker {} sent no heartbeat", before[0])),
+        "{log}"
+    );
+    for _ in 0..10 {
+        assert_eq!(s.get("/hello").body_text(), "hello");
+    }
+}
+
+#[test]
+fn a_silent_timeout_not_longer_than_the_timeout_is_refused() {
+    let out = run_to_exit(
+        &["regress:app", "--timeout", "30", "--silent-timeout", "30"],
+        &[],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--silent-timeout") && out.stderr.contains("--timeout"),
+        "{}",
+        out.stderr
+    );
+}

@@ -262,7 +262,17 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Head>, HeadError
         // RFC 6585 §5: too many header fields -> 431.
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::HeadersTooLarge),
         Err(httparse::Error::Version) => {
-            return bad_version(view, skip, req.method, req.path, limits, max_head)
+            if let Some(i) = higher_minor_version(view, req.path) {
+                // RFC 9110 §2.5: a recipient of a higher minor version "SHOULD process the
+                // message as if it were in the highest minor version ... to which the
+                // recipient is conformant". httparse knows only 1.0 and 1.1, so the head is
+                // parsed as 1.1 from a copy that says so (a rare case): every span is an
+                // offset, the same in the copy and in `buf`.
+                let mut copy = view.to_vec();
+                copy[i] = b'1';
+                return parse_head(&copy, limits);
+            }
+            return bad_version(view, skip, req.method, req.path, limits, max_head);
         }
         // RFC 9112 §3: method and request-target are tokens / URI characters separated by
         // single SPs; httparse reports both as Token (also a target that is not UTF-8).
@@ -517,6 +527,18 @@ fn skip_empty_lines(view: &[u8]) -> Result<Option<usize>, HeadError> {
     }
 }
 
+/// Where the minor digit of a complete `HTTP/1.y` request line with y >= 2 is in `view`.
+fn higher_minor_version(view: &[u8], path: Option<&str>) -> Option<usize> {
+    let path = path?;
+    let start = offset_in(view, path.as_bytes()) + path.len() + 1;
+    match view.get(start..start + 10)? {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor, b'\r', b'\n'] if (b'2'..=b'9').contains(minor) => {
+            Some(start + 7)
+        }
+        _ => None,
+    }
+}
+
 /// httparse said Version: tell a well-formed `HTTP/x.y` with x >= 2 (505) from garbage or
 /// an unsupported 1.x / 0.x (400), waiting for the CRLF before deciding.
 fn bad_version(
@@ -553,13 +575,12 @@ fn bad_version(
             max_head,
         );
     }
-    // RFC 9110 §15.6.6: 505 is for a major version the server does not support. A 1.x other
-    // than 1.0/1.1 should be read as 1.1 (RFC 9110 §2.5), but httparse cannot parse it, so
-    // it gets 400 like HTTP/0.x.
+    // RFC 9110 §15.6.6: 505 is for a major version the server does not support. (A 1.x
+    // above 1.1 never gets here: `higher_minor_version` reads it as 1.1.)
     if rest[5] >= b'2' {
         Err(HeadError::VersionNotSupported)
     } else {
-        Err(bad("unsupported HTTP/1.x minor version or HTTP/0.x"))
+        Err(bad("HTTP/0.x"))
     }
 }
 
@@ -1014,10 +1035,28 @@ mod tests {
     }
 
     #[test]
+    fn higher_http_1_minor_versions_are_read_as_1_1() {
+        // RFC 9110 §2.5.
+        for buf in [
+            &b"GET /foo HTTP/1.2\r\nHost: h\r\nX-A: b\r\n\r\n"[..],
+            b"GET /foo HTTP/1.9\r\nHost: h\r\nX-A: b\r\n\r\n",
+        ] {
+            let head = ok(buf);
+            assert_eq!(head.version, Version::Http11);
+            assert_eq!(head.target.get(buf), b"/foo");
+            assert_eq!(head.header(buf, 1), Some((&b"X-A"[..], &b"b"[..])));
+            assert_eq!(head.head_len, buf.len());
+            assert!(head.keep_alive);
+            assert_eq!(parse_split(buf, &Limits::default()), Ok(Some(head)));
+        }
+        // Still 1.1's rules: Host is required.
+        assert!(is_400(err(b"GET /foo HTTP/1.2\r\n\r\n")));
+    }
+
+    #[test]
     fn other_versions_are_400() {
         for buf in [
-            &b"GET /foo HTTP/1.2\r\nHost: h\r\n\r\n"[..],
-            b"GET /foo HTTP/0.9\r\n\r\n",
+            &b"GET /foo HTTP/0.9\r\n\r\n"[..],
             b"GET /foo HTTP/0.99\r\n\r\n",
             b"GET /foo HTTP/111\r\n\r\n",
             b"GET /foo FTP/1.1\r\n\r\n",

@@ -69,6 +69,36 @@ pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
 /// For `scheme://authority/path?query`, the `/path?query` part (possibly empty); `None` if
 /// `target` is not of that shape.
 fn absolute_form_path(target: &[u8]) -> Option<&[u8]> {
+    split_absolute_form(target).map(|(_, path)| path)
+}
+
+/// For an absolute-form target (RFC 9112 §3.2.2, `scheme://authority/path?query`), the
+/// authority without any userinfo (what Host would say) and its host alone (no port, an
+/// IPv6 literal without its brackets); `None` for the other forms. (RFC 9112 §3.2.2: the
+/// server "MUST ignore the received Host header field ... and instead use the host
+/// information of the request-target".)
+pub fn absolute_form_authority(target: &[u8]) -> Option<(&[u8], &[u8])> {
+    if matches!(target.first(), Some(b'/' | b'*') | None) {
+        return None;
+    }
+    let (authority, _) = split_absolute_form(target)?;
+    // RFC 3986 §3.2: [ userinfo "@" ] host [ ":" port ].
+    let authority = match authority.iter().rposition(|&b| b == b'@') {
+        Some(at) => &authority[at + 1..],
+        None => authority,
+    };
+    let host = match authority {
+        [b'[', rest @ ..] => rest.split(|&b| b == b']').next().unwrap_or(rest),
+        _ => authority.split(|&b| b == b':').next().unwrap_or(authority),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    Some((authority, host))
+}
+
+/// `scheme://authority` + the rest (`/path?query`, possibly empty).
+fn split_absolute_form(target: &[u8]) -> Option<(&[u8], &[u8])> {
     let colon = target.iter().position(|&b| b == b':')?;
     let scheme = &target[..colon];
     if scheme.is_empty()
@@ -81,9 +111,9 @@ fn absolute_form_path(target: &[u8]) -> Option<&[u8]> {
     let after = target[colon..].strip_prefix(b"://")?;
     let path_start = after
         .iter()
-        .position(|&b| b == b'/' || b == b'?')
+        .position(|&b| matches!(b, b'/' | b'?' | b'#'))
         .unwrap_or(after.len());
-    Some(&after[path_start..])
+    Some((&after[..path_start], &after[path_start..]))
 }
 
 #[cfg(test)]
@@ -95,6 +125,28 @@ mod tests {
         percent_decode_into(s, &mut out);
         out.remove(0);
         out
+    }
+
+    #[test]
+    fn absolute_form_authority_is_the_host_information() {
+        let a = absolute_form_authority;
+        assert_eq!(a(b"http://a.example/x"), Some((&b"a.example"[..], &b"a.example"[..])));
+        assert_eq!(
+            a(b"http://a.example:8080?q"),
+            Some((&b"a.example:8080"[..], &b"a.example"[..]))
+        );
+        assert_eq!(
+            a(b"http://user:pw@h:1/p"),
+            Some((&b"h:1"[..], &b"h"[..]))
+        );
+        assert_eq!(
+            a(b"https://[::1]:8443/"),
+            Some((&b"[::1]:8443"[..], &b"::1"[..]))
+        );
+        assert_eq!(a(b"/origin/form"), None);
+        assert_eq!(a(b"*"), None);
+        assert_eq!(a(b"http:///nohost"), None);
+        assert_eq!(a(b"a.example:443"), None);
     }
 
     #[test]

@@ -88,6 +88,7 @@ struct Keys {
     server_protocol: Py<PyString>,
     remote_addr: Py<PyString>,
     remote_port: Py<PyString>,
+    remote_host: Py<PyString>,
     pub wsgi_input: Py<PyString>,
     url_scheme: Py<PyString>,
     forwarded: Py<PyString>,
@@ -95,6 +96,7 @@ struct Keys {
     x_forwarded_proto: Py<PyString>,
     server_name: Py<PyString>,
     server_port: Py<PyString>,
+    http_host: Py<PyString>,
 }
 
 /// One header position of the previous request: its name, key, and value.
@@ -168,6 +170,11 @@ impl EnvBuilder {
         base.set_item(i("wsgi.input_terminated"), true)?;
         base.set_item(i("wsgi.file_wrapper"), py.get_type::<FileWrapper>())?;
         base.set_item(i("SCRIPT_NAME"), i(""))?;
+        // RFC 3875 §4.1.17; apps read it (httpbin refuses chunked uploads without it).
+        base.set_item(
+            i("SERVER_SOFTWARE"),
+            i(concat!("m0serve/", env!("CARGO_PKG_VERSION"))),
+        )?;
         base.set_item(i("SERVER_NAME"), PyString::new(py, &info.server_name))?;
         base.set_item(i("SERVER_PORT"), PyString::new(py, &info.server_port))?;
         let methods = [
@@ -185,6 +192,7 @@ impl EnvBuilder {
                 server_protocol: i("SERVER_PROTOCOL"),
                 remote_addr: i("REMOTE_ADDR"),
                 remote_port: i("REMOTE_PORT"),
+                remote_host: i("REMOTE_HOST"),
                 wsgi_input: i("wsgi.input"),
                 url_scheme: i("wsgi.url_scheme"),
                 forwarded: i("HTTP_FORWARDED"),
@@ -192,6 +200,7 @@ impl EnvBuilder {
                 x_forwarded_proto: i("HTTP_X_FORWARDED_PROTO"),
                 server_name: i("SERVER_NAME"),
                 server_port: i("SERVER_PORT"),
+                http_host: i("HTTP_HOST"),
             },
             methods,
             http10: i("HTTP/1.0"),
@@ -277,6 +286,9 @@ impl EnvBuilder {
                     }
                 };
                 env.set_item(k.remote_addr.bind(py), cached.bind(py))?;
+                // RFC 3875 §4.1.9: the server "MAY substitute the REMOTE_ADDR value" for
+                // the host name it does not look up.
+                env.set_item(k.remote_host.bind(py), cached.bind(py))?;
                 let mut buf = [0u8; 5];
                 env.set_item(
                     k.remote_port.bind(py),
@@ -285,6 +297,7 @@ impl EnvBuilder {
             }
             Peer::Unix => {
                 env.set_item(k.remote_addr.bind(py), self.empty.bind(py))?;
+                env.set_item(k.remote_host.bind(py), self.empty.bind(py))?;
             }
         }
 
@@ -329,6 +342,13 @@ impl EnvBuilder {
             joined.extend_from_slice(value);
             env.set_item(key, latin1_str(py, &joined)?)?;
         }
+        if let Some((authority, host)) = percent::absolute_form_authority(head.target.get(data))
+        {
+            // RFC 9112 §3.2.2: the target's authority replaces Host.
+            let k = &self.keys;
+            env.set_item(k.http_host.bind(py), latin1_str(py, authority)?)?;
+            env.set_item(k.server_name.bind(py), latin1_str(py, host)?)?;
+        }
         if forwarding {
             self.apply_forwarding(py, &env, req)?;
         }
@@ -368,7 +388,9 @@ impl EnvBuilder {
             &values(b"x-forwarded-proto"),
         );
         if let Some(client) = f.client {
-            env.set_item(self.keys.remote_addr.bind(py), PyString::new(py, &client))?;
+            let s = PyString::new(py, &client);
+            env.set_item(self.keys.remote_addr.bind(py), &s)?;
+            env.set_item(self.keys.remote_host.bind(py), s)?;
             self.forwarded_client = Some(client);
         }
         if f.https == Some(true) {
