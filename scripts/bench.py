@@ -68,9 +68,11 @@ SCENARIOS = {
     "flask": {"app": "flask_app", "title": "small Flask app (jsonify)",
               "body_contains": b"Hello, World!", "needs": ["flask"]},
 }
-DISPLAY = {"m0serve": "m0serve", "granian": "Granian", "bjoern": "bjoern"}
+DISPLAY = {"m0serve": "m0serve", "granian": "Granian", "bjoern": "bjoern",
+           "gunicorn": "gunicorn"}
 # Which pip package gives each importable module or console script in .venv.
-PIP = {"granian": "granian", "bjoern": "bjoern-binary", "flask": "flask"}
+PIP = {"granian": "granian", "bjoern": "bjoern-binary", "flask": "flask",
+       "gunicorn": "gunicorn"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -83,7 +85,7 @@ def parse_server(spec):
     kind, _, binary = base.partition("@")
     if kind not in DISPLAY:
         raise SystemExit(f"unknown server {kind!r} in {spec!r} (m0serve, m0serve@PATH, "
-                         "granian, bjoern)")
+                         "granian, bjoern, gunicorn)")
     if binary and kind != "m0serve":
         raise SystemExit(f"{spec}: only m0serve takes @PATH")
     overrides = {}
@@ -130,6 +132,12 @@ def server_cmd(srv, port, app, workers, threads):
                 "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
                 "--blocking-threads", str(threads), "--no-ws", "--log-level", "warning",
                 f"{app}:app"]
+    if srv["kind"] == "gunicorn":
+        # The threaded worker: `threads` app threads per process, like --blocking-threads.
+        return [os.path.join(VENV_BIN, "gunicorn"), "--chdir", APPS,
+                "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
+                "--worker-class", "gthread", "--threads", str(max(threads, 1)),
+                "--log-level", "warning", f"{app}:app"]
     if srv["kind"] == "bjoern":
         return [os.path.join(VENV_BIN, "python"), os.path.join(ROOT, "benches", "run_bjoern.py"),
                 app, "127.0.0.1", str(port)]
@@ -146,8 +154,8 @@ def server_env():
 
 
 def venv_has(module):
-    if module == "granian":
-        return os.access(os.path.join(VENV_BIN, "granian"), os.X_OK)
+    if module in ("granian", "gunicorn"):
+        return os.access(os.path.join(VENV_BIN, module), os.X_OK)
     py = os.path.join(VENV_BIN, "python")
     return os.path.exists(py) and subprocess.run(
         [py, "-c", f"import {module}"], capture_output=True).returncode == 0
@@ -184,7 +192,7 @@ def versions(servers):
     v = {"wrk": w.split(" Copyright")[0] if w else None, "python": platform.python_version()}
     if os.path.exists(py):
         v["venv_python"] = out([py, "--version"])  # the CPython every server runs
-        for pkg in ("granian", "bjoern-binary", "flask"):
+        for pkg in ("granian", "bjoern-binary", "flask", "gunicorn"):
             v[pkg] = out([py, "-c", "import importlib.metadata as m, sys; "
                           f"print(m.version('{pkg}'))"])
     for srv in servers:
@@ -543,7 +551,8 @@ def markdown(doc):
     return "\n".join(lines)
 
 
-COLORS = {"m0serve": "#d62728", "granian": "#1f77b4", "bjoern": "#2ca02c"}
+COLORS = {"m0serve": "#d62728", "granian": "#1f77b4", "bjoern": "#2ca02c",
+          "gunicorn": "#bcbd22"}
 EXTRA = ["#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 
@@ -721,10 +730,10 @@ def main():
         raise SystemExit("a server is named twice")
 
     # Install what is needed and missing; skip bjoern (only) if it cannot be had.
-    needs = {k for k in (s["kind"] for s in servers) if k in ("granian", "bjoern")}
+    needs = {k for k in (s["kind"] for s in servers) if k in ("granian", "bjoern", "gunicorn")}
     for s in scenarios:
         needs.update(SCENARIOS[s].get("needs", []))
-    order = [m for m in ("granian", "bjoern", "flask") if m in needs]
+    order = [m for m in ("granian", "bjoern", "gunicorn", "flask") if m in needs]
     missing = [m for m in order if not venv_has(m)] if args.no_install else ensure_venv(order)
     if "bjoern" in missing:
         print("bjoern is not available in .venv (pip install bjoern-binary failed or "

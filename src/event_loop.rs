@@ -26,7 +26,7 @@ use crate::http::parse::Limits;
 use crate::inline::{Inline, InlineSetup};
 use crate::listen::Listener;
 use crate::log;
-use crate::msg::{ConnRef, Part, Peer, Request, Response, StreamCredit};
+use crate::msg::{ConnRef, Part, Peer, Request, Response, StreamBudget, StreamCredit};
 use crate::park::WakeFlag;
 use crate::ring::{Consumer, Producer};
 use crate::signals::SignalPipe;
@@ -131,6 +131,8 @@ pub struct HandlerShared {
     pub busy: BusyClock,
     /// The handler's index in the loop's list (inline mode's bridge is 0).
     pub index: usize,
+    /// What its streamed responses have unwritten, all together.
+    pub budget: Arc<StreamBudget>,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -186,6 +188,7 @@ impl HandlerShared {
     pub fn new(index: usize, watch: bool) -> HandlerShared {
         HandlerShared {
             index,
+            budget: Arc::default(),
             wake: WakeFlag::new(),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),

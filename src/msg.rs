@@ -153,13 +153,28 @@ impl Buf {
 /// Most bytes of one streamed response that may be unwritten (in the response ring or its
 /// connection's write queue) before its producer stops: a handler thread sets the body's
 /// iterator aside and serves other requests until the loop has written some, so a client
-/// that reads slowly holds this much memory and no thread. One body item more may go past
-/// it (an item is never split).
-pub const STREAM_CREDIT_BYTES: usize = 256 * 1024;
+/// that reads slowly holds memory and no thread. One body item more may go past it (an
+/// item is never split). A mebibyte keeps one fast download as quick as blocking on it
+/// was (each stop and resume costs the handler a wake; BENCHMARKS.md, "slow readers").
+pub const STREAM_CREDIT_BYTES: usize = 1024 * 1024;
 
-/// What one middle part counts against that credit at least, so that a body of tiny items
-/// holds at most 16 unwritten messages (each a buffer the loop keeps until written).
+/// Once a handler's streams together have this much unwritten, each of them may have only
+/// `STREAM_CREDIT_CROWDED_BYTES`: many slow readers share a bounded amount of memory
+/// (about this plus that much, and an item, per reader), where one alone gets the full
+/// credit.
+pub const HANDLER_CREDIT_BYTES: usize = 8 * 1024 * 1024;
+pub const STREAM_CREDIT_CROWDED_BYTES: usize = 64 * 1024;
+
+/// What one middle part counts against the credit at least, so that a body of tiny items
+/// holds a bounded number of unwritten messages (each a buffer the loop keeps until
+/// written).
 pub const STREAM_PART_MIN_BYTES: usize = 16 * 1024;
+
+/// The bytes unwritten across all the streamed responses of one handler.
+#[derive(Debug, Default)]
+pub struct StreamBudget {
+    unwritten: AtomicUsize,
+}
 
 /// The flow control of one streamed response, shared by the handler producing it and the
 /// loop writing it: how many of its bytes are unwritten, and whether its connection is
@@ -169,16 +184,19 @@ pub const STREAM_PART_MIN_BYTES: usize = 16 * 1024;
 pub struct StreamCredit {
     unwritten: AtomicUsize,
     gone: AtomicBool,
-    /// The handler producing it (the loop wakes that one when this changes).
+    /// The handler producing it (the loop wakes that one when this changes), and the
+    /// handler's total.
     handler: usize,
+    budget: Arc<StreamBudget>,
 }
 
 impl StreamCredit {
-    pub fn new(handler: usize) -> StreamCredit {
+    pub fn new(handler: usize, budget: Arc<StreamBudget>) -> StreamCredit {
         StreamCredit {
             unwritten: AtomicUsize::new(0),
             gone: AtomicBool::new(false),
             handler,
+            budget,
         }
     }
 
@@ -194,15 +212,17 @@ impl StreamCredit {
 
     /// Producer: `n` more bytes pushed.
     pub fn add(&self, n: usize) {
-        // Relaxed: the count reaches the loop with the ring push that follows (its Release
-        // store); the loop's own `returned` is ordered by the same push.
+        // Relaxed, both: the counts reach the loop with the ring push that follows (its
+        // Release store); the loop's own `returned` is ordered by the same push.
         self.unwritten.fetch_add(n, Ordering::Relaxed);
+        self.budget.unwritten.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Loop: `n` bytes written (or dropped with their connection).
     pub fn returned(&self, n: usize) {
-        // Release: pairs with the Acquire load in `can_go_on`; the wake itself is ordered by
-        // the fences of the handler's `WakeFlag`.
+        // Release, both: pairs with the Acquire loads in `spent`; the wake itself is
+        // ordered by the fences of the handler's `WakeFlag`.
+        self.budget.unwritten.fetch_sub(n, Ordering::Release);
         self.unwritten.fetch_sub(n, Ordering::Release);
     }
 
@@ -219,8 +239,11 @@ impl StreamCredit {
 
     /// The credit is spent: the producer should wait (or set the body aside).
     pub fn spent(&self) -> bool {
-        // Acquire: pairs with the Release `fetch_sub` in `returned`.
-        self.unwritten.load(Ordering::Acquire) >= STREAM_CREDIT_BYTES
+        // Acquire, both: pair with the Release `fetch_sub`s in `returned`.
+        let own = self.unwritten.load(Ordering::Acquire);
+        own >= STREAM_CREDIT_BYTES
+            || (own >= STREAM_CREDIT_CROWDED_BYTES
+                && self.budget.unwritten.load(Ordering::Acquire) >= HANDLER_CREDIT_BYTES)
     }
 
     /// The producer may go on: credit came back, or there is nobody left to produce for.

@@ -457,7 +457,7 @@ impl Exchange {
             let conn = st.req.conn;
             let stream = st
                 .stream
-                .get_or_insert_with(|| Arc::new(StreamCredit::new(self.shared.index)))
+                .get_or_insert_with(|| Arc::new(StreamCredit::new(self.shared.index, self.shared.budget.clone())))
                 .clone();
             self.push(
                 py,
