@@ -133,6 +133,9 @@ pub struct HandlerShared {
     pub index: usize,
     /// What its streamed responses have unwritten, all together.
     pub budget: Arc<StreamBudget>,
+    /// A thread other than the handler's that waits on `wake` (an app's thread in
+    /// `write()`), for the loop to unpark. At most one: it waits holding the exchange lock.
+    pub waiter: std::sync::Mutex<Option<std::thread::Thread>>,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -189,6 +192,7 @@ impl HandlerShared {
         HandlerShared {
             index,
             budget: Arc::default(),
+            waiter: std::sync::Mutex::new(None),
             wake: WakeFlag::new(),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
@@ -254,6 +258,18 @@ impl HandlerLink {
             return false;
         };
         if self.shared.wake.should_wake() {
+            // The one asleep is the handler thread, or a thread the app started that waits
+            // in `write()` (it says so in `waiter`); waking both costs the other at most
+            // one extra turn of its own wait loop.
+            let waiter = self
+                .shared
+                .waiter
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let Some(t) = waiter {
+                t.unpark();
+            }
             join.thread().unpark();
             return true;
         }

@@ -209,21 +209,35 @@ fn trickle(c: &mut Conn, bytes: &[u8], every: Duration, limit: Duration) -> Opti
     None
 }
 
+/// Trickles `bytes` (see `trickle`) and expects a 408 and the close, answered within
+/// `window` of the first byte.
+fn trickle_until_408(
+    c: &mut Conn,
+    bytes: &[u8],
+    every: Duration,
+    window: std::ops::Range<Duration>,
+    what: &str,
+) {
+    let took = trickle(c, bytes, every, PROMPT * 2)
+        .unwrap_or_else(|| panic!("{what}: still open after {:?} of trickling", PROMPT * 2));
+    assert!(window.contains(&took), "{what}: answered after {took:?}");
+    let (bytes, _) = c.read_until_close(PROMPT);
+    assert!(contains(&bytes, b" 408 "), "{what}: {:?}", show(&bytes));
+}
+
 #[test]
 fn a_head_that_keeps_trickling_in_gets_408_within_the_header_timeout() {
     // One byte every 100 ms forever: each read must not restart the head's clock.
     let s = Server::start("regress:app", &["--header-timeout", "1"]);
     let mut c = s.connect();
     c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\nX-a: ");
-    let took = trickle(&mut c, b"abcdefgh", Duration::from_millis(100), PROMPT * 2)
-        .unwrap_or_else(|| panic!("still open after {:?} of trickling", PROMPT * 2));
-    assert!(
-        (Duration::from_millis(900)..Duration::from_millis(2000)).contains(&took),
-        "answered {took:?} after the first byte, with --header-timeout 1"
+    trickle_until_408(
+        &mut c,
+        b"abcdefgh",
+        Duration::from_millis(100),
+        Duration::from_millis(900)..Duration::from_millis(2000),
+        "a head trickled with --header-timeout 1",
     );
-    let (bytes, closed) = c.read_until_close(PROMPT);
-    assert!(contains(&bytes, b" 408 "), "{:?}", show(&bytes));
-    assert!(closed);
 }
 
 #[test]
@@ -238,19 +252,13 @@ fn the_next_head_on_a_keep_alive_connection_cannot_restart_its_clock() {
     // Idle for longer than the header timeout (allowed: keep-alive is 30 s), then a head
     // trickles in: its clock starts at its first byte, and only then.
     std::thread::sleep(Duration::from_millis(1200));
-    let took = trickle(
+    trickle_until_408(
         &mut c,
         b"GET /hello HTTP/1.1\r\nX-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
         Duration::from_millis(100),
-        PROMPT * 2,
-    )
-    .unwrap_or_else(|| panic!("still open after {:?} of trickling", PROMPT * 2));
-    assert!(
-        (Duration::from_millis(900)..Duration::from_millis(2000)).contains(&took),
-        "answered {took:?} after the head's first byte, with --header-timeout 1"
+        Duration::from_millis(900)..Duration::from_millis(2000),
+        "the next head trickled with --header-timeout 1",
     );
-    let (bytes, _) = c.read_until_close(PROMPT);
-    assert!(contains(&bytes, b" 408 "), "{:?}", show(&bytes));
 }
 
 #[test]
@@ -299,14 +307,13 @@ fn a_body_slower_than_the_minimum_rate_gets_408() {
     );
     let mut c = s.connect();
     c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n");
-    let took = trickle(&mut c, b"xx", Duration::from_millis(50), PROMPT * 2)
-        .unwrap_or_else(|| panic!("a 20 B/s body still arriving after {:?}", PROMPT * 2));
-    assert!(
-        (Duration::from_millis(1100)..Duration::from_millis(2500)).contains(&took),
-        "cut {took:?} after the body started"
+    trickle_until_408(
+        &mut c,
+        b"xx",
+        Duration::from_millis(50),
+        Duration::from_millis(1100)..Duration::from_millis(2500),
+        "a body at 20 B/s against --body-min-rate 100",
     );
-    let (bytes, _) = c.read_until_close(PROMPT);
-    assert!(contains(&bytes, b" 408 "), "{:?}", show(&bytes));
 }
 
 #[test]
@@ -418,43 +425,6 @@ fn running_out_of_descriptors_is_logged_once_then_counted_at_most_once_a_second(
 // Slow readers: a streamed body waits for its client without holding a thread
 // ---------------------------------------------------------------------------
 
-/// A connection whose receive buffer is `rcvbuf` bytes (set before the connect, so the
-/// window stays small): a client that does not read holds back the server within a few KiB.
-fn connect_small(addr: std::net::SocketAddr, rcvbuf: i32) -> Conn {
-    use std::os::fd::FromRawFd;
-    let std::net::SocketAddr::V4(v4) = addr else {
-        panic!("IPv4 only: {addr}")
-    };
-    // SAFETY: plain socket calls on a descriptor this function owns until it is handed to
-    // the TcpStream; the sockaddr is built in full and outlives the connect call.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-        assert!(fd >= 0);
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&rcvbuf as *const i32).cast(),
-            4,
-        );
-        let sin = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: v4.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*v4.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let rc = libc::connect(
-            fd,
-            (&sin as *const libc::sockaddr_in).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        );
-        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
-        Conn::from_stream(std::net::TcpStream::from_raw_fd(fd))
-    }
-}
-
 /// The time the worst of `n` requests for `/hello` (each on a fresh connection) took.
 fn worst_of_probes(s: &Server, n: usize) -> Duration {
     let mut worst = Duration::ZERO;
@@ -499,7 +469,9 @@ fn clients_that_do_not_read_streamed_bodies_do_not_hold_the_inline_app() {
 fn clients_that_do_not_read(args: &[&str]) {
     let s = Server::start("regress:app", args);
     let (n, size) = (256, 65536);
-    let mut slow: Vec<Conn> = (0..10).map(|_| connect_small(s.addr(), 4096)).collect();
+    let mut slow: Vec<Conn> = (0..10)
+        .map(|_| Conn::connect_small(s.addr(), 4096))
+        .collect();
     for c in &mut slow {
         c.send(&get(&format!("/chunks?n={n}&size={size}")));
     }
@@ -524,7 +496,7 @@ fn clients_reading_slowly_are_served_at_their_pace_while_others_are_served_at_on
         .map(|i| {
             let addr = s.addr();
             std::thread::spawn(move || {
-                let mut c = connect_small(addr, 4096);
+                let mut c = Conn::connect_small(addr, 4096);
                 c.send(&get(&format!("/chunks?n={n}&size={size}")));
                 let mut got = 0usize;
                 let mut buf = [0u8; 4096];
@@ -550,7 +522,10 @@ fn clients_reading_slowly_are_served_at_their_pace_while_others_are_served_at_on
     );
     for r in readers {
         let took = r.join().unwrap();
-        assert!(took > Duration::from_millis(1500), "read too fast to test: {took:?}");
+        assert!(
+            took > Duration::from_millis(1500),
+            "read too fast to test: {took:?}"
+        );
     }
 }
 
@@ -567,7 +542,7 @@ fn requests_pipelined_behind_a_body_set_aside_keep_their_order_inline() {
 fn pipelined_behind_a_body_set_aside(args: &[&str]) {
     let s = Server::start("regress:app", args);
     let (n, size) = (256, 65536);
-    let mut c = connect_small(s.addr(), 4096);
+    let mut c = Conn::connect_small(s.addr(), 4096);
     let mut pipelined = get(&format!("/chunks?n={n}&size={size}"));
     pipelined.extend_from_slice(&get("/hello"));
     pipelined.extend_from_slice(&get("/ticks?n=3"));
@@ -588,7 +563,7 @@ fn a_body_set_aside_is_closed_when_its_client_leaves() {
     let tmp = TempDir::new("aside-gone");
     let mark = tmp.file("mark");
     let s = Server::start("regress:app", &["--blocking-threads", "1"]);
-    let mut c = connect_small(s.addr(), 4096);
+    let mut c = Conn::connect_small(s.addr(), 4096);
     c.send(&get(&format!("/endless?mark={mark}")));
     std::thread::sleep(Duration::from_millis(300));
     // Set aside (nothing read): the handler is free.

@@ -279,8 +279,13 @@ fn body_shorter_than_the_apps_content_length_closes_the_connection() {
     );
     // PEP 3333: the server should note it; one warning naming the request and both
     // lengths.
-    let line = "GET /cl-short: the application declared Content-Length: 10 but its body had 3 bytes";
-    assert!(s.wait_for_log(line, Duration::from_secs(5)), "{}", s.log_text());
+    let line =
+        "GET /cl-short: the application declared Content-Length: 10 but its body had 3 bytes";
+    assert!(
+        s.wait_for_log(line, Duration::from_secs(5)),
+        "{}",
+        s.log_text()
+    );
     assert_eq!(s.log_text().matches("declared Content-Length").count(), 1);
 }
 
@@ -295,7 +300,11 @@ fn body_longer_than_the_apps_content_length_is_cut_at_the_length() {
     assert_eq!(r.framing, Framing::ContentLength(3));
     assert_eq!(r.body_text(), "abc");
     let line = "GET /cl-long: the application declared Content-Length: 3 but its body had 58 bytes";
-    assert!(s.wait_for_log(line, Duration::from_secs(5)), "{}", s.log_text());
+    assert!(
+        s.wait_for_log(line, Duration::from_secs(5)),
+        "{}",
+        s.log_text()
+    );
     match c.try_read_response() {
         Ok(next) => {
             assert_eq!(

@@ -539,20 +539,31 @@ fn start_response_and_write_work_from_a_thread_the_app_started() {
 
 #[test]
 fn threads_writing_at_once_each_get_every_piece_through_whole() {
-    // Four threads write 50 pieces of 1000 bytes each at the same time: every piece
-    // arrives whole (pieces may interleave, bytes within one may not), framed correctly.
+    // Four threads write 500 pieces of 1000 bytes each at the same time to a client that
+    // reads nothing for a while: they wait for credit in write() (the loop must wake the
+    // app's threads, not the handler's), then every piece arrives whole (pieces may
+    // interleave, bytes within one may not), framed correctly.
     let s = Server::start("pep3333:app", &[]);
-    let r = s.get("/thread-writers?n=4&count=50&size=1000");
+    let (n, count, size) = (4, 500, 1000);
+    let mut c = Conn::connect_small(s.addr(), 4096);
+    c.send(&get(&format!(
+        "/thread-writers?n={n}&count={count}&size={size}"
+    )));
+    std::thread::sleep(Duration::from_millis(500));
+    let r = c.read_response();
     assert_eq!(r.status, 200, "{}", r.status_line());
-    assert_eq!(r.body.len(), 4 * 50 * 1000);
-    for (i, piece) in r.body.chunks(1000).enumerate() {
+    assert_eq!(r.body.len(), n * count * size);
+    for (i, piece) in r.body.chunks(size).enumerate() {
         assert!(
             piece.iter().all(|&b| b == piece[0]),
             "piece {i} mixes two writers' bytes"
         );
     }
     for letter in b"abcd" {
-        assert_eq!(r.body.iter().filter(|&&b| b == *letter).count(), 50 * 1000);
+        assert_eq!(
+            r.body.iter().filter(|&&b| b == *letter).count(),
+            count * size
+        );
     }
 }
 

@@ -488,7 +488,11 @@ fn assert_none_lost(
         s.log_text()
     );
     assert_eq!(all.answered, all.sent, "{what}");
-    assert_eq!(ran, all.answered, "{what}: the app ran {ran} requests, clients got {}", all.answered);
+    assert_eq!(
+        ran, all.answered,
+        "{what}: the app ran {ran} requests, clients got {}",
+        all.answered
+    );
     all.answered
 }
 
@@ -534,7 +538,11 @@ fn max_requests_under_keep_alive_load_loses_no_request() {
         s.log_text().matches("asked to be replaced").count() >= 20
     });
     let n = assert_none_lost(&s, clients, &stop, &count, "--max-requests 50");
-    assert!(recycled, "fewer than 20 recycles in {n} requests\n{}", s.log_text());
+    assert!(
+        recycled,
+        "fewer than 20 recycles in {n} requests\n{}",
+        s.log_text()
+    );
 }
 
 /// How a request sent on a connection the server may be closing ended.
@@ -561,7 +569,8 @@ fn send_and_classify(c: &mut Conn) -> Crossing {
             Ok(0) if got.is_empty() => return Crossing::CleanEnd,
             Ok(0) => {
                 let text = String::from_utf8_lossy(&got).into_owned();
-                let whole = text.contains("\r\n\r\n") && text.ends_with(|c: char| c.is_ascii_digit());
+                let whole =
+                    text.contains("\r\n\r\n") && text.ends_with(|c: char| c.is_ascii_digit());
                 let close = text.to_ascii_lowercase().contains("connection: close");
                 return if whole && close && text.starts_with("HTTP/1.1 200") {
                     Crossing::Answered
@@ -618,14 +627,24 @@ fn a_request_crossing_a_draining_workers_close_is_answered_or_cleanly_refused() 
         .filter(|o| matches!(o, Crossing::Broken(_)))
         .collect();
     assert!(broken.is_empty(), "{broken:?}\n{}", s.log_text());
-    let answered = outcomes.iter().filter(|o| **o == Crossing::Answered).count();
-    let refused = outcomes.iter().filter(|o| **o == Crossing::CleanEnd).count();
+    let answered = outcomes
+        .iter()
+        .filter(|o| **o == Crossing::Answered)
+        .count();
+    let refused = outcomes
+        .iter()
+        .filter(|o| **o == Crossing::CleanEnd)
+        .count();
     assert!(
         answered > 0 && refused > 0,
         "the sends did not straddle the close: {answered} answered, {refused} refused"
     );
     let ran = std::fs::metadata(&count).unwrap().len() as usize;
-    assert_eq!(ran, N + answered, "the app ran {ran}: {N} before, {answered} answered");
+    assert_eq!(
+        ran,
+        N + answered,
+        "the app ran {ran}: {N} before, {answered} answered"
+    );
 }
 
 #[test]
@@ -639,7 +658,11 @@ fn a_stopped_worker_is_killed_and_replaced_after_the_silent_timeout() {
         let now = s.worker_pids();
         now.len() == 2 && !now.contains(&before[0])
     });
-    assert!(replaced, "the stopped worker was not replaced\n{}", s.log_text());
+    assert!(
+        replaced,
+        "the stopped worker was not replaced\n{}",
+        s.log_text()
+    );
     let took = t.elapsed();
     assert!(
         (Duration::from_millis(1800)..Duration::from_secs(6)).contains(&took),

@@ -532,7 +532,9 @@ fn higher_minor_version(view: &[u8], path: Option<&str>) -> Option<usize> {
     let path = path?;
     let start = offset_in(view, path.as_bytes()) + path.len() + 1;
     match view.get(start..start + 10)? {
-        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor, b'\r', b'\n'] if (b'2'..=b'9').contains(minor) => {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor, b'\r', b'\n']
+            if (b'2'..=b'9').contains(minor) =>
+        {
             Some(start + 7)
         }
         _ => None,

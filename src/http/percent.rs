@@ -130,15 +130,15 @@ mod tests {
     #[test]
     fn absolute_form_authority_is_the_host_information() {
         let a = absolute_form_authority;
-        assert_eq!(a(b"http://a.example/x"), Some((&b"a.example"[..], &b"a.example"[..])));
+        assert_eq!(
+            a(b"http://a.example/x"),
+            Some((&b"a.example"[..], &b"a.example"[..]))
+        );
         assert_eq!(
             a(b"http://a.example:8080?q"),
             Some((&b"a.example:8080"[..], &b"a.example"[..]))
         );
-        assert_eq!(
-            a(b"http://user:pw@h:1/p"),
-            Some((&b"h:1"[..], &b"h"[..]))
-        );
+        assert_eq!(a(b"http://user:pw@h:1/p"), Some((&b"h:1"[..], &b"h"[..])));
         assert_eq!(
             a(b"https://[::1]:8443/"),
             Some((&b"[::1]:8443"[..], &b"::1"[..]))

@@ -342,8 +342,7 @@ impl EnvBuilder {
             joined.extend_from_slice(value);
             env.set_item(key, latin1_str(py, &joined)?)?;
         }
-        if let Some((authority, host)) = percent::absolute_form_authority(head.target.get(data))
-        {
+        if let Some((authority, host)) = percent::absolute_form_authority(head.target.get(data)) {
             // RFC 9112 §3.2.2: the target's authority replaces Host.
             let k = &self.keys;
             env.set_item(k.http_host.bind(py), latin1_str(py, authority)?)?;

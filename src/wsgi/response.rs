@@ -290,9 +290,7 @@ impl Exchange {
             Ok(list) => list,
             Err(e) => {
                 let it = e.into_inner().try_iter().map_err(|_| {
-                    PyTypeError::new_err(
-                        "response headers must be a list of (name, value) tuples",
-                    )
+                    PyTypeError::new_err("response headers must be a list of (name, value) tuples")
                 })?;
                 PyList::new(py, it.collect::<PyResult<Vec<_>>>()?)?
             }
@@ -457,7 +455,12 @@ impl Exchange {
             let conn = st.req.conn;
             let stream = st
                 .stream
-                .get_or_insert_with(|| Arc::new(StreamCredit::new(self.shared.index, self.shared.budget.clone())))
+                .get_or_insert_with(|| {
+                    Arc::new(StreamCredit::new(
+                        self.shared.index,
+                        self.shared.budget.clone(),
+                    ))
+                })
                 .clone();
             self.push(
                 py,
@@ -487,12 +490,9 @@ impl Exchange {
         }
         let shared = &*self.shared;
         let conn = inner.st.req.conn.packed();
-        let parks = py.detach(|| {
-            park::wait_until(&shared.wake, || {
-                // Acquire: pairs with the loop's Release store when it closed the
-                // connection.
-                stream.can_go_on() || shared.cancelled.load(Ordering::Acquire) == conn
-            })
+        let parks = wait_on_loop(py, shared, || {
+            // Acquire: pairs with the loop's Release store when it closed the connection.
+            stream.can_go_on() || shared.cancelled.load(Ordering::Acquire) == conn
         });
         stats::bump(&shared.counters.parks, u64::from(parks));
     }
@@ -712,7 +712,7 @@ impl Exchange {
                 Err(back) => {
                     resp = back;
                     self.notify_loop();
-                    let parks = py.detach(|| park::wait_until(&shared.wake, || !tx.is_full()));
+                    let parks = wait_on_loop(py, shared, || !tx.is_full());
                     stats::bump(&shared.counters.parks, u64::from(parks));
                 }
             }
@@ -726,6 +726,20 @@ impl Exchange {
             stats::bump(&self.shared.counters.loop_wakes, 1);
         }
     }
+}
+
+/// Waits, GIL released, until `ready` (the loop makes it so and wakes this handler's
+/// `wake`), on whichever thread this is: the handler's, or one the app started, which the
+/// loop then unparks through `waiter`.
+fn wait_on_loop(py: Python<'_>, shared: &HandlerShared, ready: impl FnMut() -> bool + Send) -> u32 {
+    let me = std::thread::current();
+    let set = |t: Option<std::thread::Thread>| {
+        *shared.waiter.lock().unwrap_or_else(|e| e.into_inner()) = t;
+    };
+    set(Some(me));
+    let parks = py.detach(|| park::wait_until(&shared.wake, ready));
+    set(None);
+    parks
 }
 
 /// The request's connection is gone, as far as this handler knows.

@@ -773,6 +773,43 @@ impl Conn {
         Conn::from_stream(stream)
     }
 
+    /// A connection whose receive buffer is `rcvbuf` bytes (set before the connect, so the
+    /// window stays small): a client that does not read holds back the server within a few KiB.
+    pub fn connect_small(addr: SocketAddr, rcvbuf: i32) -> Conn {
+        use std::os::fd::FromRawFd;
+        let SocketAddr::V4(v4) = addr else {
+            panic!("IPv4 only: {addr}")
+        };
+        // SAFETY: plain socket calls on a descriptor this function owns until it is handed to
+        // the TcpStream; the sockaddr is built in full and outlives the connect call.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            assert!(fd >= 0);
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&rcvbuf as *const i32).cast(),
+                4,
+            );
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            let rc = libc::connect(
+                fd,
+                (&sin as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            );
+            assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+            Conn::from_stream(TcpStream::from_raw_fd(fd))
+        }
+    }
+
     /// Wraps a connected stream (made some other way, e.g. from a chosen local address).
     pub fn from_stream(stream: TcpStream) -> Conn {
         stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
