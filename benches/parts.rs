@@ -20,7 +20,7 @@
 //! `cargo bench --bench parts -- WORD` runs only the parts whose name contains WORD (to
 //! profile one with `perf record`).
 
-use m0serve::msg::{ConnRef, Peer, Request};
+use m0serve::pipeline::msg::{ConnRef, Peer, Request};
 use m0serve::wsgi::environ::EnvBuilder;
 use m0serve::wsgi::ServerInfo;
 use pyo3::prelude::*;
@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use m0serve::http::date::DateCache;
 use m0serve::http::encode::{decide_framing, HeadWriter};
-use m0serve::http::parse::{parse_head, Limits, Version};
+use m0serve::http::limits::Limits;
+use m0serve::http::parse::{parse_head, Version};
 
 /// Timed repetitions per part; the median is reported.
 const REPS: usize = 5;
@@ -197,7 +198,7 @@ fn main() {
 
     // The environ (handler thread): interned keys, the base dict copied, values from the
     // request's bytes. The dict is dropped each time, as after a request.
-    m0serve::python::initialize().expect("Python starts");
+    m0serve::python::initialize(None).expect("Python starts");
     let request = record(FIREFOX_GET);
     let info = ServerInfo {
         server_name: "127.0.0.1".into(),

@@ -1,12 +1,14 @@
 //! The validated, immutable configuration a worker runs with.
 
-use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::Cli;
+use crate::http::limits::{Limits, Timeouts};
 use crate::log::Level;
+use crate::python::AppSpec;
+use crate::sys::listen::{ListenSpec, MAX_LISTENERS};
 
 /// Most handler threads a worker may have: each holds a Python thread state and two rings.
 pub const MAX_BLOCKING_THREADS: usize = 1024;
@@ -16,117 +18,6 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// Longest `--graceful-timeout` (a day).
 pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
-
-/// Where the worker listens.
-#[derive(Clone, Debug)]
-pub enum Listen {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-    /// A listening socket already open as this descriptor (`fd://N`).
-    Fd(i32),
-}
-
-impl Listen {
-    /// `HOST:PORT`, `[V6]:PORT`, `unix:PATH` or `fd://N` (`--bind`).
-    pub fn parse(s: &str) -> Result<Listen, String> {
-        if let Some(path) = s.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err(format!("--bind {s:?}: no path after unix:"));
-            }
-            return Ok(Listen::Unix(PathBuf::from(path)));
-        }
-        if let Some(n) = s.strip_prefix("fd://") {
-            return n
-                .parse::<i32>()
-                .ok()
-                .filter(|&fd| fd >= 0)
-                .map(Listen::Fd)
-                .ok_or_else(|| format!("--bind {s:?}: not a descriptor number"));
-        }
-        s.parse::<SocketAddr>().map(Listen::Tcp).map_err(|_| {
-            format!("--bind {s:?}: expected HOST:PORT, [V6]:PORT, unix:PATH or fd://N")
-        })
-    }
-
-    pub fn describe(&self) -> String {
-        match self {
-            Listen::Tcp(a) => a.to_string(),
-            Listen::Unix(p) => format!("unix:{}", p.display()),
-            Listen::Fd(fd) => format!("fd://{fd}"),
-        }
-    }
-}
-
-/// `module:attr` or `module:factory()`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AppSpec {
-    pub module: String,
-    pub attr: String,
-    pub factory: bool,
-}
-
-impl AppSpec {
-    pub fn parse(s: &str) -> Result<AppSpec, String> {
-        let (module, attr) = match s.split_once(':') {
-            Some((m, a)) => (m.trim(), a.trim()),
-            None => (s.trim(), "application"),
-        };
-        let (attr, factory) = match attr.strip_suffix("()") {
-            Some(a) => (a, true),
-            None => (attr, false),
-        };
-        let is_ident = |p: &str| {
-            let mut chars = p.chars();
-            matches!(chars.next(), Some(c) if c.is_alphabetic() || c == '_')
-                && chars.all(|c| c.is_alphanumeric() || c == '_')
-        };
-        if module.is_empty() || !module.split('.').all(is_ident) {
-            return Err(format!(
-                "APP {s:?}: expected `module:attr` or `module:factory()` with a dotted module name"
-            ));
-        }
-        if !is_ident(attr) {
-            return Err(format!(
-                "APP {s:?}: the attribute after ':' must be a Python identifier"
-            ));
-        }
-        Ok(AppSpec {
-            module: module.to_string(),
-            attr: attr.to_string(),
-            factory,
-        })
-    }
-}
-
-impl fmt::Display for AppSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let call = if self.factory { "()" } else { "" };
-        write!(f, "{}:{}{}", self.module, self.attr, call)
-    }
-}
-
-/// The per-connection timeouts (docs/security.md).
-#[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    pub header: Duration,
-    pub keep_alive: Duration,
-    pub body: Duration,
-    /// `--body-min-rate`, bytes per second (0: none).
-    pub body_min_rate: u64,
-    pub write: Duration,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            header: Duration::from_secs(10),
-            keep_alive: Duration::from_secs(5),
-            body: Duration::from_secs(30),
-            body_min_rate: 1024,
-            write: Duration::from_secs(30),
-        }
-    }
-}
 
 /// Seconds from a flag, within `lo..=hi`.
 fn seconds(flag: &str, v: f64, lo: f64, hi: f64) -> Result<Duration, String> {
@@ -149,13 +40,13 @@ fn within(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
 #[derive(Clone, Debug)]
 pub struct Config {
     pub app: AppSpec,
-    pub listen: Vec<Listen>,
+    pub listen: Vec<ListenSpec>,
     /// `--uds-permissions`.
     pub uds_permissions: Option<u32>,
     pub workers: usize,
     pub blocking_threads: usize,
     pub graceful_timeout: std::time::Duration,
-    pub limits: crate::http::parse::Limits,
+    pub limits: Limits,
     pub max_body_size: u64,
     pub body_buffer_size: usize,
     pub max_connections: usize,
@@ -182,31 +73,30 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// `--reload`, with its `--reload-ignore` patterns.
     pub reload: Option<Vec<String>>,
+    /// `--venv`, made absolute.
+    pub venv: Option<PathBuf>,
 }
 
 impl Config {
     /// The listen addresses as the user gave them, for messages.
     pub fn describe_listen(&self) -> String {
-        let all: Vec<String> = self.listen.iter().map(Listen::describe).collect();
+        let all: Vec<String> = self.listen.iter().map(ListenSpec::describe).collect();
         all.join(", ")
     }
 
     pub fn from_cli(cli: Cli) -> Result<Config, String> {
         let app = AppSpec::parse(&cli.app)?;
         let listen = if !cli.bind.is_empty() {
-            if cli.bind.len() > crate::event_loop::MAX_LISTENERS {
-                return Err(format!(
-                    "--bind: at most {} addresses",
-                    crate::event_loop::MAX_LISTENERS
-                ));
+            if cli.bind.len() > MAX_LISTENERS {
+                return Err(format!("--bind: at most {} addresses", MAX_LISTENERS));
             }
             cli.bind
                 .iter()
-                .map(|b| Listen::parse(b.trim()))
+                .map(|b| ListenSpec::parse(b.trim()))
                 .collect::<Result<Vec<_>, _>>()?
         } else {
             vec![match cli.uds {
-                Some(path) => Listen::Unix(path),
+                Some(path) => ListenSpec::Unix(path),
                 None => {
                     let ip: IpAddr = cli
                         .host
@@ -216,7 +106,7 @@ impl Config {
                         .map_err(|_| {
                             format!("--host {:?}: not an IPv4 or IPv6 address", cli.host)
                         })?;
-                    Listen::Tcp(SocketAddr::new(ip, cli.port))
+                    ListenSpec::Tcp(SocketAddr::new(ip, cli.port))
                 }
             }]
         };
@@ -261,7 +151,7 @@ impl Config {
             "--max-headers",
             cli.max_headers as u64,
             1,
-            crate::http::parse::MAX_HEADERS_CAP as u64,
+            crate::http::limits::MAX_HEADERS_CAP as u64,
         )? as usize;
         let max_body_size = within("--max-body-size", cli.max_body_size, 0, 1 << 40)?;
         let body_buffer_size =
@@ -272,9 +162,9 @@ impl Config {
         within("--max-requests", cli.max_requests, 0, 1 << 40)?;
         within("--max-requests-jitter", cli.max_requests_jitter, 0, 1 << 40)?;
         within("--workers-max-rss", cli.workers_max_rss, 0, 1 << 30)?;
-        if let Some(Listen::Fd(fd)) = listen
+        if let Some(ListenSpec::Fd(fd)) = listen
             .iter()
-            .find(|l| matches!(l, Listen::Fd(fd) if *fd < 3))
+            .find(|l| matches!(l, ListenSpec::Fd(fd) if *fd < 3))
         {
             return Err(format!(
                 "--bind fd://{fd}: descriptors 0, 1 and 2 are standard input, output and error"
@@ -319,8 +209,11 @@ impl Config {
                     venv.display()
                 ));
             }
-            crate::python::set_venv(std::path::absolute(venv).unwrap_or_else(|_| venv.clone()));
         }
+        let venv = cli
+            .venv
+            .as_ref()
+            .map(|v| std::path::absolute(v).unwrap_or_else(|_| v.clone()));
         let metrics = match cli.metrics_port {
             Some(port) => {
                 let ip: IpAddr = cli
@@ -353,7 +246,7 @@ impl Config {
             workers: cli.workers,
             blocking_threads: cli.blocking_threads,
             graceful_timeout,
-            limits: crate::http::parse::Limits {
+            limits: crate::http::limits::Limits {
                 max_request_line,
                 max_head,
                 max_headers,
@@ -381,6 +274,7 @@ impl Config {
             stats: cli.stats,
             static_response: cli.static_response,
             metrics,
+            venv,
             reload: cli.reload.then(|| {
                 cli.reload_ignore
                     .iter()
@@ -389,28 +283,5 @@ impl Config {
                     .collect()
             }),
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::AppSpec;
-
-    #[test]
-    fn app_spec_forms() {
-        assert_eq!(
-            AppSpec::parse("pkg.mod:app").unwrap(),
-            AppSpec {
-                module: "pkg.mod".into(),
-                attr: "app".into(),
-                factory: false
-            }
-        );
-        assert!(AppSpec::parse("mod:make()").unwrap().factory);
-        assert_eq!(AppSpec::parse("mod").unwrap().attr, "application");
-        assert!(AppSpec::parse("mod:").is_err());
-        assert!(AppSpec::parse(":app").is_err());
-        assert!(AppSpec::parse("bad-name:app").is_err());
-        assert!(AppSpec::parse("mod:a.b").is_err());
     }
 }

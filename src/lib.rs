@@ -5,8 +5,8 @@
 //! lock-free SPSC rings ([`ring`]) with a park-only-if-parked handshake ([`park`]).
 //! `docs/architecture.md` walks one request through these modules.
 
-// Under `--cfg loom` only the lock-free core is built: the models in `ring` and `park`
-// exercise it, and nothing else may run on loom's atomics.
+// Under `--cfg loom` only the lock-free core is built: the models in `pipeline::ring` and
+// `pipeline::park` exercise it, and nothing else may run on loom's atomics.
 #[cfg(not(loom))]
 pub mod access_log;
 #[cfg(not(loom))]
@@ -14,42 +14,18 @@ pub mod cli;
 #[cfg(not(loom))]
 pub mod config;
 #[cfg(not(loom))]
-pub mod conn;
-#[cfg(not(loom))]
-pub mod event_loop;
-#[cfg(not(loom))]
-pub mod handler;
-#[cfg(not(loom))]
 pub mod http;
-#[cfg(not(loom))]
-pub mod inline;
-#[cfg(not(loom))]
-pub mod listen;
 #[cfg(not(loom))]
 pub mod log;
 #[cfg(not(loom))]
 pub mod master;
 #[cfg(not(loom))]
 pub mod metrics;
-#[cfg(not(loom))]
-pub mod msg;
-pub mod park;
+pub mod pipeline;
 #[cfg(not(loom))]
 pub mod python;
 #[cfg(not(loom))]
-pub mod reload;
-pub mod ring;
-#[cfg(not(loom))]
-pub mod signals;
-#[cfg(not(loom))]
-pub mod spool;
-#[cfg(not(loom))]
-pub mod stats;
-pub mod sync;
-#[cfg(not(loom))]
 pub mod sys;
-#[cfg(not(loom))]
-pub mod systemd;
 #[cfg(not(loom))]
 pub mod worker;
 #[cfg(not(loom))]
@@ -60,7 +36,7 @@ pub mod wsgi;
 #[cfg(not(loom))]
 fn check(config: &config::Config) -> Result<String, String> {
     use pyo3::prelude::*;
-    python::initialize()?;
+    let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
         let app = python::load_app(py, &config.app, &config.app_dir)?;
         if !app.bind(py).is_callable() {
@@ -72,7 +48,7 @@ fn check(config: &config::Config) -> Result<String, String> {
         Ok(format!(
             "{} imports and is callable ({}); would listen on {}",
             config.app,
-            python::describe(py),
+            python::describe(py, &interpreter),
             config.describe_listen()
         ))
     })

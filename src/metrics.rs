@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::stats::bump;
+use crate::pipeline::stats::bump;
 use crate::sys::syscall;
 
 /// Upper bounds of the histogram buckets, in nanoseconds (the `+Inf` bucket follows): from

@@ -10,6 +10,7 @@
 //! environment whether or not it is activated).
 
 use std::ffi::CString;
+use std::fmt;
 use std::mem::MaybeUninit;
 use std::path::{Path, PathBuf};
 
@@ -17,14 +18,52 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::config::AppSpec;
+/// `module:attr` or `module:factory()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppSpec {
+    pub module: String,
+    pub attr: String,
+    pub factory: bool,
+}
 
-/// `--venv`, for `program_name` (set once at start, before Python).
-static VENV_FLAG: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+impl AppSpec {
+    pub fn parse(s: &str) -> Result<AppSpec, String> {
+        let (module, attr) = match s.split_once(':') {
+            Some((m, a)) => (m.trim(), a.trim()),
+            None => (s.trim(), "application"),
+        };
+        let (attr, factory) = match attr.strip_suffix("()") {
+            Some(a) => (a, true),
+            None => (attr, false),
+        };
+        let is_ident = |p: &str| {
+            let mut chars = p.chars();
+            matches!(chars.next(), Some(c) if c.is_alphabetic() || c == '_')
+                && chars.all(|c| c.is_alphanumeric() || c == '_')
+        };
+        if module.is_empty() || !module.split('.').all(is_ident) {
+            return Err(format!(
+                "APP {s:?}: expected `module:attr` or `module:factory()` with a dotted module name"
+            ));
+        }
+        if !is_ident(attr) {
+            return Err(format!(
+                "APP {s:?}: the attribute after ':' must be a Python identifier"
+            ));
+        }
+        Ok(AppSpec {
+            module: module.to_string(),
+            attr: attr.to_string(),
+            factory,
+        })
+    }
+}
 
-/// Records `--venv PATH` (before `initialize`).
-pub fn set_venv(path: PathBuf) {
-    let _ = VENV_FLAG.set(path);
+impl fmt::Display for AppSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let call = if self.factory { "()" } else { "" };
+        write!(f, "{}:{}{}", self.module, self.attr, call)
+    }
 }
 
 /// A virtualenv's interpreter, if `venv` is one.
@@ -35,9 +74,21 @@ fn venv_python(venv: &Path) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
-/// Where the interpreter's path configuration starts, and why.
-pub fn program_name() -> (PathBuf, &'static str) {
-    if let Some(p) = VENV_FLAG.get().and_then(|v| venv_python(v)) {
+/// The interpreter whose path configuration Python starts from, and why that one.
+#[derive(Clone, Debug)]
+pub struct Interpreter {
+    pub program: PathBuf,
+    pub why: &'static str,
+}
+
+/// Where the interpreter's path configuration starts (`venv`: `--venv`), and why.
+pub fn program_name(venv: Option<&Path>) -> Interpreter {
+    let (program, why) = choose_program(venv);
+    Interpreter { program, why }
+}
+
+fn choose_program(venv: Option<&Path>) -> (PathBuf, &'static str) {
+    if let Some(p) = venv.and_then(venv_python) {
         return (p, "--venv");
     }
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
@@ -61,10 +112,11 @@ pub fn program_name() -> (PathBuf, &'static str) {
     }
 }
 
-/// Initialises CPython once for this process. The calling thread then holds the GIL.
-pub fn initialize() -> Result<(), String> {
-    let (program, _) = program_name();
-    let program = CString::new(program.as_os_str().as_encoded_bytes())
+/// Initialises CPython once for this process (`venv`: `--venv`), and says which
+/// interpreter. The calling thread then holds the GIL.
+pub fn initialize(venv: Option<&Path>) -> Result<Interpreter, String> {
+    let interpreter = program_name(venv);
+    let program = CString::new(interpreter.program.as_os_str().as_encoded_bytes())
         .map_err(|_| "the interpreter path contains a NUL byte".to_string())?;
     let mut config = MaybeUninit::<ffi::PyConfig>::uninit();
     // SAFETY: PyConfig_InitPythonConfig fully initialises the struct it is given; the
@@ -96,18 +148,17 @@ pub fn initialize() -> Result<(), String> {
             return Err(format!("cannot initialise Python: {msg}"));
         }
     }
-    Ok(())
+    Ok(interpreter)
 }
 
 /// `sys.version`, `sys.prefix` and why that environment, for the startup line.
-pub fn describe(py: Python<'_>) -> String {
+pub fn describe(py: Python<'_>, interpreter: &Interpreter) -> String {
     let get = || -> PyResult<String> {
         let sys = py.import("sys")?;
         let version: String = sys.getattr("version")?.extract()?;
         let prefix: String = sys.getattr("prefix")?.extract()?;
         let version = version.split_whitespace().next().unwrap_or("").to_string();
-        let (_, why) = program_name();
-        let why = match why {
+        let why = match interpreter.why {
             "build" => "the interpreter m0serve was built with",
             "PATH" => "python3 on PATH",
             other => other,
@@ -170,21 +221,17 @@ pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyA
     Ok(app.unbind())
 }
 
-/// Flushes Python's stdout and stderr (the app's prints) before the process exits.
-/// The signal `--timeout` raises on a stuck handler thread: `faulthandler` writes every
-/// thread's Python stack to standard error from its handler, without the GIL (which the
-/// stuck thread may hold).
-pub fn stack_dump_signal() -> libc::c_int {
-    libc::SIGRTMIN() + 2
-}
-
-/// `--timeout`: registers `faulthandler` on `stack_dump_signal()` (all threads).
+/// `--timeout`: registers `faulthandler` on `sys::signals::stack_dump()` (all threads).
 pub fn register_stack_dump(py: Python<'_>) -> PyResult<()> {
     let fh = py.import("faulthandler")?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("all_threads", true)?;
     kwargs.set_item("chain", false)?;
-    fh.call_method("register", (stack_dump_signal(),), Some(&kwargs))?;
+    fh.call_method(
+        "register",
+        (crate::sys::signals::stack_dump(),),
+        Some(&kwargs),
+    )?;
     Ok(())
 }
 
@@ -202,5 +249,28 @@ pub fn flush_stdio(py: Python<'_>) {
                 let _ = stream.call_method0("flush");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AppSpec;
+
+    #[test]
+    fn app_spec_forms() {
+        assert_eq!(
+            AppSpec::parse("pkg.mod:app").unwrap(),
+            AppSpec {
+                module: "pkg.mod".into(),
+                attr: "app".into(),
+                factory: false
+            }
+        );
+        assert!(AppSpec::parse("mod:make()").unwrap().factory);
+        assert_eq!(AppSpec::parse("mod").unwrap().attr, "application");
+        assert!(AppSpec::parse("mod:").is_err());
+        assert!(AppSpec::parse(":app").is_err());
+        assert!(AppSpec::parse("bad-name:app").is_err());
+        assert!(AppSpec::parse("mod:a.b").is_err());
     }
 }

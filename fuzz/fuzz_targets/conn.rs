@@ -8,9 +8,9 @@ use std::io::Write;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::conn::{Conn, Sock, Step};
-use m0serve::http::parse::Limits;
-use m0serve::msg::{ConnRef, Peer};
+use m0serve::worker::conn::{Conn, Sock, Step};
+use m0serve::http::limits::Limits;
+use m0serve::pipeline::msg::{ConnRef, Peer};
 
 fuzz_target!(|data: &[u8]| {
     // A socket buffer takes this much without blocking.

@@ -3,7 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::http::parse::{parse_head, Limits};
+use m0serve::http::limits::Limits;
+use m0serve::http::parse::parse_head;
 
 fuzz_target!(|data: &[u8]| {
     let small = Limits {

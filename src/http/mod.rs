@@ -9,6 +9,7 @@
 pub mod body;
 pub mod date;
 pub mod encode;
+pub mod limits;
 pub mod parse;
 pub mod percent;
 

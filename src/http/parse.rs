@@ -15,20 +15,9 @@
 
 use std::mem::MaybeUninit;
 
+use super::limits::{Limits, MAX_HEADERS_CAP};
 use super::{is_token, trim_ows};
 
-/// Hard cap on `Limits::max_headers`: the size of the stack array httparse fills
-/// (256 slots × 32 bytes = 8 KiB of stack, left uninitialised). Also keeps header indices
-/// within `u16`.
-pub const MAX_HEADERS_CAP: usize = 256;
-/// Default `Limits::max_request_line`, in bytes without the CRLF: gunicorn's and nginx's
-/// 8 KiB line buffers (RFC 9112 §3: recommends at least 8000 octets).
-pub const DEFAULT_MAX_REQUEST_LINE_BYTES: usize = 8190;
-/// Default `Limits::max_head`, in bytes including the blank line.
-pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
-/// Default `Limits::max_headers`, in header field lines (gunicorn's `limit_request_fields`).
-pub const DEFAULT_MAX_HEADERS: usize = 100;
-const _: () = assert!(DEFAULT_MAX_HEADERS <= MAX_HEADERS_CAP);
 /// Empty lines (CRLF) skipped before a request line (RFC 9112 §2.2 allows "at least one";
 /// some clients send a CRLF after a POST body). More is not a client bug but a stream of
 /// garbage, answered with 400 instead of being skipped forever.
@@ -94,27 +83,6 @@ pub enum BodyFraming {
     None,
     Length(u64),
     Chunked,
-}
-
-/// Size limits on a request head. Each one answers with its own status: 414, 431, 431.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Limits {
-    /// Longest request line, in bytes without its CRLF (-> 414).
-    pub max_request_line: usize,
-    /// Longest head, in bytes, leading empty lines and the final blank line included (-> 431).
-    pub max_head: usize,
-    /// Most header field lines (-> 431); values above `MAX_HEADERS_CAP` act as the cap.
-    pub max_headers: usize,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_request_line: DEFAULT_MAX_REQUEST_LINE_BYTES,
-            max_head: DEFAULT_MAX_HEAD_BYTES,
-            max_headers: DEFAULT_MAX_HEADERS,
-        }
-    }
 }
 
 /// A parsed request head. Every `Span` is an offset into the buffer given to `parse_head`.
@@ -768,6 +736,7 @@ impl TransferCodings {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::limits::DEFAULT_MAX_REQUEST_LINE_BYTES;
 
     fn parse(buf: &[u8]) -> Result<Option<Head>, HeadError> {
         parse_head(buf, &Limits::default())

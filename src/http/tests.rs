@@ -8,7 +8,8 @@
 use std::path::PathBuf;
 
 use super::body::{BodyError, ChunkedDecoder};
-use super::parse::{parse_head, BodyFraming, HeadError, Limits, Version, MISSING_HOST};
+use super::limits::Limits;
+use super::parse::{parse_head, BodyFraming, HeadError, Version, MISSING_HOST};
 use super::percent::split_target;
 
 // ---------------------------------------------------------------------------------------

@@ -24,15 +24,27 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::file_wrapper::FileWrapper;
-use super::response::latin1;
-use super::ServerInfo;
+use super::pystr::{latin1, latin1_str};
 use crate::http::parse::Version;
 use crate::http::percent;
-use crate::msg::{Peer, Request};
+use crate::pipeline::msg::{Peer, Request};
 
 /// Distinct header names whose environ keys are kept per handler thread; names past this
 /// are converted for each request (a client sending endless new names gains nothing).
 const HEADER_KEY_CACHE_ENTRIES: usize = 512;
+
+/// What the environ says about this server, fixed per worker.
+pub struct ServerInfo {
+    /// `SERVER_NAME` and `SERVER_PORT` of the first listener (in the base environ).
+    pub server_name: String,
+    pub server_port: String,
+    /// Those of the others (`--bind` repeated), by listener index from 1.
+    pub other_listeners: Vec<(String, String)>,
+    pub multithread: bool,
+    pub multiprocess: bool,
+    /// `--forwarded-allow-ips`.
+    pub trusted: super::proxy::Trusted,
+}
 
 /// Header positions remembered from the previous request.
 const RECENT_HEADER_POSITIONS: usize = 32;
@@ -43,21 +55,6 @@ const RECENT_VALUE_MAX_BYTES: usize = 512;
 /// Entries the base dict's table is sized for: the constant ones, the per-request ones and
 /// a browser's headers, so that filling a copy never resizes it.
 const ENVIRON_PRESIZE_ENTRIES: isize = 48;
-
-/// A latin-1 native string from bytes (PEP 3333: "native strings" decoded as ISO-8859-1).
-pub fn latin1_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
-    // SAFETY: the pointer and length describe `bytes`, which outlives the call; latin-1
-    // decoding cannot fail on any byte, and a NULL result (memory) becomes the pending
-    // Python error.
-    unsafe {
-        let p = ffi::PyUnicode_DecodeLatin1(
-            bytes.as_ptr().cast(),
-            bytes.len() as ffi::Py_ssize_t,
-            std::ptr::null(),
-        );
-        Bound::from_owned_ptr_or_err(py, p).map(|b| b.cast_into_unchecked())
-    }
-}
 
 /// FNV-1a: header names are short, and SipHash's setup costs more than the hash here.
 #[derive(Default)]

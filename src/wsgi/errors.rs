@@ -5,7 +5,7 @@
 use pyo3::prelude::*;
 
 use crate::log;
-use crate::msg::Request;
+use crate::pipeline::msg::Request;
 
 /// `METHOD target` for log lines, lossy and bounded.
 pub fn describe_request(req: &Request) -> String {

@@ -4,7 +4,7 @@
 //! The body arrives whole from the loop (`msg::Request::data`, after the head), so this
 //! object owns that buffer and hands out `bytes` slices of it: the body is not copied again
 //! until the app asks for it. A body over `--body-buffer-size` arrives as a spooled file
-//! instead (`crate::spool`), read with `pread` as the app asks.
+//! instead (`crate::sys::spool`), read with `pread` as the app asks.
 
 use std::os::unix::fs::FileExt;
 
@@ -12,7 +12,7 @@ use pyo3::exceptions::PyOSError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use crate::spool::SpooledBody;
+use crate::sys::spool::SpooledBody;
 
 /// Bytes read from a spooled body per step while looking for a line's end.
 const LINE_SCAN_BYTES: usize = 8 * 1024;

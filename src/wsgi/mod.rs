@@ -6,6 +6,7 @@ pub mod errors;
 pub mod file_wrapper;
 pub mod input;
 pub mod proxy;
+pub mod pystr;
 pub mod response;
 pub mod start_response;
 
@@ -16,34 +17,23 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyIterator, PyList, PyTuple};
 
 use crate::access_log::AccessLogger;
-use crate::event_loop::{HandlerShared, LoopShared};
 use crate::log;
-use crate::msg::{ConnRef, Request, StreamCredit};
-use crate::ring::Consumer;
-use crate::stats;
+use crate::pipeline::msg::{ConnRef, Request, StreamCredit};
+use crate::pipeline::ring::Consumer;
+use crate::pipeline::shared::{HandlerShared, LoopShared};
+use crate::pipeline::stats;
 use environ::EnvBuilder;
+pub use environ::ServerInfo;
 use file_wrapper::FileWrapper;
 use input::Input;
+use pystr::bytes_of;
 pub use response::Sink;
-use response::{bytes_of, Credit, Exchange, LengthMismatch, ReqInfo, State};
+use response::{Credit, Exchange, LengthMismatch, ReqInfo, State};
 use start_response::{ClientDisconnected, StartResponse};
-
-/// What the environ says about this server, fixed per worker.
-pub struct ServerInfo {
-    /// `SERVER_NAME` and `SERVER_PORT` of the first listener (in the base environ).
-    pub server_name: String,
-    pub server_port: String,
-    /// Those of the others (`--bind` repeated), by listener index from 1.
-    pub other_listeners: Vec<(String, String)>,
-    pub multithread: bool,
-    pub multiprocess: bool,
-    /// `--forwarded-allow-ips`.
-    pub trusted: proxy::Trusted,
-}
 
 /// What the access log needs of the request being served, kept from its start.
 struct LogCtx {
-    peer: crate::msg::Peer,
+    peer: crate::pipeline::msg::Peer,
     head_bytes: Vec<u8>,
     head: crate::http::parse::Head,
     started: std::time::Instant,

@@ -13,19 +13,19 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use crate::event_loop::{HandlerShared, LoopShared};
+use super::pystr::{bytes_of, latin1};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
 use crate::http::parse::Version;
-use crate::msg::{Buf, ConnRef, FileBody, Part, PyBytesRef, Response, StreamCredit};
-use crate::park;
-use crate::ring::Producer;
-use crate::stats;
+use crate::pipeline::msg::{Buf, ConnRef, FileBody, Part, PyBytesRef, Response, StreamCredit};
+use crate::pipeline::park;
+use crate::pipeline::ring::Producer;
+use crate::pipeline::shared::{HandlerShared, LoopShared};
+use crate::pipeline::stats;
 
 /// Body bytes gathered into one message before a streamed part is pushed when the app
 /// declared a Content-Length (the whole response then goes out in one write).
@@ -35,37 +35,6 @@ const HOLD_DECLARED_BODY_MAX_BYTES: usize = 256 * 1024;
 /// `bytes` object (`msg::PyBytesRef`). Below it a copy costs less than the reference's
 /// round trip through pyo3's deferred-decref pool (BENCHMARKS.md, "zero-copy bodies").
 const ZERO_COPY_MIN_BYTES: usize = 32 * 1024;
-
-/// The latin-1 bytes of a native string (PEP 3333: status and header names and values are
-/// `str` holding only code points below 256).
-pub fn latin1<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
-    let s = obj.cast::<PyString>().map_err(|_| {
-        let ty = obj
-            .get_type()
-            .name()
-            .map(|n| n.to_string())
-            .unwrap_or_default();
-        PyTypeError::new_err(format!("{what} must be str, not {ty}"))
-    })?;
-    let p = s.as_ptr();
-    // SAFETY: `p` is a live str object (borrowed by `s` for 'a). A str created by Python
-    // code is always "ready" (PEP 393), so KIND/DATA/GET_LENGTH are valid; a 1-byte kind
-    // stores exactly its latin-1 code points, GET_LENGTH of them, for as long as the object
-    // lives, which `'a` covers.
-    unsafe {
-        if ffi::PyUnicode_READY(p) != 0 {
-            return Err(PyErr::fetch(obj.py()));
-        }
-        if ffi::PyUnicode_KIND(p) != ffi::PyUnicode_1BYTE_KIND {
-            return Err(PyValueError::new_err(format!(
-                "{what} must contain only latin-1 characters"
-            )));
-        }
-        let data = ffi::PyUnicode_DATA(p) as *const u8;
-        let len = ffi::PyUnicode_GET_LENGTH(p) as usize;
-        Ok(std::slice::from_raw_parts(data, len))
-    }
-}
 
 fn encode_err(e: EncodeError) -> PyErr {
     PyValueError::new_err(match e {
@@ -829,23 +798,6 @@ fn append_body(st: &mut State, data: &Bound<'_, PyBytes>) -> bool {
             put(st, data, 0..n);
             st.remaining -= n as u64;
             st.remaining == 0 && st.out.len() <= HOLD_DECLARED_BODY_MAX_BYTES
-        }
-    }
-}
-
-/// A body item (PEP 3333: bytestrings only).
-pub fn bytes_of<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
-    match item.cast::<PyBytes>() {
-        Ok(b) => Ok(b),
-        Err(_) => {
-            let ty = item
-                .get_type()
-                .name()
-                .map(|n| n.to_string())
-                .unwrap_or_default();
-            Err(PyTypeError::new_err(format!(
-                "response body items must be bytes, not {ty}"
-            )))
         }
     }
 }

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use super::response::{bytes_of, Credit, Exchange};
+use super::pystr::bytes_of;
+use super::response::{Credit, Exchange};
 
 #[pyclass(module = "m0serve", name = "StartResponse", frozen)]
 pub struct StartResponse {

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::http::body::{BodyError, ChunkedDecoder};
-use crate::http::parse::{self, BodyFraming, Head, HeadError, Limits};
-use crate::msg::{Buf, ConnRef, FileBody, Peer, Request, StreamCredit};
-use crate::spool::Spool;
+use crate::http::limits::Limits;
+use crate::http::parse::{self, BodyFraming, Head, HeadError};
+use crate::pipeline::msg::{Buf, ConnRef, FileBody, Peer, Request, StreamCredit};
+use crate::sys::spool::Spool;
 
 /// First size of a connection's read buffer: a browser's request head fits.
 pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;

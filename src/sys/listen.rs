@@ -4,8 +4,54 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileTypeExt;
 
-use crate::config::Listen;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
 use crate::sys::syscall;
+
+/// Most sockets one worker listens on (`--bind` repeated): the loop's tokens for them are
+/// reserved up front.
+pub const MAX_LISTENERS: usize = 64;
+
+/// Where a worker listens, as `--bind`, `--host`/`--port` or `--uds` say.
+#[derive(Clone, Debug)]
+pub enum ListenSpec {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+    /// A listening socket already open as this descriptor (`fd://N`).
+    Fd(i32),
+}
+
+impl ListenSpec {
+    /// `HOST:PORT`, `[V6]:PORT`, `unix:PATH` or `fd://N` (`--bind`).
+    pub fn parse(s: &str) -> Result<ListenSpec, String> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(format!("--bind {s:?}: no path after unix:"));
+            }
+            return Ok(ListenSpec::Unix(PathBuf::from(path)));
+        }
+        if let Some(n) = s.strip_prefix("fd://") {
+            return n
+                .parse::<i32>()
+                .ok()
+                .filter(|&fd| fd >= 0)
+                .map(ListenSpec::Fd)
+                .ok_or_else(|| format!("--bind {s:?}: not a descriptor number"));
+        }
+        s.parse::<SocketAddr>().map(ListenSpec::Tcp).map_err(|_| {
+            format!("--bind {s:?}: expected HOST:PORT, [V6]:PORT, unix:PATH or fd://N")
+        })
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            ListenSpec::Tcp(a) => a.to_string(),
+            ListenSpec::Unix(p) => format!("unix:{}", p.display()),
+            ListenSpec::Fd(fd) => format!("fd://{fd}"),
+        }
+    }
+}
 
 pub enum Listener {
     Tcp(mio::net::TcpListener),
@@ -18,23 +64,23 @@ impl Listener {
     /// Binds and listens with a `backlog`-long accept queue (`--backlog`; the default 1024
     /// matches gunicorn's and Granian's: the std default of 128 overflows under a burst of
     /// connections from a load generator).
-    pub fn bind(listen: &Listen, backlog: i32, uds_mode: Option<u32>) -> io::Result<Listener> {
+    pub fn bind(listen: &ListenSpec, backlog: i32, uds_mode: Option<u32>) -> io::Result<Listener> {
         match listen {
-            Listen::Fd(fd) => {
+            ListenSpec::Fd(fd) => {
                 // `fd://N`: ours from here; it must be a listening socket already.
                 let l = Listener::from_inherited(*fd)?;
                 // SAFETY: fcntl on the descriptor just taken over.
                 unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
                 Ok(l)
             }
-            Listen::Tcp(addr) => {
+            ListenSpec::Tcp(addr) => {
                 // std sets SO_REUSEADDR on Unix, so a restart does not wait out TIME_WAIT.
                 let l = std::net::TcpListener::bind(addr)?;
                 syscall!(listen(l.as_raw_fd(), backlog))?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Tcp(mio::net::TcpListener::from_std(l)))
             }
-            Listen::Unix(path) => {
+            ListenSpec::Unix(path) => {
                 // A socket file left by a previous run would make bind fail; remove it, but
                 // never remove anything that is not a socket.
                 if let Ok(meta) = std::fs::symlink_metadata(path) {

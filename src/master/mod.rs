@@ -20,6 +20,9 @@
 //! after a backoff that doubles up to [`BOOT_BACKOFF_MAX`]. If no worker has ever become
 //! ready, a boot failure means the app cannot start: the master stops and exits non-zero.
 
+pub mod reload;
+pub mod systemd;
+
 use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -28,29 +31,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::listen::Listener;
 use crate::log;
-use crate::signals::{Received, SignalPipe};
+use crate::sys::ipc::{MetricsFds, Status, WorkerEnv, WORKER_ENV};
+use crate::sys::listen::Listener;
+use crate::sys::signals::{Received, SignalPipe, MASTER_SIGNALS};
 use crate::sys::syscall;
-use crate::systemd;
-
-/// The signals the master handles (`SignalPipe::install_master`).
-pub const MASTER_SIGNALS: &[libc::c_int] = &[
-    libc::SIGINT,
-    libc::SIGTERM,
-    libc::SIGQUIT,
-    libc::SIGHUP,
-    libc::SIGTTIN,
-    libc::SIGTTOU,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGCHLD,
-];
-
-/// Set in a worker's environment by the master:
-/// `LISTENER_FD;LISTENER_FD...,READY_FD,HEARTBEAT_MS,METRICS_LISTENER_FD,METRICS_FD,SLOT`
-/// (`HEARTBEAT_MS` 0: no heartbeats; the metrics fields `-` without `--metrics-port`).
-pub const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
 
 /// First wait before replacing a worker that died before it was ready; doubles per
 /// consecutive boot failure.
@@ -126,7 +111,7 @@ pub struct Master {
     /// `--metrics-port`: the counters every worker writes, and the socket they serve them on.
     metrics: Option<(crate::metrics::Region, Listener)>,
     /// `--reload`: the watch on the app's `.py` files.
-    watcher: Option<crate::reload::Watcher>,
+    watcher: Option<reload::Watcher>,
     _pid_file: Option<PidFile>,
 }
 
@@ -171,8 +156,12 @@ pub fn run(config: Config) -> Result<(), String> {
     };
     let metrics = match config.metrics {
         Some(addr) => {
-            let listener = Listener::bind(&crate::config::Listen::Tcp(addr), config.backlog, None)
-                .map_err(|e| format!("--metrics-port: cannot bind {addr}: {e}"))?;
+            let listener = Listener::bind(
+                &crate::sys::listen::ListenSpec::Tcp(addr),
+                config.backlog,
+                None,
+            )
+            .map_err(|e| format!("--metrics-port: cannot bind {addr}: {e}"))?;
             // Room for a reload's two generations and a few SIGTTINs; a worker past them
             // runs without metrics (and says so).
             let slots = (config.workers * 4).max(64);
@@ -184,7 +173,7 @@ pub fn run(config: Config) -> Result<(), String> {
     };
     let watcher = match &config.reload {
         Some(ignore) => {
-            let w = crate::reload::Watcher::new(&config.app_dir, ignore)
+            let w = reload::Watcher::new(&config.app_dir, ignore)
                 .map_err(|e| format!("--reload: cannot watch {}: {e}", config.app_dir.display()))?;
             log::info!(
                 "--reload: watching the .py files in {} ({} directories)",
@@ -674,34 +663,30 @@ impl Master {
         // SAFETY: pipe2 just returned these descriptors; each is owned once here.
         let (ready_read, ready_write) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let listener_fds: Vec<RawFd> = self.listeners.iter().map(Listener::raw_fd).collect();
-        let fd_list: Vec<String> = listener_fds.iter().map(|f| f.to_string()).collect();
         // `--metrics-port`: the lowest slot no live worker holds.
         let metrics_slot = self.metrics.as_ref().and_then(|(region, _)| {
             (0..region.slots()).find(|s| self.workers.iter().all(|w| w.metrics_slot != Some(*s)))
         });
         // A worker without a slot still answers scrapes and `/healthz` (a liveness probe
         // may ask it); it only counts nothing.
-        let metrics_env = match &self.metrics {
-            Some((region, listener)) => {
-                if metrics_slot.is_none() {
-                    log::warn!("no metrics slot is free: this worker's requests are not counted");
-                }
-                format!(
-                    "{},{},{}",
-                    listener.raw_fd(),
-                    region.raw_fd(),
-                    metrics_slot.map_or("-".to_string(), |s| s.to_string())
-                )
-            }
-            None => "-,-,-".to_string(),
-        };
-        // Descriptors the worker keeps across its exec.
-        let mut keep_fds = listener_fds.clone();
-        if let Some((region, listener)) = &self.metrics {
-            keep_fds.push(listener.raw_fd());
-            keep_fds.push(region.raw_fd());
+        if self.metrics.is_some() && metrics_slot.is_none() {
+            log::warn!("no metrics slot is free: this worker's requests are not counted");
         }
+        let worker_env = WorkerEnv {
+            listeners: self.listeners.iter().map(Listener::raw_fd).collect(),
+            status: ready_write.as_raw_fd(),
+            heartbeat: self.watchdog.map(|w| w / 4),
+            metrics: self.metrics.as_ref().map(|(region, listener)| MetricsFds {
+                listener: listener.raw_fd(),
+                region: region.raw_fd(),
+                slot: metrics_slot,
+            }),
+        };
+        // Descriptors the worker keeps across its exec (the status pipe's is set apart).
+        let keep_fds: Vec<RawFd> = worker_env
+            .fds()
+            .filter(|&fd| fd != worker_env.status)
+            .collect();
         let exe = CString::new(self.exe.as_os_str().as_bytes())
             .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
         let args: Vec<CString> = self
@@ -710,13 +695,8 @@ impl Master {
             .map(|a| CString::new(a.as_bytes()))
             .collect::<Result<_, _>>()
             .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
-        let env = CString::new(format!(
-            "{WORKER_ENV}={},{},{},{metrics_env}",
-            fd_list.join(";"),
-            ready_write.as_raw_fd(),
-            self.watchdog.map_or(0, |w| (w / 4).as_millis().max(1))
-        ))
-        .map_err(|_| io::Error::other("bad worker environment"))?;
+        let env = CString::new(format!("{WORKER_ENV}={}", worker_env.encode()))
+            .map_err(|_| io::Error::other("bad worker environment"))?;
         // Everything the child touches is prepared before the fork: between fork and exec
         // it only makes async-signal-safe calls.
         let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
@@ -802,15 +782,18 @@ fn check_ready(w: &mut Worker) -> bool {
     if n > 0 {
         w.alive_at = Instant::now();
     }
-    for &b in &buf[..n.max(0) as usize] {
-        match b {
-            b'H' => w.heartbeat = Instant::now(),
-            b'R' if !w.ready => {
+    for status in buf[..n.max(0) as usize]
+        .iter()
+        .filter_map(|&b| Status::from_byte(b))
+    {
+        match status {
+            Status::Heartbeat => w.heartbeat = Instant::now(),
+            Status::Ready if !w.ready => {
                 w.ready = true;
                 became_ready = true;
                 log::debug!("worker {} is ready", w.pid);
             }
-            b'M' if !w.recycling && !w.retiring => {
+            Status::Recycle if !w.recycling && !w.retiring => {
                 log::info!(
                     "worker {} asked to be replaced (--max-requests or --timeout): recycling it",
                     w.pid

@@ -8,11 +8,11 @@ use std::thread::JoinHandle;
 
 use pyo3::prelude::*;
 
-use crate::event_loop::{HandlerShared, LoopShared};
-use crate::msg::{Request, Response};
-use crate::park;
-use crate::ring::{Consumer, Producer};
-use crate::stats;
+use crate::pipeline::msg::{Request, Response};
+use crate::pipeline::park;
+use crate::pipeline::ring::{Consumer, Producer};
+use crate::pipeline::shared::{HandlerShared, LoopShared};
+use crate::pipeline::stats;
 use crate::wsgi::{Bridge, ServerInfo, Sink};
 
 pub struct HandlerSetup {

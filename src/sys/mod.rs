@@ -1,4 +1,11 @@
-//! One helper turning libc calls into `io::Result` (after mio's `syscall!`).
+//! The platform: one helper turning libc calls into `io::Result` (after mio's `syscall!`),
+//! the listening sockets, signals, body spooling, and the master-worker protocol. Nothing
+//! here runs Python or speaks HTTP.
+
+pub mod ipc;
+pub mod listen;
+pub mod signals;
+pub mod spool;
 
 /// Calls a libc function and maps a `-1` return to `io::Error::last_os_error()`.
 macro_rules! syscall {

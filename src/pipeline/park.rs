@@ -60,7 +60,7 @@
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{fence, thread, AtomicBool, Ordering};
+use crate::pipeline::sync::{fence, thread, AtomicBool, Ordering};
 
 /// One per sleeping side. Shared by `Arc` between the sleeper and the waker(s).
 #[derive(Debug, Default)]
@@ -183,14 +183,14 @@ fn spin_until(ready: &mut impl FnMut() -> bool) -> bool {
     if ready() {
         return true;
     }
-    crate::sync::spin_hint();
+    crate::pipeline::sync::spin_hint();
     false
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::ring::ring;
+    use crate::pipeline::ring::ring;
     use std::sync::mpsc;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -248,7 +248,7 @@ mod tests {
                 1..=8 => std::thread::yield_now(),
                 9..=24 => {
                     for _ in 0..(r >> 58) {
-                        crate::sync::spin_hint();
+                        crate::pipeline::sync::spin_hint();
                     }
                 }
                 _ => {}
@@ -390,8 +390,8 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use crate::ring::ring;
-    use crate::sync::Arc;
+    use crate::pipeline::ring::ring;
+    use crate::pipeline::sync::Arc;
 
     /// (b) The handler side: the producer pushes two items and wakes only if
     /// `should_wake`; the consumer waits with `wait_until`. A lost wake-up leaves the

@@ -10,27 +10,28 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::os::fd::AsFd;
 use std::os::unix::thread::JoinHandleExt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::CachePadded;
 use mio::{Events, Interest, Poll, Token};
 use pyo3::Python;
 
-use crate::conn::{Conn, ReadState, Sock, Step, MAX_PIPELINED_IN_FLIGHT};
 use crate::http::date::DateCache;
-use crate::http::parse::Limits;
-use crate::inline::{Inline, InlineSetup};
-use crate::listen::Listener;
+use crate::http::limits::Limits;
 use crate::log;
-use crate::msg::{ConnRef, Part, Peer, Request, Response, StreamBudget, StreamCredit};
-use crate::park::WakeFlag;
-use crate::ring::{Consumer, Producer};
-use crate::signals::SignalPipe;
-use crate::stats::{self, HandlerCounters, LoopCounters};
+use crate::pipeline::msg::{ConnRef, Part, Peer, Request, Response, StreamCredit};
+use crate::pipeline::ring::{Consumer, Producer};
+use crate::pipeline::shared::{HandlerShared, LoopShared, GONE_SLOTS};
+use crate::pipeline::stats::{self, LoopCounters};
+use crate::sys::ipc::Status;
+use crate::sys::listen::{Listener, MAX_LISTENERS};
+use crate::sys::signals::SignalPipe;
+use crate::worker::conn::{Conn, ReadState, Sock, Step, MAX_PIPELINED_IN_FLIGHT};
+use crate::worker::inline::{Inline, InlineSetup};
 
 /// `--metrics-port`'s listener.
 const METRICS: Token = Token(0);
@@ -41,7 +42,6 @@ const SIGNALS: Token = Token(2);
 /// Listeners take tokens `FIRST_LISTENER..FIRST_LISTENER + MAX_LISTENERS`, connections
 /// the tokens from `FIRST_CONN` on.
 const FIRST_LISTENER: usize = 3;
-pub const MAX_LISTENERS: usize = 64;
 const FIRST_CONN: usize = FIRST_LISTENER + MAX_LISTENERS;
 
 /// Connections one accept pass takes when other workers share the listening socket. Every
@@ -87,124 +87,6 @@ fn beat_every(watchdog: Option<Duration>) -> Duration {
 
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// State shared by the loop and every handler thread.
-pub struct LoopShared {
-    /// The loop's parked flag: set while it is about to block in `epoll_wait`.
-    pub wake: WakeFlag,
-    pub waker: mio::Waker,
-}
-
-impl LoopShared {
-    /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`
-    /// when it did (a syscall).
-    pub fn notify(&self) -> bool {
-        if self.wake.should_wake() {
-            // A failed eventfd write leaves the loop to its next event; nothing to do here.
-            let _ = self.waker.wake();
-            return true;
-        }
-        false
-    }
-}
-
-/// Connections a handler remembers as gone (see `HandlerShared::gone`): a request's
-/// departure is forgotten only after this many more on the same handler.
-pub const GONE_SLOTS: usize = 8;
-
-/// State shared by the loop and one handler thread.
-pub struct HandlerShared {
-    /// The handler's parked flag.
-    pub wake: WakeFlag,
-    /// `ConnRef::packed` of the last connection that closed while this handler had a
-    /// request of it: the handler stops iterating that response's body early.
-    pub cancelled: AtomicU64,
-    /// The loop is stopping: exit once the request ring is empty.
-    pub stop: AtomicBool,
-    /// `ConnRef::packed` of the last `GONE_SLOTS` connections whose client left (end of
-    /// stream or a close) while they had a request on this handler, written round-robin by
-    /// the loop: `m0serve.client_disconnected()` looks its request's connection up here.
-    pub gone: [AtomicU64; GONE_SLOTS],
-    /// The handler's pipeline counters (it writes them, a report reads them).
-    pub counters: CachePadded<HandlerCounters>,
-    /// What the loop's watchdog reads (`--timeout`, the heartbeat), kept only when `watch`.
-    pub busy: BusyClock,
-    /// The handler's index in the loop's list (inline mode's bridge is 0).
-    pub index: usize,
-    /// What its streamed responses have unwritten, all together.
-    pub budget: Arc<StreamBudget>,
-    /// A thread other than the handler's that waits on `wake` (an app's thread in
-    /// `write()`), for the loop to unpark. At most one: it waits holding the exchange lock.
-    pub waiter: std::sync::Mutex<Option<std::thread::Thread>>,
-}
-
-/// When a handler began its current piece of work (a request, or a body it resumed) and
-/// when it last handed the loop a message during it, as `stats::mono_ns` readings; 0 while
-/// it waits. The handler writes them, the loop's sweep reads them: a body set aside for a
-/// slow client is no work, so it never looks stuck.
-#[derive(Debug, Default)]
-pub struct BusyClock {
-    /// Keep the clock at all (`--timeout` or a heartbeat): two clock reads per request.
-    pub watch: bool,
-    since: AtomicU64,
-    progress: AtomicU64,
-}
-
-impl BusyClock {
-    /// Handler: a piece of work starts now.
-    pub fn start(&self) {
-        if self.watch {
-            let now = stats::mono_ns();
-            // Relaxed, both: the loop only compares times, against its own clock.
-            self.progress.store(now, Ordering::Relaxed);
-            self.since.store(now, Ordering::Relaxed);
-        }
-    }
-
-    /// Handler: a response message went to the loop.
-    pub fn progressed(&self) {
-        if self.watch {
-            // Relaxed: a time for the watchdog, nothing is published with it.
-            self.progress.store(stats::mono_ns(), Ordering::Relaxed);
-        }
-    }
-
-    /// Handler: it is about to wait.
-    pub fn idle(&self) {
-        if self.watch {
-            // Relaxed: as in `start`.
-            self.since.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// Loop: since when the handler is on its current work, and its last message then;
-    /// `None` while it waits.
-    fn read(&self) -> Option<(u64, u64)> {
-        // Relaxed: see `start`.
-        let since = self.since.load(Ordering::Relaxed);
-        (since != 0).then(|| (since, self.progress.load(Ordering::Relaxed).max(since)))
-    }
-}
-
-impl HandlerShared {
-    /// Handler `index`; `watch`: keep the busy clock (`--timeout` or a heartbeat is on).
-    pub fn new(index: usize, watch: bool) -> HandlerShared {
-        HandlerShared {
-            index,
-            budget: Arc::default(),
-            waiter: std::sync::Mutex::new(None),
-            wake: WakeFlag::new(),
-            cancelled: AtomicU64::new(u64::MAX),
-            stop: AtomicBool::new(false),
-            gone: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
-            counters: CachePadded::new(HandlerCounters::default()),
-            busy: BusyClock {
-                watch,
-                ..BusyClock::default()
-            },
-        }
-    }
-}
 
 /// Where the loop takes one handler's response messages from.
 pub enum Responses {
@@ -289,7 +171,7 @@ pub struct LoopOptions {
     pub body_buffer: usize,
     /// `--max-connections`.
     pub max_connections: usize,
-    pub timeouts: crate::config::Timeouts,
+    pub timeouts: crate::http::limits::Timeouts,
     /// `--max-requests` (with its jitter drawn): after this many the worker asks the master
     /// to be replaced; 0 for never.
     pub max_requests: u64,
@@ -331,7 +213,7 @@ pub struct EventLoop {
     body_buffer: usize,
     read_buffer_max: usize,
     max_connections: usize,
-    timeouts: crate::config::Timeouts,
+    timeouts: crate::http::limits::Timeouts,
     max_requests: u64,
     timeout: Option<Duration>,
     /// The systemd watchdog's heartbeat period, when there is one.
@@ -1172,12 +1054,13 @@ impl EventLoop {
                 })
             })
         });
-        let beat: &[u8; 1] = if stuck { b"L" } else { b"H" };
         if let Some(fd) = &self.master_pipe {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a one-byte write from a live buffer to a descriptor we own; a full
-            // pipe (the master busy) or a closed one (the master gone) loses one beat.
-            unsafe { libc::write(fd.as_raw_fd(), beat.as_ptr().cast(), 1) };
+            let beat = if stuck {
+                Status::Alive
+            } else {
+                Status::Heartbeat
+            };
+            beat.send(fd.as_fd());
         }
     }
 
@@ -1185,10 +1068,7 @@ impl EventLoop {
     /// stops this worker gracefully; until then it serves on.
     fn ask_to_be_replaced(&self) {
         if let Some(fd) = &self.master_pipe {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a one-byte write from a live buffer to a descriptor we own; a full
-            // or closed pipe (the master is gone) leaves nothing to do.
-            unsafe { libc::write(fd.as_raw_fd(), b"M".as_ptr().cast(), 1) };
+            Status::Recycle.send(fd.as_fd());
         }
     }
 
@@ -1271,7 +1151,8 @@ impl EventLoop {
         // A middle part's bytes count against its stream's credit until written.
         let credit = match (&resp.part, resp.stream) {
             (Part::Partial, Some(c)) => {
-                let n = StreamCredit::charge(crate::msg::wire_len(&resp.data, &resp.more));
+                let n =
+                    StreamCredit::charge(crate::pipeline::msg::wire_len(&resp.data, &resp.more));
                 Some((c, n))
             }
             _ => None,
@@ -1551,7 +1432,7 @@ impl EventLoop {
 
     /// `--timeout`: a handler on one request (or one resumed stretch of a body set aside
     /// for a slow client) for longer than the limit gets its Python stack written to the
-    /// log (`faulthandler`, registered on `python::stack_dump_signal()` at start), and the
+    /// log (`faulthandler`, registered on `sys::signals::stack_dump()` at start), and the
     /// worker asks the master to replace it (it drains once the replacement is ready).
     fn check_stuck(&mut self, limit: Duration) {
         let now = stats::mono_ns();
@@ -1577,7 +1458,7 @@ impl EventLoop {
             );
             // SAFETY: pthread_kill on a live thread of this process (its JoinHandle is
             // held); the signal's handler is faulthandler's, which only writes tracebacks.
-            unsafe { libc::pthread_kill(thread, crate::python::stack_dump_signal()) };
+            unsafe { libc::pthread_kill(thread, crate::sys::signals::stack_dump()) };
             self.ask_to_be_replaced();
         }
     }
@@ -1737,7 +1618,7 @@ pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
 /// A body has gone `--body-timeout` without a byte, or arrives slower on average than
 /// `--body-min-rate` allows: the first `--body-timeout` seconds are free, and each
 /// `--body-min-rate` bytes received buy one more second (as Apache's `mod_reqtimeout`).
-fn body_expired(conn: &Conn, now: Instant, t: &crate::config::Timeouts) -> bool {
+fn body_expired(conn: &Conn, now: Instant, t: &crate::http::limits::Timeouts) -> bool {
     if now.saturating_duration_since(conn.read_at) > t.body {
         return true;
     }
@@ -1752,7 +1633,7 @@ fn body_expired(conn: &Conn, now: Instant, t: &crate::config::Timeouts) -> bool 
 /// How often the timeouts are checked: a quarter of the shortest, within
 /// `SWEEP_MIN..=SWEEP_MAX`.
 fn sweep_interval(
-    t: &crate::config::Timeouts,
+    t: &crate::http::limits::Timeouts,
     timeout: Option<Duration>,
     heartbeat: Duration,
 ) -> Duration {

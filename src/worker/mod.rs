@@ -2,26 +2,30 @@
 //! start the handler threads and the loop thread, tell the master it is ready, and wait
 //! for a stop.
 
-use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+pub mod conn;
+pub mod event_loop;
+pub mod handler;
+pub mod inline;
+
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
 
 use crate::config::Config;
-use crate::event_loop::{
-    EventLoop, HandlerLink, HandlerShared, LoopOptions, LoopShared, Responses,
-};
-use crate::handler::{self, HandlerSetup};
-use crate::inline::InlineSetup;
-use crate::listen::Listener;
 use crate::log;
-use crate::park::WakeFlag;
+use crate::pipeline::park::WakeFlag;
+use crate::pipeline::ring;
+use crate::pipeline::shared::{HandlerShared, LoopShared};
 use crate::python;
-use crate::ring;
-use crate::signals::SignalPipe;
+use crate::sys::ipc::{MetricsFds, Status, WorkerEnv, WORKER_ENV};
+use crate::sys::listen::Listener;
+use crate::sys::signals::SignalPipe;
 use crate::wsgi::ServerInfo;
+use event_loop::{EventLoop, HandlerLink, LoopOptions, Responses};
+use handler::HandlerSetup;
+use inline::InlineSetup;
 
 /// Slots in each handler's request ring. A full ring stops the loop from taking more
 /// requests off sockets (backpressure), so this bounds queued work per handler.
@@ -60,65 +64,37 @@ pub struct Inherited {
     /// For the systemd watchdog: how often to tell the master that this worker's threads
     /// make progress.
     heartbeat: Option<Duration>,
-    /// One byte is written here once the worker serves.
+    /// The status pipe: one byte is written here once the worker serves.
     ready: OwnedFd,
-    /// `--metrics-port`: the metrics socket, the shared counters, and this worker's slot
-    /// (`None`: none was free; it answers scrapes but counts nothing).
-    metrics: Option<(RawFd, RawFd, Option<usize>)>,
+    metrics: Option<MetricsFds>,
 }
 
 impl Inherited {
-    /// The descriptors named in the environment by the master (`master::WORKER_ENV`), or
+    /// The descriptors named in the environment by the master (`ipc::WORKER_ENV`), or
     /// `None` when this process is not a worker. The variable is removed, so nothing the
     /// app starts mistakes itself for a worker.
     pub fn from_env() -> Result<Option<Inherited>, String> {
-        let Some(value) = std::env::var_os(crate::master::WORKER_ENV) else {
+        let Some(value) = std::env::var_os(WORKER_ENV) else {
             return Ok(None);
         };
-        std::env::remove_var(crate::master::WORKER_ENV);
-        let value = value.to_string_lossy().into_owned();
-        let parse = |s: &str| s.parse::<RawFd>().ok().filter(|&f| f > 2);
-        let mut fields = value.split(',');
-        let (listeners, ready) = (fields.next().unwrap_or(""), fields.next().unwrap_or(""));
-        let heartbeat_ms: u64 = fields.next().and_then(|h| h.parse().ok()).unwrap_or(0);
-        let metrics = match (fields.next(), fields.next(), fields.next()) {
-            (Some(l), Some(r), Some(slot)) => match (parse(l), parse(r)) {
-                (Some(l), Some(r)) => Some((l, r, slot.parse().ok())),
-                _ => None,
-            },
-            _ => None,
-        };
-        let listener_fds: Option<Vec<RawFd>> = listeners.split(';').map(parse).collect();
-        match (listener_fds.filter(|l| !l.is_empty()), parse(ready)) {
-            (Some(listener_fds), Some(ready)) => {
-                // The master left both open across its exec; nothing the app starts
-                // (a subprocess, a fork) may inherit them: a daemonised child would keep
-                // the port bound after the server exits.
-                let metrics_fds = metrics.iter().flat_map(|&(l, r, _)| [l, r]);
-                for fd in listener_fds
-                    .iter()
-                    .copied()
-                    .chain([ready])
-                    .chain(metrics_fds)
-                {
-                    // SAFETY: fcntl on descriptors this process was handed; a failure
-                    // leaves the descriptor inheritable, which is no worse than before.
-                    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-                }
-                Ok(Some(Inherited {
-                    listener_fds,
-                    heartbeat: (heartbeat_ms > 0).then(|| Duration::from_millis(heartbeat_ms)),
-                    // SAFETY: the master left this pipe's write end open across the exec for
-                    // this process alone to own.
-                    ready: unsafe { OwnedFd::from_raw_fd(ready) },
-                    metrics,
-                }))
-            }
-            _ => Err(format!(
-                "{}={value:?}: not two descriptor numbers",
-                crate::master::WORKER_ENV
-            )),
+        std::env::remove_var(WORKER_ENV);
+        let env = WorkerEnv::decode(&value.to_string_lossy())?;
+        // The master left them open across its exec; nothing the app starts (a
+        // subprocess, a fork) may inherit them: a daemonised child would keep the port bound
+        // after the server exits.
+        for fd in env.fds() {
+            // SAFETY: fcntl on descriptors this process was handed; a failure leaves the
+            // descriptor inheritable, which is no worse than before.
+            unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
         }
+        Ok(Some(Inherited {
+            listener_fds: env.listeners,
+            heartbeat: env.heartbeat,
+            // SAFETY: the master left this pipe's write end open across the exec for this
+            // process alone to own.
+            ready: unsafe { OwnedFd::from_raw_fd(env.status) },
+            metrics: env.metrics,
+        }))
     }
 }
 
@@ -176,7 +152,11 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| format!("cannot use the listening sockets from the master: {e}"))?;
     let metrics = match inherited.metrics {
-        Some((listener, region, slot)) => {
+        Some(MetricsFds {
+            listener,
+            region,
+            slot,
+        }) => {
             let listener = Listener::from_inherited(listener)
                 .map_err(|e| format!("cannot use the metrics socket from the master: {e}"))?;
             // Metrics are not worth failing to serve for: a file this worker cannot use
@@ -222,7 +202,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     }
     let signals =
         SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    python::initialize()?;
+    let interpreter = python::initialize(config.venv.as_deref())?;
     let (server_name, server_port) = listeners
         .first()
         .map(Listener::server_name_port)
@@ -248,7 +228,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
                 format!("--timeout: cannot register faulthandler for stack dumps: {e}")
             })?;
         }
-        let interp = python::describe(py);
+        let interp = python::describe(py, &interpreter);
         // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread.
         let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
             .map(|_| app.clone_ref(py))
@@ -405,9 +385,9 @@ fn serve(
         env!("CARGO_PKG_VERSION"),
         config.app,
     );
-    crate::signals::serving();
+    crate::sys::signals::serving();
     // The master counts this worker as serving from here.
-    let _ = std::fs::File::from(ready).write_all(b"R");
+    Status::Ready.send(ready.as_fd());
     loop_thread
         .join()
         .map_err(|_| "the loop thread panicked".to_string())?;

@@ -17,7 +17,7 @@
 //!   `Release`-stores `seq = h + capacity` (free for the producer's next lap), which the
 //!   producer `Acquire`-loads before it writes the slot again. Those two Release/Acquire
 //!   pairs per slot are the only synchronisation the data path needs; waking a parked side
-//!   is [`crate::park`]'s business.
+//!   is [`crate::pipeline::park`]'s business.
 //! - Free (`≡ i`) and full (`≡ i + 1`) differ modulo the capacity, which is why it is at
 //!   least 2; a ring dropped with values inside finds them by that test.
 //!
@@ -27,7 +27,7 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 
-use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+use crate::pipeline::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
 struct Slot<T> {
     /// Whose the slot is (module doc). Stored by the producer after it writes `value`, and
@@ -205,7 +205,7 @@ impl<T> Consumer<T> {
 
     /// Whether a [`pop`](Self::pop) now would find nothing. May be stale, but never reports
     /// empty when an item was published before this call with a happens-before edge (or, in
-    /// the wake protocol, behind a `fence(SeqCst)` on each side; see [`crate::park`]).
+    /// the wake protocol, behind a `fence(SeqCst)` on each side; see [`crate::pipeline::park`]).
     pub fn is_empty(&self) -> bool {
         !Self::full_at(self.shared.slot(self.head), self.head)
     }
@@ -410,7 +410,7 @@ mod tests {
                 let mut v = i;
                 while let Err(back) = p.push(v) {
                     v = back;
-                    crate::sync::spin_hint();
+                    crate::pipeline::sync::spin_hint();
                 }
             }
         });
@@ -431,7 +431,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use crate::sync::thread;
+    use crate::pipeline::sync::thread;
 
     /// Three items through a capacity-2 ring, so the producer must wait for the consumer to
     /// free a slot and slot 0 is reused: no loss, order kept, and loom's `UnsafeCell`

@@ -14,6 +14,26 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::sys::syscall;
 
+/// The signals the master handles (`SignalPipe::install_master`).
+pub const MASTER_SIGNALS: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGQUIT,
+    libc::SIGHUP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGCHLD,
+];
+
+/// The signal the loop raises on a stuck handler thread (`--timeout`), on which
+/// `faulthandler` is registered to write every thread's Python stack. A real-time signal
+/// nothing else uses.
+pub fn stack_dump() -> libc::c_int {
+    libc::SIGRTMIN() + 2
+}
+
 static PIPE_WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// A worker still starting (importing the app): nothing reads the self-pipe yet, so a stop
@@ -74,7 +94,7 @@ impl SignalPipe {
 
     /// The master's: every signal it acts on, and SIGCHLD to wake it when a worker exits.
     pub fn install_master() -> io::Result<SignalPipe> {
-        SignalPipe::with_handlers(crate::master::MASTER_SIGNALS)
+        SignalPipe::with_handlers(MASTER_SIGNALS)
     }
 
     fn with_handlers(signals: &[libc::c_int]) -> io::Result<SignalPipe> {

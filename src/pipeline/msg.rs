@@ -52,7 +52,7 @@ pub struct Request {
     pub chunked: bool,
     /// A body over `--body-buffer-size`: in this file, not in `data` (which then holds the
     /// head only).
-    pub spooled: Option<crate::spool::SpooledBody>,
+    pub spooled: Option<crate::sys::spool::SpooledBody>,
     pub peer: Peer,
     /// When the loop pushed it into a handler's ring (the pass's clock), for the metrics.
     pub queued_at: std::time::Instant,

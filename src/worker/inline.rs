@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
 
-use crate::event_loop::{HandlerShared, LoopShared};
-use crate::msg::{Request, Response};
-use crate::ring::{Consumer, Producer};
+use crate::pipeline::msg::{Request, Response};
+use crate::pipeline::ring::{Consumer, Producer};
+use crate::pipeline::shared::{HandlerShared, LoopShared};
 use crate::wsgi::{Bridge, ServerInfo, Sink};
 
 /// What the worker hands the loop thread for inline mode (all `Send`; the bridge itself is

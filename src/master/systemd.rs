@@ -32,7 +32,7 @@ pub fn take_listen_fds() -> Result<Vec<RawFd>, String> {
         .trim()
         .parse()
         .map_err(|_| format!("LISTEN_FDS={fds:?}: not a number"))?;
-    let max = crate::event_loop::MAX_LISTENERS as i32;
+    let max = crate::sys::listen::MAX_LISTENERS as i32;
     if n > max {
         return Err(format!("LISTEN_FDS={n}: at most {max} sockets"));
     }

@@ -1,0 +1,130 @@
+//! The state the loop thread and the handler threads share, beside the rings: the wake
+//! flags, the words the loop writes when a connection goes (cancellation, `gone`), stop,
+//! and what each handler publishes for the watchdogs and the counters.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_utils::CachePadded;
+
+use crate::pipeline::msg::StreamBudget;
+use crate::pipeline::park::WakeFlag;
+use crate::pipeline::stats::{self, HandlerCounters};
+
+/// State shared by the loop and every handler thread.
+pub struct LoopShared {
+    /// The loop's parked flag: set while it is about to block in `epoll_wait`.
+    pub wake: WakeFlag,
+    pub waker: mio::Waker,
+}
+
+impl LoopShared {
+    /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`
+    /// when it did (a syscall).
+    pub fn notify(&self) -> bool {
+        if self.wake.should_wake() {
+            // A failed eventfd write leaves the loop to its next event; nothing to do here.
+            let _ = self.waker.wake();
+            return true;
+        }
+        false
+    }
+}
+
+/// Connections a handler remembers as gone (see `HandlerShared::gone`): a request's
+/// departure is forgotten only after this many more on the same handler.
+pub const GONE_SLOTS: usize = 8;
+
+/// State shared by the loop and one handler thread.
+pub struct HandlerShared {
+    /// The handler's parked flag.
+    pub wake: WakeFlag,
+    /// `ConnRef::packed` of the last connection that closed while this handler had a
+    /// request of it: the handler stops iterating that response's body early.
+    pub cancelled: AtomicU64,
+    /// The loop is stopping: exit once the request ring is empty.
+    pub stop: AtomicBool,
+    /// `ConnRef::packed` of the last `GONE_SLOTS` connections whose client left (end of
+    /// stream or a close) while they had a request on this handler, written round-robin by
+    /// the loop: `m0serve.client_disconnected()` looks its request's connection up here.
+    pub gone: [AtomicU64; GONE_SLOTS],
+    /// The handler's pipeline counters (it writes them, a report reads them).
+    pub counters: CachePadded<HandlerCounters>,
+    /// What the loop's watchdog reads (`--timeout`, the heartbeat), kept only when `watch`.
+    pub busy: BusyClock,
+    /// The handler's index in the loop's list (inline mode's bridge is 0).
+    pub index: usize,
+    /// What its streamed responses have unwritten, all together.
+    pub budget: Arc<StreamBudget>,
+    /// A thread other than the handler's that waits on `wake` (an app's thread in
+    /// `write()`), for the loop to unpark. At most one: it waits holding the exchange lock.
+    pub waiter: Mutex<Option<std::thread::Thread>>,
+}
+
+/// When a handler began its current piece of work (a request, or a body it resumed) and
+/// when it last handed the loop a message during it, as `stats::mono_ns` readings; 0 while
+/// it waits. The handler writes them, the loop's sweep reads them: a body set aside for a
+/// slow client is no work, so it never looks stuck.
+#[derive(Debug, Default)]
+pub struct BusyClock {
+    /// Keep the clock at all (`--timeout` or a heartbeat): two clock reads per request.
+    pub watch: bool,
+    since: AtomicU64,
+    progress: AtomicU64,
+}
+
+impl BusyClock {
+    /// Handler: a piece of work starts now.
+    pub fn start(&self) {
+        if self.watch {
+            let now = stats::mono_ns();
+            // Relaxed, both: the loop only compares times, against its own clock.
+            self.progress.store(now, Ordering::Relaxed);
+            self.since.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Handler: a response message went to the loop.
+    pub fn progressed(&self) {
+        if self.watch {
+            // Relaxed: a time for the watchdog, nothing is published with it.
+            self.progress.store(stats::mono_ns(), Ordering::Relaxed);
+        }
+    }
+
+    /// Handler: it is about to wait.
+    pub fn idle(&self) {
+        if self.watch {
+            // Relaxed: as in `start`.
+            self.since.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Loop: since when the handler is on its current work, and its last message then;
+    /// `None` while it waits.
+    pub fn read(&self) -> Option<(u64, u64)> {
+        // Relaxed: see `start`.
+        let since = self.since.load(Ordering::Relaxed);
+        (since != 0).then(|| (since, self.progress.load(Ordering::Relaxed).max(since)))
+    }
+}
+
+impl HandlerShared {
+    /// Handler `index`; `watch`: keep the busy clock (`--timeout` or a heartbeat is on).
+    pub fn new(index: usize, watch: bool) -> HandlerShared {
+        HandlerShared {
+            index,
+            budget: Arc::default(),
+            waiter: Mutex::new(None),
+            wake: WakeFlag::new(),
+            cancelled: AtomicU64::new(u64::MAX),
+            stop: AtomicBool::new(false),
+            gone: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
+            counters: CachePadded::new(HandlerCounters::default()),
+            busy: BusyClock {
+                watch,
+                ..BusyClock::default()
+            },
+        }
+    }
+}
