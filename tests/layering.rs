@@ -1,0 +1,252 @@
+//! The layering of src/, checked: which part of the crate may import which. The rules are
+//! docs/architecture.md's ("The layers"); this reads every source file, finds each
+//! `crate::` path outside its `#[cfg(test)]` module, and fails naming the file and line
+//! of every import that breaks a rule.
+//!
+//! Parts: a folder of src/ (`sys`, `http`, `pipeline`, `wsgi`, `worker`, `master`) or a
+//! file at its top (`log`, `python`, `access_log`, `metrics`, `config`, `cli`, `lib`,
+//! `main`). Arrows point down; nothing imports upward.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What each part may import (besides itself).
+fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
+    BTreeMap::from([
+        // Layer 0: pure HTTP, the platform, the error log.
+        ("http", &[][..]),
+        ("sys", &["log"][..]),
+        ("log", &["http"][..]),
+        // Layer 1: what crosses threads.
+        ("pipeline", &["http", "sys", "log"][..]),
+        // Layer 2: what a worker's threads do with it.
+        ("python", &["sys", "log"][..]),
+        ("access_log", &["http", "pipeline", "sys", "log"][..]),
+        ("metrics", &["http", "pipeline", "sys", "log"][..]),
+        (
+            "wsgi",
+            &["pipeline", "http", "sys", "log", "access_log", "metrics"][..],
+        ),
+        // Layer 3: the configuration, read by the entry points only.
+        ("cli", &["log", "http", "access_log"][..]),
+        // (Of wsgi, only `proxy`: the trusted-proxy list it parses.)
+        (
+            "config",
+            &[
+                "cli",
+                "log",
+                "http",
+                "sys",
+                "python",
+                "wsgi::proxy",
+                "access_log",
+            ][..],
+        ),
+        // Layer 4: the two process roles, which never import each other.
+        (
+            "worker",
+            &[
+                "config",
+                "sys",
+                "log",
+                "http",
+                "pipeline",
+                "wsgi",
+                "python",
+                "access_log",
+                "metrics",
+            ][..],
+        ),
+        ("master", &["config", "sys", "log", "metrics"][..]),
+        // Layer 5: the entry.
+        (
+            "lib",
+            &[
+                "config",
+                "cli",
+                "sys",
+                "log",
+                "http",
+                "pipeline",
+                "wsgi",
+                "python",
+                "access_log",
+                "metrics",
+                "worker",
+                "master",
+            ][..],
+        ),
+        ("main", &["lib"][..]),
+    ])
+}
+
+/// Files that may see the whole `Config`: the entry points. Everything else takes its own
+/// small options.
+const CONFIG_READERS: &[&str] = &["src/lib.rs", "src/master/mod.rs", "src/worker/mod.rs"];
+
+/// Parts that never touch Python (the master never runs the app; http, sys and the
+/// lock-free core are plain Rust).
+const NO_PYTHON: &[&str] = &["master", "http", "sys", "log", "cli", "config"];
+
+fn part_of(file: &Path) -> String {
+    let rel = file.strip_prefix("src").unwrap_or(file);
+    let first = rel.iter().next().unwrap().to_string_lossy().into_owned();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// The lines of `text` outside `#[cfg(test)]` modules, with their numbers.
+fn code_lines(text: &str) -> Vec<(usize, &str)> {
+    let mut out = Vec::new();
+    let mut skip_depth: Option<i64> = None;
+    let mut depth: i64 = 0;
+    let mut pending_test = false;
+    for (i, line) in text.lines().enumerate() {
+        let t = line.trim();
+        if skip_depth.is_none() && t.starts_with("#[cfg(test)]") {
+            pending_test = true;
+            continue;
+        }
+        let opens = line.matches('{').count() as i64;
+        let closes = line.matches('}').count() as i64;
+        if pending_test && (t.starts_with("mod ") || t.starts_with("pub mod ")) {
+            pending_test = false;
+            if opens > closes {
+                skip_depth = Some(depth);
+            }
+            depth += opens - closes;
+            continue;
+        }
+        pending_test = false;
+        depth += opens - closes;
+        if let Some(d) = skip_depth {
+            if depth <= d {
+                skip_depth = None;
+            }
+            continue;
+        }
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push((i + 1, line));
+    }
+    out
+}
+
+/// The `crate::` paths named on a line (`crate::{x, y}` groups are not used in src/).
+fn crate_refs(line: &str) -> Vec<String> {
+    let mut refs = Vec::new();
+    let mut rest = line;
+    while let Some(i) = rest.find("crate::") {
+        let after = &rest[i + "crate::".len()..];
+        let path: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        if !path.is_empty() {
+            refs.push(path.trim_end_matches(':').to_string());
+        }
+        rest = after;
+    }
+    refs
+}
+
+/// `path` (`a::b::c`) is in part `entry`, or under the module `entry` names (`a::b`).
+fn within(path: &str, entry: &str) -> bool {
+    path == entry || path.starts_with(&format!("{entry}::"))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Every import in `src` that breaks the rules, as `file:line: why`.
+fn violations(root: &Path) -> Vec<String> {
+    let allowed = allowed();
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    files.sort();
+    let mut bad = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix(root).unwrap().to_path_buf();
+        let part = part_of(&rel);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let rel_s = rel.display().to_string();
+        let Some(may) = allowed.get(part.as_str()) else {
+            bad.push(format!("{rel_s}: part `{part}` has no layering rule"));
+            continue;
+        };
+        for (n, line) in code_lines(&text) {
+            for path in crate_refs(line) {
+                if within(&path, &part) {
+                    continue;
+                }
+                let to = path.split("::").next().unwrap_or_default();
+                if !may.iter().any(|entry| within(&path, entry)) {
+                    bad.push(format!(
+                        "{rel_s}:{n}: `{part}` may not import `{to}`: {}",
+                        line.trim()
+                    ));
+                }
+                if to == "config" && !CONFIG_READERS.contains(&rel_s.as_str()) {
+                    bad.push(format!(
+                        "{rel_s}:{n}: only the entry points see `Config` (take an options struct): {}",
+                        line.trim()
+                    ));
+                }
+            }
+            if NO_PYTHON.contains(&part.as_str()) && line.contains("pyo3::") {
+                bad.push(format!(
+                    "{rel_s}:{n}: `{part}` never touches Python: {}",
+                    line.trim()
+                ));
+            }
+            if rel_s == "src/worker/event_loop.rs" && line.contains("crate::wsgi") {
+                bad.push(format!(
+                    "{rel_s}:{n}: the loop reaches the bridge only through worker/inline.rs: {}",
+                    line.trim()
+                ));
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn every_import_follows_the_layers() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bad = violations(root);
+    assert!(
+        bad.is_empty(),
+        "{} layering violation(s):\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_check_finds_a_wrong_import() {
+    // A copy of src/ with one import that goes upward must fail, naming it.
+    let root = std::env::temp_dir().join(format!("m0s-layering-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("src/http")).unwrap();
+    std::fs::write(
+        root.join("src/http/mod.rs"),
+        "//! x\nuse crate::worker::conn::Conn;\n#[cfg(test)]\nmod tests {\n    use crate::worker::x;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("src/lib.rs"), "//! x\npub mod http;\n").unwrap();
+    let bad = violations(&root);
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with("src/http/mod.rs:2: `http` may not import `worker`"),
+        "{bad:?}"
+    );
+}
