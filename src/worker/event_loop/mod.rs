@@ -8,30 +8,34 @@
 //! ring, so a handler wakes it (an eventfd write through `mio::Waker`) only when it really
 //! sleeps; at load the hand-off costs no syscall.
 
+mod drain;
+mod link;
+mod timeouts;
+
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token};
 use pyo3::Python;
 
 use crate::http::date::DateCache;
-use crate::http::limits::Limits;
+use crate::http::limits::{Limits, Timeouts};
 use crate::log;
 use crate::pipeline::msg::{ConnRef, Part, Peer, Request, Response, StreamCredit};
-use crate::pipeline::ring::{Consumer, Producer};
-use crate::pipeline::shared::{HandlerShared, LoopShared, GONE_SLOTS};
+use crate::pipeline::shared::{LoopShared, GONE_SLOTS};
 use crate::pipeline::stats::{self, LoopCounters};
 use crate::sys::ipc::Status;
 use crate::sys::listen::{Listener, MAX_LISTENERS};
 use crate::sys::signals::SignalPipe;
 use crate::worker::conn::{Conn, ReadState, Sock, Step, MAX_PIPELINED_IN_FLIGHT};
 use crate::worker::inline::{Inline, InlineSetup};
+pub use link::{HandlerLink, LoopOptions, Responses};
+use timeouts::{beat_every, sweep_interval};
 
 /// `--metrics-port`'s listener.
 const METRICS: Token = Token(0);
@@ -60,130 +64,11 @@ const EVENTS_PER_POLL: usize = 1024;
 /// pipelined bytes behind it.
 const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 
-/// Longest gap between two timeout sweeps; shorter timeouts sweep more often (a quarter
-/// of the shortest), down to `SWEEP_MIN`.
-const SWEEP_MAX: Duration = Duration::from_secs(1);
-const SWEEP_MIN: Duration = Duration::from_millis(25);
-
-/// In a graceful stop, how long an idle connection is kept for the request its client may
-/// be sending (counted from the stop, or from when its last response was written, whichever
-/// is later). A response written before the stop said the connection stays open, and a
-/// client opens a connection to send a request: closing either at once would lose the
-/// request already on its way (during a reload, for one). What arrives in the grace is
-/// served with `Connection: close`; then the idle connections close.
-const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(2);
-
 /// At most one log line per this long about failing accepts (descriptors exhausted, say).
 const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
 
-/// How often a worker's loop tells the master it lives (`--silent-timeout` counts from the
-/// last beat): a write of one byte a second.
-const LIVENESS_BEAT: Duration = Duration::from_secs(1);
-
-/// The heartbeat's period: a second, or the systemd watchdog's shorter one.
-fn beat_every(watchdog: Option<Duration>) -> Duration {
-    watchdog.map_or(LIVENESS_BEAT, |w| w.min(LIVENESS_BEAT))
-}
-
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Where the loop takes one handler's response messages from.
-pub enum Responses {
-    /// A handler thread's response ring.
-    Ring(Consumer<Response>),
-    /// Inline mode: the queue the app's responses land in on this very thread, kept by
-    /// the loop's `Inline` (which, unlike the links, never crosses threads).
-    Inline,
-}
-
-/// The loop's end of one handler (a thread, or inline mode's bridge on the loop thread).
-pub struct HandlerLink {
-    pub tx: Producer<Request>,
-    rx: Responses,
-    pub shared: Arc<HandlerShared>,
-    /// `None` inline: the handler is the loop thread itself.
-    join: Option<JoinHandle<()>>,
-    /// Requests pushed whose final part has not come back.
-    queued: usize,
-    /// Something this handler may wait for happened (ring space, stream credit).
-    wake_check: bool,
-    /// Next slot of `shared.gone` to write.
-    gone_next: usize,
-    /// `--timeout`: the start of the busy stretch already reported (once each).
-    reported: u64,
-}
-
-impl HandlerLink {
-    pub fn new(
-        tx: Producer<Request>,
-        rx: Responses,
-        shared: Arc<HandlerShared>,
-        join: Option<JoinHandle<()>>,
-    ) -> HandlerLink {
-        HandlerLink {
-            tx,
-            rx,
-            shared,
-            join,
-            queued: 0,
-            wake_check: false,
-            gone_next: 0,
-            reported: 0,
-        }
-    }
-
-    /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
-    /// `true` when it did (a syscall).
-    fn notify(&self) -> bool {
-        let Some(join) = &self.join else {
-            return false;
-        };
-        if self.shared.wake.should_wake() {
-            // The one asleep is the handler thread, or a thread the app started that waits
-            // in `write()` (it says so in `waiter`); waking both costs the other at most
-            // one extra turn of its own wait loop.
-            let waiter = self
-                .shared
-                .waiter
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            if let Some(t) = waiter {
-                t.unpark();
-            }
-            join.thread().unpark();
-            return true;
-        }
-        false
-    }
-}
-
-/// How the loop runs, from the configuration.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LoopOptions {
-    /// Other workers accept from the same socket.
-    pub shared_listener: bool,
-    pub limits: Limits,
-    /// `--max-body-size`.
-    pub max_body_bytes: u64,
-    /// `--body-buffer-size`: larger bodies spool to a temporary file.
-    pub body_buffer: usize,
-    /// `--max-connections`.
-    pub max_connections: usize,
-    pub timeouts: crate::http::limits::Timeouts,
-    /// `--max-requests` (with its jitter drawn): after this many the worker asks the master
-    /// to be replaced; 0 for never.
-    pub max_requests: u64,
-    /// `--timeout`.
-    pub timeout: Option<Duration>,
-    /// The systemd watchdog through the master: how often it wants a heartbeat.
-    pub heartbeat: Option<Duration>,
-    pub stats: bool,
-    pub static_response: bool,
-    /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
-    pub graceful_timeout: Duration,
-}
 
 struct Slot {
     gen: u32,
@@ -213,7 +98,7 @@ pub struct EventLoop {
     body_buffer: usize,
     read_buffer_max: usize,
     max_connections: usize,
-    timeouts: crate::http::limits::Timeouts,
+    timeouts: Timeouts,
     max_requests: u64,
     timeout: Option<Duration>,
     /// The systemd watchdog's heartbeat period, when there is one.
@@ -273,10 +158,6 @@ struct AcceptErrors {
 }
 
 impl EventLoop {
-    fn beat_every(&self) -> Duration {
-        beat_every(self.watchdog)
-    }
-
     pub fn new(
         poll: Poll,
         mut listeners: Vec<Listener>,
@@ -508,24 +389,6 @@ impl EventLoop {
             })
             .collect();
         stats::report(&self.counters, self.stats, &handlers);
-    }
-
-    fn finished(&mut self) -> bool {
-        let Some(deadline) = self.deadline else {
-            return false;
-        };
-        // Requests whose clients left still run to the end (within the deadline).
-        if self.conns == 0 && self.total_queued == 0 {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            log::warn!(
-                "graceful timeout: closing {} connection(s) with work in flight",
-                self.conns
-            );
-            return true;
-        }
-        false
     }
 
     fn stop_handlers(&mut self) {
@@ -1041,29 +904,6 @@ impl EventLoop {
         Ok(())
     }
 
-    /// The heartbeat to the master, sent while this loop runs (it is running this): "H"
-    /// when no handler has been on one piece of work without handing back a response
-    /// message for four watchdog periods (what the systemd watchdog is fed on), else "L"
-    /// (the loop lives; `--silent-timeout` counts either).
-    fn heartbeat(&self) {
-        let now = stats::mono_ns();
-        let stuck = self.watchdog.is_some_and(|every| {
-            self.handlers.iter().any(|h| {
-                h.shared.busy.read().is_some_and(|(_, progress)| {
-                    Duration::from_nanos(now.saturating_sub(progress)) > every * 4
-                })
-            })
-        });
-        if let Some(fd) = &self.master_pipe {
-            let beat = if stuck {
-                Status::Alive
-            } else {
-                Status::Heartbeat
-            };
-            beat.send(fd.as_fd());
-        }
-    }
-
     /// `--max-requests` reached: tell the master, which starts a replacement and then
     /// stops this worker gracefully; until then it serves on.
     fn ask_to_be_replaced(&self) {
@@ -1347,135 +1187,6 @@ impl EventLoop {
         }
     }
 
-    fn maybe_sweep(&mut self) {
-        self.now = Instant::now();
-        if self.now >= self.next_sweep {
-            self.sweep();
-        }
-    }
-
-    /// Applies the per-connection timeouts (docs/security.md): a head that takes too long
-    /// (`--header-timeout`, also a new connection's first), an idle keep-alive connection
-    /// (`--keep-alive-timeout`), a body that stops arriving (`--body-timeout`), a client
-    /// that stops reading its response (`--write-timeout`). Each cuts only its connection.
-    fn sweep(&mut self) {
-        let now = self.now;
-        self.next_sweep = now + self.sweep_every;
-        self.report_accept_failures();
-        if let Some(limit) = self.timeout {
-            self.check_stuck(limit);
-        }
-        if now >= self.next_heartbeat {
-            self.next_heartbeat = now + self.beat_every();
-            self.heartbeat();
-        }
-        let t = self.timeouts;
-        for slot in 0..self.slots.len() as u32 {
-            let Some(conn) = self.conn_mut(slot) else {
-                continue;
-            };
-            if matches!(conn.state, ReadState::Lingering) {
-                continue;
-            }
-            if !conn.wq.is_empty() {
-                if now.saturating_duration_since(conn.write_at) > t.write {
-                    log::debug!(
-                        "write timeout: {:?} read nothing for {:?}",
-                        conn.peer,
-                        t.write
-                    );
-                    conn.reset_on_close = true;
-                    self.close(slot);
-                }
-                continue;
-            }
-            if conn.in_flight > 0 || conn.ready.is_some() || conn.closing {
-                continue;
-            }
-            let expired = match conn.state {
-                ReadState::Head if conn.has_buffered_input() || conn.requests == 0 => {
-                    let from = conn.head_at.max(conn.ready_at);
-                    (now.saturating_duration_since(from) > t.header)
-                        .then_some(("header", conn.has_buffered_input()))
-                }
-                ReadState::Head => (now.saturating_duration_since(conn.ready_at) > t.keep_alive)
-                    .then_some(("keep-alive", false)),
-                ReadState::Body { .. } | ReadState::Chunked { .. } => {
-                    body_expired(conn, now, &t).then_some(("body", true))
-                }
-                ReadState::Lingering => None,
-            };
-            let Some((which, answer)) = expired else {
-                continue;
-            };
-            log::debug!("{which} timeout: closing {:?}", conn.peer);
-            if answer {
-                // RFC 9110 §15.5.9: 408, the server would not wait any longer.
-                let resp = error_response(408, "Request Timeout", self.date.get());
-                let Some(conn) = self.conn_mut(slot) else {
-                    continue;
-                };
-                let scrape = conn.metrics;
-                conn.state = ReadState::Head;
-                conn.last_request = true;
-                conn.queue(resp);
-                conn.closing = true;
-                conn.write_at = now;
-                self.dirty.push(slot);
-                self.count_loop_answer(scrape, 408);
-            } else {
-                self.close(slot);
-            }
-        }
-        self.flush_dirty();
-    }
-
-    /// `--timeout`: a handler on one request (or one resumed stretch of a body set aside
-    /// for a slow client) for longer than the limit gets its Python stack written to the
-    /// log (`faulthandler`, registered on `sys::signals::stack_dump()` at start), and the
-    /// worker asks the master to replace it (it drains once the replacement is ready).
-    fn check_stuck(&mut self, limit: Duration) {
-        let now = stats::mono_ns();
-        let mut stuck = Vec::new();
-        for link in &mut self.handlers {
-            let (Some((since, _)), Some(join)) = (link.shared.busy.read(), &link.join) else {
-                continue;
-            };
-            let ran = Duration::from_nanos(now.saturating_sub(since));
-            if link.reported == since || ran <= limit {
-                continue;
-            }
-            link.reported = since;
-            let name = join.thread().name().unwrap_or("m0s-handler").to_string();
-            stuck.push((name, ran, join.as_pthread_t()));
-        }
-        for (name, ran, thread) in stuck {
-            log::error!(
-                "a request on {name} has run for {:.1} s, past --timeout {:.1} s: the Python \
-                 stacks follow; this worker will be replaced",
-                ran.as_secs_f64(),
-                limit.as_secs_f64()
-            );
-            // SAFETY: pthread_kill on a live thread of this process (its JoinHandle is
-            // held); the signal's handler is faulthandler's, which only writes tracebacks.
-            unsafe { libc::pthread_kill(thread, crate::sys::signals::stack_dump()) };
-            self.ask_to_be_replaced();
-        }
-    }
-
-    fn expire_lingering(&mut self) {
-        let now = Instant::now();
-        while let Some(&(t, r)) = self.lingering.front() {
-            if t > now {
-                break;
-            }
-            self.lingering.pop_front();
-            if self.conn_by_ref(r).is_some() {
-                self.close(r.slot);
-            }
-        }
-    }
-
     fn close(&mut self, slot: u32) {
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
@@ -1516,83 +1227,6 @@ impl EventLoop {
             self.accept_metrics();
         }
     }
-
-    /// A graceful stop: no new connections; every request a client has sent, or sends
-    /// within the grace, is served (the last with `Connection: close`); idle connections
-    /// close once their grace is over (`close_drained_idle`).
-    fn begin_shutdown(&mut self, sig: i32) {
-        if self.deadline.is_some() {
-            return;
-        }
-        log::info!(
-            "received signal {sig}: stopping gracefully ({} connection(s) open)",
-            self.conns
-        );
-        // Scrapes go to the workers still serving (a reload's new ones).
-        let metrics = self.metrics_listener.take();
-        for mut l in std::mem::take(&mut self.listeners)
-            .into_iter()
-            .chain(metrics)
-        {
-            let _ = match &mut l {
-                Listener::Tcp(l) => self.poll.registry().deregister(l),
-                Listener::Unix(l, ..) => self.poll.registry().deregister(l),
-            };
-        }
-        let now = Instant::now();
-        self.deadline = Some(now + self.graceful_timeout);
-        self.drain_started = Some(now);
-        self.drain_check_at = Some(now + self.drain_grace());
-    }
-
-    /// How long an idle connection is kept in a graceful stop.
-    fn drain_grace(&self) -> Duration {
-        DRAIN_IDLE_GRACE.min(self.graceful_timeout)
-    }
-
-    /// In a graceful stop: closes the connections idle for their whole grace, and says
-    /// when to look again for the others.
-    ///
-    /// The close cannot be atomic with the client's next send: a request may be on its way
-    /// at that instant. So first the socket is read once more (what arrived is served, with
-    /// `Connection: close`); only if nothing did is the close started, and it is a lingering
-    /// one (our FIN first, then what the client still sends is read and dropped), never a
-    /// reset. A request that crosses the FIN is then answered by a clean end of stream
-    /// before any byte of a response, on a connection the server had kept open for it
-    /// since its last response: the one case where HTTP/1.1 lets a client retry on its own
-    /// (RFC 9112 §9.3.1), and the app never saw it.
-    fn close_drained_idle(&mut self) {
-        let (Some(started), now) = (self.drain_started, self.now) else {
-            self.drain_check_at = None;
-            return;
-        };
-        let grace = self.drain_grace();
-        let mut next: Option<Instant> = None;
-        for slot in 0..self.slots.len() as u32 {
-            let Some(conn) = self.conn_mut(slot) else {
-                continue;
-            };
-            if !conn.is_idle() || conn.closing {
-                continue;
-            }
-            let due = conn.ready_at.max(started) + grace;
-            if now < due {
-                next = Some(next.map_or(due, |t| t.min(due)));
-                continue;
-            }
-            conn.read_drained = false;
-            self.advance(slot);
-            let Some(conn) = self.conn_mut(slot) else {
-                continue;
-            };
-            if conn.is_idle() && !conn.closing {
-                conn.last_request = true;
-                conn.closing = true;
-                self.after_output(slot);
-            }
-        }
-        self.drain_check_at = next;
-    }
 }
 
 /// A response the loop writes itself (client errors), always closing the connection.
@@ -1613,32 +1247,4 @@ pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
     out.extend_from_slice(reason.as_bytes());
     out.push(b'\n');
     out
-}
-
-/// A body has gone `--body-timeout` without a byte, or arrives slower on average than
-/// `--body-min-rate` allows: the first `--body-timeout` seconds are free, and each
-/// `--body-min-rate` bytes received buy one more second (as Apache's `mod_reqtimeout`).
-fn body_expired(conn: &Conn, now: Instant, t: &crate::http::limits::Timeouts) -> bool {
-    if now.saturating_duration_since(conn.read_at) > t.body {
-        return true;
-    }
-    if t.body_min_rate == 0 {
-        return false;
-    }
-    let earned = Duration::try_from_secs_f64(conn.body_read as f64 / t.body_min_rate as f64)
-        .unwrap_or(Duration::MAX);
-    now.saturating_duration_since(conn.body_at) > t.body.saturating_add(earned)
-}
-
-/// How often the timeouts are checked: a quarter of the shortest, within
-/// `SWEEP_MIN..=SWEEP_MAX`.
-fn sweep_interval(
-    t: &crate::http::limits::Timeouts,
-    timeout: Option<Duration>,
-    heartbeat: Duration,
-) -> Duration {
-    let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
-    let shortest = timeout.map_or(shortest, |d| shortest.min(d));
-    let shortest = shortest.min(heartbeat * 4);
-    (shortest / 4).clamp(SWEEP_MIN, SWEEP_MAX)
 }

@@ -1,0 +1,214 @@
+//! The loop's clock work, one sweep every quarter of the shortest timeout: the
+//! per-connection timeouts (docs/security.md), the lingering closes that ran out, the
+//! handlers' watchdog (`--timeout`) and the heartbeat to the master.
+
+use std::os::fd::AsFd;
+use std::os::unix::thread::JoinHandleExt;
+use std::time::{Duration, Instant};
+
+use super::{error_response, EventLoop};
+use crate::http::limits::Timeouts;
+use crate::log;
+use crate::pipeline::stats;
+use crate::sys::ipc::Status;
+use crate::worker::conn::{Conn, ReadState};
+
+/// Longest gap between two timeout sweeps; shorter timeouts sweep more often (a quarter
+/// of the shortest), down to `SWEEP_MIN`.
+const SWEEP_MAX: Duration = Duration::from_secs(1);
+const SWEEP_MIN: Duration = Duration::from_millis(25);
+
+/// How often a worker's loop tells the master it lives (`--silent-timeout` counts from the
+/// last beat): a write of one byte a second.
+const LIVENESS_BEAT: Duration = Duration::from_secs(1);
+
+/// The heartbeat's period: a second, or the systemd watchdog's shorter one.
+pub(super) fn beat_every(watchdog: Option<Duration>) -> Duration {
+    watchdog.map_or(LIVENESS_BEAT, |w| w.min(LIVENESS_BEAT))
+}
+
+impl EventLoop {
+    pub(super) fn maybe_sweep(&mut self) {
+        self.now = Instant::now();
+        if self.now >= self.next_sweep {
+            self.sweep();
+        }
+    }
+
+    /// Applies the per-connection timeouts (docs/security.md): a head that takes too long
+    /// (`--header-timeout`, also a new connection's first), an idle keep-alive connection
+    /// (`--keep-alive-timeout`), a body that stops arriving (`--body-timeout`), a client
+    /// that stops reading its response (`--write-timeout`). Each cuts only its connection.
+    pub(super) fn sweep(&mut self) {
+        let now = self.now;
+        self.next_sweep = now + self.sweep_every;
+        self.report_accept_failures();
+        if let Some(limit) = self.timeout {
+            self.check_stuck(limit);
+        }
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.beat_every();
+            self.heartbeat();
+        }
+        let t = self.timeouts;
+        for slot in 0..self.slots.len() as u32 {
+            let Some(conn) = self.conn_mut(slot) else {
+                continue;
+            };
+            if matches!(conn.state, ReadState::Lingering) {
+                continue;
+            }
+            if !conn.wq.is_empty() {
+                if now.saturating_duration_since(conn.write_at) > t.write {
+                    log::debug!(
+                        "write timeout: {:?} read nothing for {:?}",
+                        conn.peer,
+                        t.write
+                    );
+                    conn.reset_on_close = true;
+                    self.close(slot);
+                }
+                continue;
+            }
+            if conn.in_flight > 0 || conn.ready.is_some() || conn.closing {
+                continue;
+            }
+            let expired = match conn.state {
+                ReadState::Head if conn.has_buffered_input() || conn.requests == 0 => {
+                    let from = conn.head_at.max(conn.ready_at);
+                    (now.saturating_duration_since(from) > t.header)
+                        .then_some(("header", conn.has_buffered_input()))
+                }
+                ReadState::Head => (now.saturating_duration_since(conn.ready_at) > t.keep_alive)
+                    .then_some(("keep-alive", false)),
+                ReadState::Body { .. } | ReadState::Chunked { .. } => {
+                    body_expired(conn, now, &t).then_some(("body", true))
+                }
+                ReadState::Lingering => None,
+            };
+            let Some((which, answer)) = expired else {
+                continue;
+            };
+            log::debug!("{which} timeout: closing {:?}", conn.peer);
+            if answer {
+                // RFC 9110 §15.5.9: 408, the server would not wait any longer.
+                let resp = error_response(408, "Request Timeout", self.date.get());
+                let Some(conn) = self.conn_mut(slot) else {
+                    continue;
+                };
+                let scrape = conn.metrics;
+                conn.state = ReadState::Head;
+                conn.last_request = true;
+                conn.queue(resp);
+                conn.closing = true;
+                conn.write_at = now;
+                self.dirty.push(slot);
+                self.count_loop_answer(scrape, 408);
+            } else {
+                self.close(slot);
+            }
+        }
+        self.flush_dirty();
+    }
+
+    /// `--timeout`: a handler on one request (or one resumed stretch of a body set aside
+    /// for a slow client) for longer than the limit gets its Python stack written to the
+    /// log (`faulthandler`, registered on `sys::signals::stack_dump()` at start), and the
+    /// worker asks the master to replace it (it drains once the replacement is ready).
+    pub(super) fn check_stuck(&mut self, limit: Duration) {
+        let now = stats::mono_ns();
+        let mut stuck = Vec::new();
+        for link in &mut self.handlers {
+            let (Some((since, _)), Some(join)) = (link.shared.busy.read(), &link.join) else {
+                continue;
+            };
+            let ran = Duration::from_nanos(now.saturating_sub(since));
+            if link.reported == since || ran <= limit {
+                continue;
+            }
+            link.reported = since;
+            let name = join.thread().name().unwrap_or("m0s-handler").to_string();
+            stuck.push((name, ran, join.as_pthread_t()));
+        }
+        for (name, ran, thread) in stuck {
+            log::error!(
+                "a request on {name} has run for {:.1} s, past --timeout {:.1} s: the Python \
+                 stacks follow; this worker will be replaced",
+                ran.as_secs_f64(),
+                limit.as_secs_f64()
+            );
+            // SAFETY: pthread_kill on a live thread of this process (its JoinHandle is
+            // held); the signal's handler is faulthandler's, which only writes tracebacks.
+            unsafe { libc::pthread_kill(thread, crate::sys::signals::stack_dump()) };
+            self.ask_to_be_replaced();
+        }
+    }
+
+    /// The heartbeat to the master, sent while this loop runs (it is running this): "H"
+    /// when no handler has been on one piece of work without handing back a response
+    /// message for four watchdog periods (what the systemd watchdog is fed on), else "L"
+    /// (the loop lives; `--silent-timeout` counts either).
+    pub(super) fn heartbeat(&self) {
+        let now = stats::mono_ns();
+        let stuck = self.watchdog.is_some_and(|every| {
+            self.handlers.iter().any(|h| {
+                h.shared.busy.read().is_some_and(|(_, progress)| {
+                    Duration::from_nanos(now.saturating_sub(progress)) > every * 4
+                })
+            })
+        });
+        if let Some(fd) = &self.master_pipe {
+            let beat = if stuck {
+                Status::Alive
+            } else {
+                Status::Heartbeat
+            };
+            beat.send(fd.as_fd());
+        }
+    }
+
+    pub(super) fn expire_lingering(&mut self) {
+        let now = Instant::now();
+        while let Some(&(t, r)) = self.lingering.front() {
+            if t > now {
+                break;
+            }
+            self.lingering.pop_front();
+            if self.conn_by_ref(r).is_some() {
+                self.close(r.slot);
+            }
+        }
+    }
+
+    pub(super) fn beat_every(&self) -> Duration {
+        beat_every(self.watchdog)
+    }
+}
+
+/// A body has gone `--body-timeout` without a byte, or arrives slower on average than
+/// `--body-min-rate` allows: the first `--body-timeout` seconds are free, and each
+/// `--body-min-rate` bytes received buy one more second (as Apache's `mod_reqtimeout`).
+fn body_expired(conn: &Conn, now: Instant, t: &Timeouts) -> bool {
+    if now.saturating_duration_since(conn.read_at) > t.body {
+        return true;
+    }
+    if t.body_min_rate == 0 {
+        return false;
+    }
+    let earned = Duration::try_from_secs_f64(conn.body_read as f64 / t.body_min_rate as f64)
+        .unwrap_or(Duration::MAX);
+    now.saturating_duration_since(conn.body_at) > t.body.saturating_add(earned)
+}
+
+/// How often the timeouts are checked: a quarter of the shortest, within
+/// `SWEEP_MIN..=SWEEP_MAX`.
+pub(super) fn sweep_interval(
+    t: &Timeouts,
+    timeout: Option<Duration>,
+    heartbeat: Duration,
+) -> Duration {
+    let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
+    let shortest = timeout.map_or(shortest, |d| shortest.min(d));
+    let shortest = shortest.min(heartbeat * 4);
+    (shortest / 4).clamp(SWEEP_MIN, SWEEP_MAX)
+}
