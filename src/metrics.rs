@@ -482,42 +482,29 @@ pub fn http_answer(
     date: &[u8],
 ) -> Vec<u8> {
     let path = path.split(|&b| b == b'?').next().unwrap_or(b"");
-    let (status, ctype, body) = match path {
+    let (status, reason, ctype, body) = match path {
         b"/metrics" => match region {
             Some(region) => {
                 let mut body = Vec::with_capacity(8192);
                 region.render(&mut body);
-                ("200 OK", "text/plain; version=0.0.4; charset=utf-8", body)
+                (200, "OK", "text/plain; version=0.0.4; charset=utf-8", body)
             }
             None => (
-                "503 Service Unavailable",
+                503,
+                "Service Unavailable",
                 "text/plain",
                 b"this worker cannot read the shared metrics (see its log)\n".to_vec(),
             ),
         },
-        b"/healthz" | b"/health" => ("200 OK", "text/plain", b"ok\n".to_vec()),
+        b"/healthz" | b"/health" => (200, "OK", "text/plain", b"ok\n".to_vec()),
         _ => (
-            "404 Not Found",
+            404,
+            "Not Found",
             "text/plain",
             b"not found: try /metrics or /healthz\n".to_vec(),
         ),
     };
-    let mut out = Vec::with_capacity(body.len() + 200);
-    let _ = write!(
-        out,
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !keep_alive {
-        out.extend_from_slice(b"Connection: close\r\n");
-    }
-    out.extend_from_slice(b"Date: ");
-    out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\nServer: m0serve\r\n\r\n");
-    if !head {
-        out.extend_from_slice(&body);
-    }
-    out
+    crate::http::encode::simple_response(status, reason, ctype, &body, keep_alive, head, date)
 }
 
 #[cfg(test)]

@@ -258,6 +258,41 @@ impl<'a> HeadWriter<'a> {
     }
 }
 
+/// A whole response the loop sends itself (its refusals, `--static-response`, the metrics
+/// port): the status line, `Content-Type`, `Content-Length`, `Connection: close` unless
+/// `keep_alive`, `Date`, `Server`, then `body` (none for a HEAD request: `head_only`).
+pub fn simple_response(
+    status: u16,
+    reason: &str,
+    content_type: &str,
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+    date: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(160 + reason.len() + content_type.len() + body.len());
+    out.extend_from_slice(b"HTTP/1.1 ");
+    push_decimal(&mut out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    out.extend_from_slice(b"\r\nContent-Type: ");
+    out.extend_from_slice(content_type.as_bytes());
+    out.extend_from_slice(b"\r\nContent-Length: ");
+    push_decimal(&mut out, body.len() as u64);
+    if !keep_alive {
+        out.extend_from_slice(b"\r\nConnection: close");
+    }
+    out.extend_from_slice(b"\r\nDate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\nServer: ");
+    out.extend_from_slice(SERVER_NAME);
+    out.extend_from_slice(b"\r\n\r\n");
+    if !head_only {
+        out.extend_from_slice(body);
+    }
+    out
+}
+
 /// Appends one chunk: hex size, CRLF, data, CRLF (RFC 9112 §7.1). Empty data writes
 /// nothing: an empty chunk would be the last-chunk and end the body early.
 pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {

@@ -1,16 +1,21 @@
-//! One connection's state on the loop thread: its socket, read buffer, request framing and
-//! write queue. Pure bookkeeping over bytes; the loop (`event_loop.rs`) drives it.
+//! One connection on the loop thread: its socket, read buffer, request framing and write
+//! queue, and the rules it lives by (persistence, pipelining, refusals, timeouts, its
+//! lingering close) as state enums. The loop (`event_loop/`) routes events to it and hands
+//! its requests to the handlers; what to do next, the connection decides.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::http::body::{BodyError, ChunkedDecoder};
-use crate::http::limits::Limits;
+use crate::http::date::DateCache;
+use crate::http::encode;
+use crate::http::limits::{Limits, Timeouts};
 use crate::http::parse::{self, BodyFraming, Head, HeadError};
-use crate::pipeline::msg::{Buf, ConnRef, FileBody, Peer, Request, StreamCredit};
+use crate::log;
+use crate::pipeline::msg::{Buf, ConnRef, FileBody, Part, Peer, Request, Response, StreamCredit};
 use crate::sys::spool::Spool;
 
 /// First size of a connection's read buffer: a browser's request head fits.
@@ -147,10 +152,59 @@ pub enum ReadState {
     Body { req: Request, need: u64 },
     /// Decoding a chunked body.
     Chunked { req: Request, dec: ChunkedDecoder },
-    /// The server is closing: discard what the peer still sends until it closes or the
-    /// deadline passes, so that unread input does not turn our close into a reset that
-    /// destroys the response in flight (RFC 9112 §9.6).
+}
+
+/// Where the connection is in its life. It only moves down this list: whether it goes on
+/// serving is decided once.
+enum Phase {
+    /// Reading requests, one after another.
+    Open,
+    /// No more requests are read (the last one asked to close, a graceful stop, the
+    /// client's end of stream, or a request refused): the responses in flight are written,
+    /// then the refusal if there is one, then it closes.
+    Last { refusal: Option<Refusal> },
+    /// Nothing more is queued: it closes once its queue is written, with a reset when
+    /// `reset` (a client that stopped reading), else a lingering close.
+    Closing { reset: bool },
+    /// Its FIN is sent, and what the client still sends is read and dropped until it
+    /// closes or the loop's deadline passes, so that unread input does not turn the close
+    /// into a reset that destroys the response in flight (RFC 9112 §9.6).
     Lingering,
+}
+
+/// A request the loop refuses itself (the app never sees it), answered with
+/// `Connection: close` once the responses before it are written.
+#[derive(Debug)]
+pub struct Refusal {
+    pub status: u16,
+    pub reason: &'static str,
+    /// For the debug log.
+    why: String,
+}
+
+impl Refusal {
+    /// RFC 9110 §15.5.9: 408, the server would not wait any longer.
+    pub fn timeout() -> Refusal {
+        Refusal {
+            status: 408,
+            reason: "Request Timeout",
+            why: "timed out".into(),
+        }
+    }
+
+    /// Its whole response (always closing).
+    pub fn response(&self, date: &[u8]) -> Vec<u8> {
+        let body = format!("{} {}\n", self.status, self.reason);
+        encode::simple_response(
+            self.status,
+            self.reason,
+            "text/plain; charset=utf-8",
+            body.as_bytes(),
+            false,
+            false,
+            date,
+        )
+    }
 }
 
 /// What one parse step produced.
@@ -159,151 +213,623 @@ pub enum Step {
     Request(Request),
     /// The buffer holds no complete request: read more.
     NeedMore,
-    /// The request is malformed: answer with this error and close.
-    Error(HeadError),
-    /// The body went over the size limit: answer 413 and close.
-    TooLarge,
-    /// The body could not be spooled to a temporary file: answer 503 and close.
-    SpoolFailed,
+    /// The request is refused: answer, and read no further.
+    Refused(Refusal),
 }
 
-pub struct Conn {
-    pub sock: Sock,
-    pub me: ConnRef,
-    pub peer: Peer,
-    rbuf: Vec<u8>,
-    rpos: usize,
-    rend: usize,
-    pub state: ReadState,
-    pub wq: VecDeque<Out>,
-    /// Requests queued to or running on `handler` whose responses are not complete.
-    pub in_flight: u16,
-    pub handler: usize,
-    /// The peer has closed its sending side (read returned 0).
-    pub eof: bool,
-    /// Nothing more is parsed or dispatched; close once the write queue is empty.
-    pub closing: bool,
-    /// No more requests are parsed from this connection (a `Connection: close` request, a
-    /// parse error, end of input, a graceful stop); it closes when its responses are out.
-    pub last_request: bool,
-    /// The loop stopped reading without seeing `WouldBlock` (pipelining cap, full buffer):
-    /// edge-triggered readiness will not come again, so reading must resume by itself.
-    pub read_stalled: bool,
-    /// The last read was short, so the socket was drained then; a new edge will come with
-    /// new bytes, and reading again now would only cost an `EAGAIN` syscall.
-    pub read_drained: bool,
-    /// The last readiness event said the peer shut down its side: read to the end.
-    pub peer_closed_hint: bool,
-    /// Close with a reset (SO_LINGER 0) instead of a lingering close.
-    pub reset_on_close: bool,
-    /// A parsed request waiting for room in a handler's ring.
-    pub ready: Option<Request>,
-    /// Bytes sent with `sendfile(2)` since the loop last collected them (for the counters).
-    pub sendfile_bytes: u64,
-    /// An error to answer once the responses in flight have been written.
-    pub pending_error: Option<Step>,
-    /// `Expect: 100-continue` arrived while earlier responses were in flight: send the
-    /// interim response when they are done, so it cannot overtake them.
-    pub continue_pending: bool,
-    /// Requests parsed on this connection so far.
-    pub requests: u32,
-    /// Its client's departure was reported to the handler (`client_disconnected`).
-    pub gone_marked: bool,
-    /// The flow control of the streamed response now being written to it, if any: told
-    /// when the connection closes, so its producer stops.
-    pub stream: Option<Arc<StreamCredit>>,
-    /// It came to the metrics port: the loop answers its requests itself.
-    pub metrics: bool,
-    /// Which listener accepted it (its index in the worker's list), for `SERVER_NAME`.
-    pub listener: u8,
-    /// The current request's body, past `--body-buffer-size`, being spooled.
-    spool: Option<Spool>,
-    /// When the connection last became ready for a new request head: accepted, or its
-    /// last response written. The keep-alive timeout counts from here.
-    pub ready_at: Instant,
+impl Step {
+    fn refuse(e: HeadError) -> Step {
+        Step::Refused(Refusal {
+            status: e.status(),
+            reason: e.reason(),
+            why: format!("{e:?}"),
+        })
+    }
+
+    fn too_large() -> Step {
+        Step::Refused(Refusal {
+            status: 413,
+            reason: "Content Too Large",
+            why: "body over the size limit".into(),
+        })
+    }
+
+    fn spool_failed() -> Step {
+        Step::Refused(Refusal {
+            status: 503,
+            reason: "Service Unavailable",
+            why: "the body could not be spooled".into(),
+        })
+    }
+}
+
+/// What one read got.
+pub enum Got {
+    /// This many bytes.
+    Bytes(usize),
+    /// The peer's end of stream.
+    End,
+    /// The read buffer is full and holds no complete head (the caller stops reading).
+    Full,
+}
+
+/// What the loop knows that reading needs: the limits, and the pass's clock and date.
+pub struct ReadCtx<'a> {
+    pub limits: &'a Limits,
+    /// `--max-body-size`.
+    pub max_body_bytes: u64,
+    /// `--body-buffer-size`: larger bodies spool to a temporary file.
+    pub body_buffer: usize,
+    /// How large the read buffer may grow (the largest head and room behind it).
+    pub read_buffer_max: usize,
+    /// A graceful stop is under way: a connection's last request read is answered with
+    /// `Connection: close`.
+    pub draining: bool,
+    pub now: Instant,
+    /// The `Date` value, for the loop's own answers.
+    pub date: &'a mut DateCache,
+}
+
+/// What reading did besides its result, for the loop to act on.
+#[derive(Default)]
+pub struct Effects {
+    /// Bytes were queued (an interim `100 Continue`, a refusal): flush the connection.
+    pub queued: bool,
+    /// Its client left (or half-closed) with a request in flight, reported once: what
+    /// `m0serve.client_disconnected()` tells the app.
+    pub client_gone: bool,
+    /// The loop answered a request itself with this status (for the metrics).
+    pub answered: Option<u16>,
+}
+
+/// What reading came to.
+pub enum Next {
+    /// A whole request, for the loop to hand to a handler (or answer itself).
+    Request(Request),
+    /// Nothing more to do until an event (or until the loop resumes it).
+    Wait,
+    /// Close it now.
+    Close,
+}
+
+/// What is next once the write queue is empty.
+pub enum Written {
+    /// It goes on. `resume`: parsing waited for the queue to drain; `idle`: nothing is in
+    /// flight, buffered or queued (a graceful stop keeps it only for a grace).
+    Open { resume: bool, idle: bool },
+    /// Close it now.
+    Close,
+    /// Its lingering close began: the loop closes it when the client does, or at a
+    /// deadline.
+    Lingering,
+}
+
+/// A timeout that ran out (docs/security.md).
+pub enum Expiry {
+    /// The client took no response bytes for `--write-timeout`: drop it (reset).
+    Write,
+    /// The head (`header`) or the body (`body`) took too long: 408 if part of a request
+    /// arrived, else close.
+    Request { which: &'static str, answer: bool },
+    /// Idle past `--keep-alive-timeout`: close.
+    KeepAlive,
+}
+
+/// Its timestamps, from the loop's pass clock.
+struct Clock {
+    /// When it last became ready for a new request head: accepted, or its last response
+    /// written. The keep-alive timeout counts from here.
+    ready_at: Instant,
     /// When the first byte of the head being read arrived (the accept, for a new
     /// connection's first head). The header timeout counts from this or `ready_at`,
     /// whichever is later; the bytes that follow never move it.
-    pub head_at: Instant,
-    /// The last response in flight is queued: once it is written, the connection is
-    /// ready for a new head (`ready_at`).
-    pub idle_pending: bool,
+    head_at: Instant,
+    /// The last response in flight is queued: once it is written, the connection is ready
+    /// for a new head (`ready_at`).
+    idle_pending: bool,
     /// When request bytes last arrived (the body timeout).
-    pub read_at: Instant,
+    read_at: Instant,
     /// When the current body started and how many of its bytes have arrived since
     /// (`--body-min-rate`).
-    pub body_at: Instant,
-    pub body_read: u64,
+    body_at: Instant,
+    body_read: u64,
     /// When the socket last took response bytes, or the queue last became non-empty (the
     /// write timeout).
-    pub write_at: Instant,
+    write_at: Instant,
+}
+
+/// One connection, owned by the loop thread. The loop routes events to it and hands its
+/// requests to handlers; the rules of HTTP/1.1 persistence, pipelining and timeouts are
+/// kept here.
+pub struct Conn {
+    sock: Sock,
+    me: ConnRef,
+    peer: Peer,
+    /// Which listener accepted it (its index in the worker's list, for `SERVER_NAME`);
+    /// `None` for the metrics port, whose requests the loop answers itself.
+    listener: Option<u8>,
+    rbuf: Vec<u8>,
+    rpos: usize,
+    rend: usize,
+    reading: ReadState,
+    phase: Phase,
+    wq: VecDeque<Out>,
+    /// Requests queued to or running on `handler` whose responses are not complete.
+    in_flight: u16,
+    handler: usize,
+    /// A parsed request waiting for room in a handler's ring.
+    parked: Option<Request>,
+    /// Requests parsed on it so far.
+    requests: u32,
+    /// The peer has closed its sending side (a read returned 0).
+    eof: bool,
+    /// Reading stopped without `WouldBlock` (the pipelining cap, a backed-up queue):
+    /// edge-triggered readiness will not come again, so reading must resume by itself.
+    read_stalled: bool,
+    /// The last read was short, so the socket was drained then; a new edge will come with
+    /// new bytes, and reading again now would only cost an `EAGAIN` syscall.
+    read_drained: bool,
+    /// The last readiness event said the peer shut down its side: read to the end.
+    peer_closed_hint: bool,
+    /// `Expect: 100-continue` arrived while earlier responses were in flight: the interim
+    /// response goes when they are done, so it cannot overtake them.
+    continue_pending: bool,
+    /// Its client's departure was reported (`Effects::client_gone`).
+    gone_reported: bool,
+    /// The flow control of the streamed response now being written to it, if any: told
+    /// when the connection closes, so its producer stops.
+    stream: Option<Arc<StreamCredit>>,
+    /// Bytes sent with `sendfile(2)` since the loop last collected them (for the counters).
+    sendfile_bytes: u64,
+    /// The current request's body, past `--body-buffer-size`, being spooled.
+    spool: Option<Spool>,
+    clock: Clock,
 }
 
 impl Conn {
-    pub fn new(sock: Sock, me: ConnRef, peer: Peer, now: Instant) -> Conn {
+    /// A connection just accepted; `listener` is `None` for the metrics port.
+    pub fn new(sock: Sock, me: ConnRef, peer: Peer, listener: Option<u8>, now: Instant) -> Conn {
         Conn {
             sock,
             me,
             peer,
+            listener,
             rbuf: vec![0; READ_BUFFER_INITIAL_BYTES],
             rpos: 0,
             rend: 0,
-            state: ReadState::Head,
+            reading: ReadState::Head,
+            phase: Phase::Open,
             wq: VecDeque::new(),
             in_flight: 0,
             handler: 0,
+            parked: None,
+            requests: 0,
             eof: false,
-            closing: false,
-            last_request: false,
             read_stalled: false,
             read_drained: false,
             peer_closed_hint: false,
-            reset_on_close: false,
-            ready: None,
-            sendfile_bytes: 0,
-            pending_error: None,
             continue_pending: false,
-            requests: 0,
-            gone_marked: false,
+            gone_reported: false,
             stream: None,
-            metrics: false,
-            listener: 0,
+            sendfile_bytes: 0,
             spool: None,
-            ready_at: now,
-            head_at: now,
-            idle_pending: false,
-            read_at: now,
-            body_at: now,
-            body_read: 0,
-            write_at: now,
+            clock: Clock {
+                ready_at: now,
+                head_at: now,
+                idle_pending: false,
+                read_at: now,
+                body_at: now,
+                body_read: 0,
+                write_at: now,
+            },
         }
     }
 
+    pub fn me(&self) -> ConnRef {
+        self.me
+    }
+
+    pub fn peer(&self) -> Peer {
+        self.peer
+    }
+
+    /// It came to the metrics port: the loop answers its requests itself.
+    pub fn is_metrics(&self) -> bool {
+        self.listener.is_none()
+    }
+
+    /// The index of the listener that accepted it (0 for the metrics port).
+    pub fn listener(&self) -> u8 {
+        self.listener.unwrap_or(0)
+    }
+
+    /// The handler its requests in flight are on (requests of one connection stay on one
+    /// handler, so their responses come back in order), if any are.
+    pub fn handler(&self) -> Option<usize> {
+        (self.in_flight > 0).then_some(self.handler)
+    }
+
+    pub fn in_flight(&self) -> u16 {
+        self.in_flight
+    }
+
+    /// For registration with the poller.
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        self.sock.source()
+    }
+
+    /// Bytes sent with `sendfile(2)` since the last call.
+    pub fn take_sendfile_bytes(&mut self) -> u64 {
+        std::mem::take(&mut self.sendfile_bytes)
+    }
+
+    /// Bytes are waiting for the socket.
+    pub fn has_output(&self) -> bool {
+        !self.wq.is_empty()
+    }
+
+    /// In its lingering close.
+    pub fn is_lingering(&self) -> bool {
+        matches!(self.phase, Phase::Lingering)
+    }
+
+    /// Its responses may still be queued (it is not closing).
+    pub fn takes_responses(&self) -> bool {
+        matches!(self.phase, Phase::Open | Phase::Last { .. })
+    }
+
     /// Unparsed bytes are buffered.
-    pub fn has_buffered_input(&self) -> bool {
+    fn has_buffered_input(&self) -> bool {
         self.rpos < self.rend
     }
 
     /// Idle: nothing buffered, nothing in flight, nothing to write (a drain may close it).
     pub fn is_idle(&self) -> bool {
         self.in_flight == 0
-            && self.ready.is_none()
+            && self.parked.is_none()
             && self.wq.is_empty()
-            && matches!(self.state, ReadState::Head)
+            && matches!(self.reading, ReadState::Head)
             && !self.has_buffered_input()
+            && self.takes_responses()
     }
 
-    /// Reads once into the free end of the buffer, growing it up to `max_bytes`.
-    /// `Ok(0)` is end of stream; `WouldBlock` passes through; `Ok(usize::MAX)` means the
-    /// buffer is full (the caller stops reading until it is consumed).
-    pub fn read_some(&mut self, max_bytes: usize) -> io::Result<usize> {
+    /// A readiness event for it. `true` when its client just left (or half-closed) with a
+    /// request in flight: the loop tells that request's handler, now, even when the
+    /// connection reads no further (`Connection: close`).
+    pub fn on_readiness(&mut self, readable: bool, read_closed: bool) -> bool {
+        // A new readable edge: bytes (or an EOF) arrived since the last short read. A
+        // write-only edge says nothing about input.
+        if readable || read_closed {
+            self.read_drained = false;
+        }
+        if read_closed {
+            self.peer_closed_hint = true;
+        }
+        read_closed && self.in_flight > 0 && !std::mem::replace(&mut self.gone_reported, true)
+    }
+
+    /// A request that found every handler's ring full, kept for the next try.
+    pub fn park(&mut self, req: Request) {
+        self.parked = Some(req);
+    }
+
+    /// The parked request, if it may still be handed on (not once the connection closes).
+    pub fn take_parked(&mut self) -> Option<Request> {
+        if self.takes_responses() {
+            self.parked.take()
+        } else {
+            None
+        }
+    }
+
+    /// A request of it went to handler `h`.
+    pub fn dispatched(&mut self, h: usize) {
+        self.in_flight += 1;
+        self.handler = h;
+    }
+
+    /// Reads and parses as far as it may: until a whole request (for the loop to hand on),
+    /// or until it must wait (the socket would block, the pipelining caps, responses it
+    /// must follow), or until it must close.
+    pub fn poll(&mut self, ctx: &mut ReadCtx<'_>, fx: &mut Effects) -> Next {
+        loop {
+            match &mut self.phase {
+                Phase::Closing { .. } | Phase::Lingering => return Next::Wait,
+                Phase::Last { refusal } => {
+                    if self.in_flight == 0 {
+                        // The last response is done (or there was none): answer a refusal,
+                        // then close once written.
+                        if let Some(r) = refusal.take() {
+                            log::debug!("answering {} to {:?}: {}", r.status, self.peer, r.why);
+                            fx.answered = Some(r.status);
+                            self.queue(r.response(ctx.date.get()));
+                        }
+                        self.phase = Phase::Closing { reset: false };
+                        fx.queued = true;
+                    }
+                    self.read_stalled = false;
+                    return Next::Wait;
+                }
+                Phase::Open => {}
+            }
+            if self.in_flight >= MAX_PIPELINED_IN_FLIGHT || self.write_backed_up() {
+                self.read_stalled = true;
+                return Next::Wait;
+            }
+            // Past the caps: from here the connection is read until it would block (or is
+            // known drained), so nothing needs to resume it but a new readiness edge.
+            self.read_stalled = false;
+            match self.parse_step(ctx.limits, ctx.max_body_bytes, ctx.body_buffer) {
+                Step::Request(mut req) => {
+                    self.requests = self.requests.saturating_add(1);
+                    if ctx.draining && !self.has_buffered_input() {
+                        // A graceful stop answers what the client has sent: this request,
+                        // and any pipelined behind it, the last of them with
+                        // `Connection: close` (decided here, per request, so a response the
+                        // handler encodes keeps its word to the client).
+                        req.head.keep_alive = false;
+                    }
+                    if !req.head.keep_alive {
+                        self.phase = Phase::Last { refusal: None };
+                    }
+                    self.continue_pending = false;
+                    return Next::Request(req);
+                }
+                Step::Refused(r) => self.phase = Phase::Last { refusal: Some(r) },
+                Step::NeedMore => {
+                    if self.continue_pending && self.in_flight == 0 {
+                        // RFC 9110 §10.1.1; after every earlier response, never before.
+                        self.continue_pending = false;
+                        self.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec());
+                        fx.queued = true;
+                    }
+                    if self.eof {
+                        // The peer stopped sending. A request cut short gets no answer; one
+                        // in flight still does, then the connection closes.
+                        if self.in_flight == 0 {
+                            if self.wq.is_empty() {
+                                return Next::Close;
+                            }
+                            self.phase = Phase::Closing { reset: false };
+                            return Next::Wait;
+                        }
+                        self.phase = Phase::Last { refusal: None };
+                        fx.client_gone |= !std::mem::replace(&mut self.gone_reported, true);
+                        continue;
+                    }
+                    if self.read_drained {
+                        return Next::Wait;
+                    }
+                    // A head's clock starts with its first byte, and only then.
+                    let head_starts =
+                        matches!(self.reading, ReadState::Head) && !self.has_buffered_input();
+                    match self.read_some(ctx.read_buffer_max) {
+                        Ok(Got::End) => self.eof = true,
+                        // The buffer is full and holds no complete head. Heads are limited
+                        // below the buffer's size, so the parser refuses first (431); if it
+                        // ever happened, waiting would never end.
+                        Ok(Got::Full) => return Next::Close,
+                        Ok(Got::Bytes(n)) => {
+                            self.clock.read_at = ctx.now;
+                            if head_starts {
+                                self.clock.head_at = ctx.now;
+                            } else if !matches!(self.reading, ReadState::Head) {
+                                self.clock.body_read += n as u64;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => return Next::Close,
+                    }
+                }
+            }
+        }
+    }
+
+    /// A response the loop made itself (`--static-response`, a scrape of the metrics
+    /// port), for a request it did not hand on.
+    pub fn answer(&mut self, response: Vec<u8>) {
+        self.queue(response);
+    }
+
+    /// One message of a response from its handler (the loop checked `takes_responses`),
+    /// queued for the socket; `credit` is a streamed middle part's. `true` when reading
+    /// must go on from here (its last response is done and it has input waiting, or a
+    /// refusal or an interim response to send).
+    pub fn on_response(
+        &mut self,
+        resp: Response,
+        credit: Option<(Arc<StreamCredit>, usize)>,
+        now: Instant,
+    ) -> bool {
+        if self.wq.is_empty() {
+            self.clock.write_at = now;
+        }
+        if let (None, Some((c, _))) = (&self.stream, &credit) {
+            self.stream = Some(c.clone());
+        }
+        self.queue_response(resp.data, resp.more, resp.file, credit);
+        match resp.part {
+            Part::Partial => false,
+            Part::Last { keep_alive } => {
+                self.stream = None;
+                self.in_flight -= 1;
+                if self.in_flight == 0 {
+                    self.clock.idle_pending = true;
+                }
+                if !keep_alive {
+                    self.phase = Phase::Closing { reset: false };
+                    return false;
+                }
+                self.in_flight == 0
+                    && (self.has_buffered_input()
+                        || self.read_stalled
+                        || matches!(self.phase, Phase::Last { .. })
+                        || self.continue_pending)
+            }
+            Part::Abort { reset } => {
+                self.stream = None;
+                self.in_flight -= 1;
+                let reset = reset || matches!(self.phase, Phase::Closing { reset: true });
+                self.phase = Phase::Closing { reset };
+                false
+            }
+        }
+    }
+
+    /// The final part of a response it will not write (it is closing): one request fewer
+    /// in flight.
+    pub fn response_dropped(&mut self) {
+        self.in_flight -= 1;
+    }
+
+    /// Requests it has in flight will never be answered (it closes after a response):
+    /// their handler should not run the app for them.
+    pub fn has_orphans(&self) -> bool {
+        !self.takes_responses() && self.in_flight > 0
+    }
+
+    /// Its write queue is empty: what now.
+    pub fn after_output(&mut self, now: Instant) -> Written {
+        match self.phase {
+            Phase::Open | Phase::Last { .. } => {
+                if self.clock.idle_pending && self.in_flight == 0 {
+                    // The keep-alive (and next header) timeout counts from here, once the
+                    // last response is written, not from when it was queued, and only from
+                    // here: bytes that arrive later never restart it.
+                    self.clock.idle_pending = false;
+                    self.clock.ready_at = now;
+                }
+                Written::Open {
+                    // Parsing waited for the write queue to drain.
+                    resume: self.read_stalled && self.in_flight < MAX_PIPELINED_IN_FLIGHT,
+                    idle: self.is_idle(),
+                }
+            }
+            Phase::Lingering => Written::Lingering,
+            Phase::Closing { reset } => {
+                if self.eof || reset {
+                    return Written::Close;
+                }
+                // RFC 9112 §9.6: close the sending side first and read until the peer
+                // closes, so input it already sent does not turn our close into a reset.
+                self.sock.shutdown_write();
+                if !self.linger() {
+                    // The client already closed (or failed): nothing to linger for.
+                    return Written::Close;
+                }
+                self.phase = Phase::Lingering;
+                Written::Lingering
+            }
+        }
+    }
+
+    /// Lingering: reads and drops what the client sends. `false` once it is done (the
+    /// client closed, or an error): close it now.
+    pub fn linger(&mut self) -> bool {
+        matches!(self.discard_input(), Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+
+    /// Reads its socket again even if the last read drained it (a graceful stop's last
+    /// look, for a request that crossed its grace).
+    pub fn read_again(&mut self) {
+        self.read_drained = false;
+    }
+
+    /// A graceful stop is done waiting for it: close it once its queue is written.
+    pub fn close_gracefully(&mut self) {
+        self.phase = Phase::Closing { reset: false };
+    }
+
+    /// When a graceful stop begun at `started` may close it (idle for `grace`).
+    pub fn drain_due(&self, started: Instant, grace: Duration) -> Instant {
+        self.clock.ready_at.max(started) + grace
+    }
+
+    /// The timeout it has run past, if any (docs/security.md).
+    pub fn expired(&self, now: Instant, t: &Timeouts) -> Option<Expiry> {
+        if !self.takes_responses() {
+            return None;
+        }
+        let since = |at: Instant| now.saturating_duration_since(at);
+        if !self.wq.is_empty() {
+            return (since(self.clock.write_at) > t.write).then_some(Expiry::Write);
+        }
+        if self.in_flight > 0 || self.parked.is_some() || matches!(self.phase, Phase::Last { .. }) {
+            return None;
+        }
+        match self.reading {
+            ReadState::Head if self.has_buffered_input() || self.requests == 0 => {
+                let from = self.clock.head_at.max(self.clock.ready_at);
+                (since(from) > t.header).then_some(Expiry::Request {
+                    which: "header",
+                    answer: self.has_buffered_input(),
+                })
+            }
+            ReadState::Head => {
+                (since(self.clock.ready_at) > t.keep_alive).then_some(Expiry::KeepAlive)
+            }
+            ReadState::Body { .. } | ReadState::Chunked { .. } => {
+                self.body_expired(now, t).then_some(Expiry::Request {
+                    which: "body",
+                    answer: true,
+                })
+            }
+        }
+    }
+
+    /// A body has gone `--body-timeout` without a byte, or arrives slower on average than
+    /// `--body-min-rate` allows: the first `--body-timeout` seconds are free, and each
+    /// `--body-min-rate` bytes received buy one more second (as Apache's `mod_reqtimeout`).
+    fn body_expired(&self, now: Instant, t: &Timeouts) -> bool {
+        if now.saturating_duration_since(self.clock.read_at) > t.body {
+            return true;
+        }
+        if t.body_min_rate == 0 {
+            return false;
+        }
+        let earned =
+            Duration::try_from_secs_f64(self.clock.body_read as f64 / t.body_min_rate as f64)
+                .unwrap_or(Duration::MAX);
+        now.saturating_duration_since(self.clock.body_at) > t.body.saturating_add(earned)
+    }
+
+    /// Refuses the request being read, now (a timeout): the request read so far is
+    /// dropped, the refusal queued, and the connection closes once it is written.
+    pub fn refuse_now(&mut self, r: Refusal, now: Instant, date: &[u8]) {
+        log::debug!("answering {} to {:?}: {}", r.status, self.peer, r.why);
+        self.reading = ReadState::Head;
+        self.queue(r.response(date));
+        self.phase = Phase::Closing { reset: false };
+        self.clock.write_at = now;
+    }
+
+    /// Drops it: what is queued (returning its stream credit) and its own flow control,
+    /// which it returns for the loop to mark gone. With a reset when it was closing for a
+    /// client that stopped reading (or `reset`).
+    pub fn close(
+        mut self,
+        reset: bool,
+        returned: &mut impl FnMut(Arc<StreamCredit>, usize),
+    ) -> Option<Arc<StreamCredit>> {
+        self.drop_queue(returned);
+        if reset || matches!(self.phase, Phase::Closing { reset: true }) {
+            self.set_reset_on_close();
+        }
+        // Dropping the socket closes it, which also removes it from the epoll set.
+        self.stream.take()
+    }
+
+    /// Reads once into the free end of the buffer, growing it up to `max_bytes`;
+    /// `WouldBlock` passes through.
+    pub fn read_some(&mut self, max_bytes: usize) -> io::Result<Got> {
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
             // A large body still to come, and nothing buffered: read it straight into the
             // request's own buffer, in large reads. This skips the copy out of the read
             // buffer and the many small reads its size would impose.
-            if let ReadState::Body { req, need } = &mut self.state {
+            if let ReadState::Body { req, need } = &mut self.reading {
                 if *need >= DIRECT_BODY_READ_MIN_BYTES {
                     let want = (*need).min(DIRECT_BODY_READ_MAX_BYTES) as usize;
                     req.data.reserve(want);
@@ -314,7 +840,7 @@ impl Conn {
                     unsafe { req.data.set_len(req.data.len() + n) };
                     *need -= n as u64;
                     self.read_drained = n > 0 && n < want && !self.peer_closed_hint;
-                    return Ok(n);
+                    return Ok(if n == 0 { Got::End } else { Got::Bytes(n) });
                 }
             }
         }
@@ -327,7 +853,7 @@ impl Conn {
                 let new_len = (self.rbuf.len() * 2).min(max_bytes);
                 self.rbuf.resize(new_len, 0);
             } else {
-                return Ok(usize::MAX);
+                return Ok(Got::Full);
             }
         }
         let space = self.rbuf.len() - self.rend;
@@ -337,11 +863,11 @@ impl Conn {
         // that arrive later raise a new edge. Unless the peer has shut down (its EOF is
         // already queued and raises no new edge), skip the read that would say EAGAIN.
         self.read_drained = n > 0 && n < space && !self.peer_closed_hint;
-        Ok(n)
+        Ok(if n == 0 { Got::End } else { Got::Bytes(n) })
     }
 
     /// Discards what the peer sends (lingering close). `Ok(true)` at end of stream.
-    pub fn discard_input(&mut self) -> io::Result<bool> {
+    fn discard_input(&mut self) -> io::Result<bool> {
         self.rpos = 0;
         self.rend = 0;
         loop {
@@ -356,9 +882,10 @@ impl Conn {
 
     /// Parses as far as the buffered bytes go: a head, then its body (spooled to a file
     /// past `body_buffer` bytes).
+    /// (Public for the fuzz target, which drives it over a socket directly.)
     pub fn parse_step(&mut self, limits: &Limits, max_body_bytes: u64, body_buffer: usize) -> Step {
         loop {
-            match std::mem::replace(&mut self.state, ReadState::Head) {
+            match std::mem::replace(&mut self.reading, ReadState::Head) {
                 ReadState::Head => {
                     let buf = &self.rbuf[self.rpos..self.rend];
                     if buf.is_empty() {
@@ -367,7 +894,7 @@ impl Conn {
                     let head = match parse::parse_head(buf, limits) {
                         Ok(Some(head)) => head,
                         Ok(None) => return Step::NeedMore,
-                        Err(e) => return Step::Error(e),
+                        Err(e) => return Step::refuse(e),
                     };
                     match self.start_request(head, max_body_bytes) {
                         Ok(Some(req)) => return Step::Request(req),
@@ -388,7 +915,7 @@ impl Conn {
                     if need == 0 {
                         return Step::Request(req);
                     }
-                    self.state = ReadState::Body { req, need };
+                    self.reading = ReadState::Body { req, need };
                     return Step::NeedMore;
                 }
                 ReadState::Chunked { mut req, mut dec } => {
@@ -401,18 +928,14 @@ impl Conn {
                             if done {
                                 return Step::Request(req);
                             }
-                            self.state = ReadState::Chunked { req, dec };
+                            self.reading = ReadState::Chunked { req, dec };
                             return Step::NeedMore;
                         }
-                        Err(BodyError::TooLarge) => return Step::TooLarge,
+                        Err(BodyError::TooLarge) => return Step::too_large(),
                         Err(BodyError::BadChunk(why)) => {
-                            return Step::Error(HeadError::BadRequest(why))
+                            return Step::refuse(HeadError::BadRequest(why))
                         }
                     }
-                }
-                ReadState::Lingering => {
-                    self.state = ReadState::Lingering;
-                    return Step::NeedMore;
                 }
             }
         }
@@ -444,7 +967,7 @@ impl Conn {
         if let Err(e) = result {
             crate::log::error!("cannot spool a request body to a temporary file: {e}");
             self.spool = None;
-            return Err(Step::SpoolFailed);
+            return Err(Step::spool_failed());
         }
         req.data.truncate(head_len);
         if done {
@@ -459,7 +982,7 @@ impl Conn {
     fn start_request(&mut self, head: Head, max_body_bytes: u64) -> Result<Option<Request>, Step> {
         let head_len = head.head_len;
         let body_hint = match head.framing {
-            BodyFraming::Length(n) if n > max_body_bytes => return Err(Step::TooLarge),
+            BodyFraming::Length(n) if n > max_body_bytes => return Err(Step::too_large()),
             // Reserve for the declared length only up to a bound: a client that declares a
             // huge body and sends nothing must not make us commit the memory up front.
             BodyFraming::Length(n) => n.min(BODY_RESERVE_MAX_BYTES) as usize,
@@ -477,22 +1000,22 @@ impl Conn {
             spooled: None,
             head,
             peer: self.peer,
-            queued_at: self.read_at,
-            listener: self.listener,
+            queued_at: self.clock.read_at,
+            listener: self.listener(),
         };
         match framing {
             BodyFraming::None => return Ok(Some(req)),
             BodyFraming::Length(0) => return Ok(Some(req)),
-            BodyFraming::Length(n) => self.state = ReadState::Body { req, need: n },
+            BodyFraming::Length(n) => self.reading = ReadState::Body { req, need: n },
             BodyFraming::Chunked => {
-                self.state = ReadState::Chunked {
+                self.reading = ReadState::Chunked {
                     req,
                     dec: ChunkedDecoder::new(max_body_bytes),
                 }
             }
         }
-        self.body_at = self.read_at;
-        self.body_read = (self.rend - self.rpos) as u64;
+        self.clock.body_at = self.clock.read_at;
+        self.clock.body_read = (self.rend - self.rpos) as u64;
         // RFC 9110 §10.1.1: a server that receives 100-continue sends the interim response
         // unless it already has the body (or will answer with a final status first).
         if expect && self.rpos == self.rend {
@@ -502,14 +1025,14 @@ impl Conn {
     }
 
     /// Queues bytes for the socket.
-    pub fn queue(&mut self, data: Vec<u8>) {
+    fn queue(&mut self, data: Vec<u8>) {
         self.queue_response(data, Vec::new(), None, None);
     }
 
     /// Queues one response message: `data`, then `more` in order, then the file. A
     /// streamed part's `credit` rides on its last buffer, so it returns once all of the
     /// message is written.
-    pub fn queue_response(
+    fn queue_response(
         &mut self,
         data: Vec<u8>,
         more: Vec<Buf>,
@@ -571,7 +1094,7 @@ impl Conn {
                     Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
                     Ok(n) => {
                         self.sendfile_bytes += n as u64;
-                        self.write_at = now;
+                        self.clock.write_at = now;
                         continue;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -597,7 +1120,7 @@ impl Conn {
             match res {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(mut written) => {
-                    self.write_at = now;
+                    self.clock.write_at = now;
                     for out in self.wq.iter_mut() {
                         let left = out.data.len() - out.pos;
                         let step = left.min(written);
@@ -616,12 +1139,12 @@ impl Conn {
     }
 
     /// More than this many buffers are waiting for the socket: parse no new request.
-    pub fn write_backed_up(&self) -> bool {
+    fn write_backed_up(&self) -> bool {
         self.wq.len() > WRITE_QUEUE_MAX_BUFFERS
     }
 
     /// Sets SO_LINGER to zero so that the close sends a reset.
-    pub fn set_reset_on_close(&self) {
+    fn set_reset_on_close(&self) {
         let fd = self.sock.raw_fd();
         let linger = libc::linger {
             l_onoff: 1,
@@ -638,7 +1161,7 @@ impl Conn {
     }
 
     /// Drops whatever remains queued, returning streamed parts' credit.
-    pub fn drop_queue(&mut self, returned: &mut impl FnMut(Arc<StreamCredit>, usize)) {
+    fn drop_queue(&mut self, returned: &mut impl FnMut(Arc<StreamCredit>, usize)) {
         for out in self.wq.drain(..) {
             if let Some((c, n)) = out.credit {
                 returned(c, n);

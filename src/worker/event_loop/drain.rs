@@ -72,22 +72,21 @@ impl EventLoop {
             let Some(conn) = self.conn_mut(slot) else {
                 continue;
             };
-            if !conn.is_idle() || conn.closing {
+            if !conn.is_idle() {
                 continue;
             }
-            let due = conn.ready_at.max(started) + grace;
+            let due = conn.drain_due(started, grace);
             if now < due {
                 next = Some(next.map_or(due, |t| t.min(due)));
                 continue;
             }
-            conn.read_drained = false;
+            conn.read_again();
             self.advance(slot);
             let Some(conn) = self.conn_mut(slot) else {
                 continue;
             };
-            if conn.is_idle() && !conn.closing {
-                conn.last_request = true;
-                conn.closing = true;
+            if conn.is_idle() {
+                conn.close_gracefully();
                 self.after_output(slot);
             }
         }

@@ -32,7 +32,7 @@ use crate::pipeline::stats::{self, LoopCounters};
 use crate::sys::ipc::Status;
 use crate::sys::listen::{Listener, MAX_LISTENERS};
 use crate::sys::signals::SignalPipe;
-use crate::worker::conn::{Conn, ReadState, Sock, Step, MAX_PIPELINED_IN_FLIGHT};
+use crate::worker::conn::{Conn, Effects, Next, ReadCtx, Sock, Written};
 use crate::worker::inline::{Inline, InlineSetup};
 pub use link::{HandlerLink, LoopOptions, Responses};
 use timeouts::{beat_every, sweep_interval};
@@ -478,24 +478,13 @@ impl EventLoop {
                         self.close(slot);
                         continue;
                     }
-                    // A new readable edge: bytes (or an EOF) arrived since the last short
-                    // read. A write-only edge says nothing about input.
-                    if ev.is_readable() || ev.is_read_closed() {
-                        conn.read_drained = false;
-                    }
-                    if ev.is_read_closed() {
-                        conn.peer_closed_hint = true;
-                    }
-                    // The client left (or half-closed) while a request runs: tell the app
-                    // now, even when the connection reads no further (`Connection: close`).
-                    let gone = (ev.is_read_closed()
-                        && conn.in_flight > 0
-                        && !std::mem::replace(&mut conn.gone_marked, true))
-                    .then_some((conn.handler, conn.me));
+                    let gone = conn
+                        .on_readiness(ev.is_readable(), ev.is_read_closed())
+                        .then(|| (conn.handler(), conn.me()));
                     // Most edges are for input; only a connection with bytes waiting for
                     // its socket has anything to flush.
-                    let pending_output = !conn.wq.is_empty();
-                    if let Some((h, me)) = gone {
+                    let pending_output = conn.has_output();
+                    if let Some((Some(h), me)) = gone {
                         self.mark_gone(h, me);
                     }
                     if pending_output {
@@ -655,8 +644,8 @@ impl EventLoop {
             req.head.method.get(&req.data) == b"HEAD",
             self.date.get(),
         );
-        conn.queue(out);
-        self.dirty.push(conn.me.slot);
+        conn.answer(out);
+        self.dirty.push(conn.me().slot);
     }
 
     /// `listener`: the index of the listener that accepted it; `None` for the metrics port.
@@ -670,10 +659,16 @@ impl EventLoop {
             }
         };
         let gen = self.slots[slot as usize].gen;
-        let mut conn = Box::new(Conn::new(sock, ConnRef { slot, gen }, peer, self.now));
+        let mut conn = Box::new(Conn::new(
+            sock,
+            ConnRef { slot, gen },
+            peer,
+            listener,
+            self.now,
+        ));
         let token = Token(slot as usize + FIRST_CONN);
         if let Err(e) = self.poll.registry().register(
-            conn.sock.source(),
+            conn.source(),
             token,
             Interest::READABLE | Interest::WRITABLE,
         ) {
@@ -681,8 +676,6 @@ impl EventLoop {
             self.free.push(slot);
             return;
         }
-        conn.metrics = metrics;
-        conn.listener = listener.unwrap_or(0);
         self.slots[slot as usize].conn = Some(conn);
         self.conns += 1;
         self.metrics_conns += usize::from(metrics);
@@ -710,143 +703,52 @@ impl EventLoop {
 
     /// `false` when the connection must be closed now.
     fn advance_conn(&mut self, conn: &mut Conn) -> bool {
-        if matches!(conn.state, ReadState::Lingering) {
+        if conn.is_lingering() {
             // Keep lingering only while the peer has nothing more to say right now.
-            return matches!(conn.discard_input(), Err(ref e) if e.kind() == io::ErrorKind::WouldBlock);
+            return conn.linger();
         }
         loop {
-            if conn.closing {
-                return true;
-            }
-            if let Some(req) = conn.ready.take() {
+            if let Some(req) = conn.take_parked() {
                 if let Err(req) = self.dispatch(conn, req) {
-                    conn.ready = Some(req);
-                    self.stalled.push_back(conn.me);
+                    conn.park(req);
+                    self.stalled.push_back(conn.me());
                     return true;
                 }
             }
-            if conn.last_request
-                || conn.in_flight >= MAX_PIPELINED_IN_FLIGHT
-                || conn.write_backed_up()
-            {
-                if conn.last_request && conn.in_flight == 0 {
-                    self.finish_last(conn);
-                }
-                conn.read_stalled = !conn.last_request;
-                return true;
+            let mut ctx = ReadCtx {
+                limits: &self.limits,
+                max_body_bytes: self.max_body_bytes,
+                body_buffer: self.body_buffer,
+                read_buffer_max: self.read_buffer_max,
+                draining: self.deadline.is_some(),
+                now: self.now,
+                date: &mut self.date,
+            };
+            let mut fx = Effects::default();
+            let polled = conn.poll(&mut ctx, &mut fx);
+            if fx.queued {
+                self.dirty.push(conn.me().slot);
             }
-            // Past the caps: from here the connection is read until it would block (or is
-            // known drained), so nothing needs to resume it but a new readiness edge.
-            conn.read_stalled = false;
-            match conn.parse_step(&self.limits, self.max_body_bytes, self.body_buffer) {
-                Step::Request(mut req) => {
-                    conn.requests = conn.requests.saturating_add(1);
-                    if self.deadline.is_some() && !conn.has_buffered_input() {
-                        // A graceful stop answers what the client has sent: this request,
-                        // and any pipelined behind it, the last of them with
-                        // `Connection: close` (decided here, per request, so a response
-                        // the handler encodes keeps its word to the client).
-                        req.head.keep_alive = false;
-                    }
-                    if !req.head.keep_alive {
-                        conn.last_request = true;
-                    }
-                    conn.continue_pending = false;
+            if let (true, Some(h)) = (fx.client_gone, conn.handler()) {
+                self.mark_gone(h, conn.me());
+            }
+            if let Some(status) = fx.answered {
+                self.count_loop_answer(conn.is_metrics(), status);
+            }
+            match polled {
+                Next::Request(req) => {
                     if self.static_response {
                         self.answer_static(conn, &req);
-                    } else if conn.metrics {
+                    } else if conn.is_metrics() {
                         self.answer_metrics(conn, &req);
                     } else {
-                        conn.ready = Some(req);
+                        // Handed on at the top of the loop (or kept, if every ring is full).
+                        conn.park(req);
                     }
                 }
-                Step::NeedMore => {
-                    if conn.continue_pending && conn.in_flight == 0 {
-                        // RFC 9110 §10.1.1; after every earlier response, never before.
-                        conn.continue_pending = false;
-                        conn.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec());
-                        self.dirty.push(conn.me.slot);
-                    }
-                    if conn.eof {
-                        // The peer stopped sending. A request cut short gets no answer;
-                        // one in flight still does, then the connection closes.
-                        if conn.in_flight == 0 && conn.ready.is_none() {
-                            if conn.wq.is_empty() {
-                                return false;
-                            }
-                            conn.closing = true;
-                            return true;
-                        }
-                        conn.last_request = true;
-                        if conn.in_flight > 0 && !std::mem::replace(&mut conn.gone_marked, true) {
-                            // The client half-closed or left while its request runs: what
-                            // `m0serve.client_disconnected()` tells the app.
-                            self.mark_gone(conn.handler, conn.me);
-                        }
-                        continue;
-                    }
-                    if conn.read_drained {
-                        return true;
-                    }
-                    // A head's clock starts with its first byte, and only then.
-                    let head_starts =
-                        matches!(conn.state, ReadState::Head) && !conn.has_buffered_input();
-                    match conn.read_some(self.read_buffer_max) {
-                        Ok(0) => conn.eof = true,
-                        Ok(usize::MAX) => return false,
-                        Ok(n) => {
-                            conn.read_at = self.now;
-                            if head_starts {
-                                conn.head_at = self.now;
-                            } else if matches!(
-                                conn.state,
-                                ReadState::Body { .. } | ReadState::Chunked { .. }
-                            ) {
-                                conn.body_read += n as u64;
-                            }
-                        }
-                        // (usize::MAX above: the buffer is full and holds no complete
-                        // head. Heads are limited below the buffer's size, so the parser
-                        // answers 431 first; if it ever happened, waiting would never end.)
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return false,
-                    }
-                }
-                step @ (Step::Error(_) | Step::TooLarge | Step::SpoolFailed) => {
-                    conn.last_request = true;
-                    conn.pending_error = Some(step);
-                }
+                Next::Wait => return true,
+                Next::Close => return false,
             }
-        }
-    }
-
-    /// The last request's response is done (or there was none): answer a pending error,
-    /// then close once written.
-    fn finish_last(&mut self, conn: &mut Conn) {
-        if let Some(step) = conn.pending_error.take() {
-            let (status, reason, why) = match step {
-                Step::Error(e) => (e.status(), e.reason(), format!("{e:?}")),
-                Step::SpoolFailed => (
-                    503,
-                    "Service Unavailable",
-                    "the body could not be spooled".to_string(),
-                ),
-                _ => (
-                    413,
-                    "Content Too Large",
-                    "body over the size limit".to_string(),
-                ),
-            };
-            log::debug!("answering {status} to {:?}: {why}", conn.peer);
-            self.count_loop_answer(conn.metrics, status);
-            let resp = error_response(status, reason, self.date.get());
-            conn.queue(resp);
-            self.dirty.push(conn.me.slot);
-        }
-        conn.closing = true;
-        if conn.wq.is_empty() {
-            self.dirty.push(conn.me.slot);
         }
     }
 
@@ -854,23 +756,18 @@ impl EventLoop {
     /// app answers; the loop's ceiling, with the same per-request buffer as a real
     /// response.
     fn answer_static(&mut self, conn: &mut Conn, req: &Request) {
-        const BODY: &[u8] = b"Hello, World!";
-        let mut out = Vec::with_capacity(160);
-        out.extend_from_slice(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n",
+        let out = crate::http::encode::simple_response(
+            200,
+            "OK",
+            "text/plain",
+            b"Hello, World!",
+            req.head.keep_alive,
+            req.head.method.get(&req.data) == b"HEAD",
+            self.date.get(),
         );
-        if !req.head.keep_alive {
-            out.extend_from_slice(b"Connection: close\r\n");
-        }
-        out.extend_from_slice(b"Date: ");
-        out.extend_from_slice(self.date.get());
-        out.extend_from_slice(b"\r\nServer: m0serve\r\n\r\n");
-        if req.head.method.get(&req.data) != b"HEAD" {
-            out.extend_from_slice(BODY);
-        }
         self.counters.requests += 1;
-        conn.queue(out);
-        self.dirty.push(conn.me.slot);
+        conn.answer(out);
+        self.dirty.push(conn.me().slot);
     }
 
     /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
@@ -880,11 +777,7 @@ impl EventLoop {
     fn dispatch(&mut self, conn: &mut Conn, mut req: Request) -> Result<(), Request> {
         req.queued_at = self.now;
         // Requests of one connection stay on one handler so responses come back in order.
-        let h = if conn.in_flight > 0 {
-            conn.handler
-        } else {
-            self.least_loaded()
-        };
+        let h = conn.handler().unwrap_or_else(|| self.least_loaded());
         let link = &mut self.handlers[h];
         if let Err(req) = link.tx.push(req) {
             self.counters.ring_full += 1;
@@ -892,8 +785,7 @@ impl EventLoop {
         }
         link.queued += 1;
         self.total_queued += 1;
-        conn.in_flight += 1;
-        conn.handler = h;
+        conn.dispatched(h);
         self.counters.requests += 1;
         if link.notify() {
             self.counters.handler_wakes += 1;
@@ -982,14 +874,14 @@ impl EventLoop {
         }
     }
 
-    fn on_response(&mut self, h: usize, resp: Response) {
+    fn on_response(&mut self, h: usize, mut resp: Response) {
         let end = !matches!(resp.part, Part::Partial);
         if end {
             self.handlers[h].queued -= 1;
             self.total_queued -= 1;
         }
         // A middle part's bytes count against its stream's credit until written.
-        let credit = match (&resp.part, resp.stream) {
+        let credit = match (resp.part, resp.stream.take()) {
             (Part::Partial, Some(c)) => {
                 let n =
                     StreamCredit::charge(crate::pipeline::msg::wire_len(&resp.data, &resp.more));
@@ -997,78 +889,37 @@ impl EventLoop {
             }
             _ => None,
         };
-        let slot = resp.conn.slot;
-        let live = match self.conn_by_ref(resp.conn) {
-            Some(conn) if !conn.closing => true,
-            Some(conn) => {
-                // A response that must not follow the one that closed the connection.
-                if end {
-                    conn.in_flight -= 1;
-                }
-                false
-            }
-            None => false,
-        };
-        if !live {
-            if let Some((c, n)) = credit {
-                // The handler is still producing for a connection that is gone: tell the
-                // stream itself (the connection's close may not have known it yet).
-                c.cancel();
-                self.return_credit(c, n);
-            } else if !end {
-                // Said again for every part: the handler's word holds one connection, and
-                // another's close may have overwritten it.
-                self.cancel(h, resp.conn);
-            }
-            return;
-        }
-        let mut resume = false;
         let now = self.now;
-        let Some(conn) = self.conn_by_ref(resp.conn) else {
-            return;
+        let conn = match self.conn_by_ref(resp.conn) {
+            Some(conn) if conn.takes_responses() => conn,
+            live => {
+                if let (Some(conn), true) = (live, end) {
+                    // A response that must not follow the one that closed the connection.
+                    conn.response_dropped();
+                }
+                if let Some((c, n)) = credit {
+                    // The handler is still producing for a connection that is gone: tell
+                    // the stream itself (the connection's close may not have known it).
+                    c.cancel();
+                    self.return_credit(c, n);
+                } else if !end {
+                    // Said again for every part: the handler's word holds one connection,
+                    // and another's close may have overwritten it.
+                    self.cancel(h, resp.conn);
+                }
+                return;
+            }
         };
-        if conn.wq.is_empty() {
-            conn.write_at = now;
-        }
-        if let (None, Some((c, _))) = (&conn.stream, &credit) {
-            conn.stream = Some(c.clone());
-        }
-        conn.queue_response(resp.data, resp.more, resp.file, credit);
-        match resp.part {
-            Part::Partial => {}
-            Part::Last { keep_alive } => {
-                conn.stream = None;
-                conn.in_flight -= 1;
-                if conn.in_flight == 0 {
-                    conn.idle_pending = true;
-                }
-                if !keep_alive {
-                    conn.last_request = true;
-                    conn.closing = true;
-                } else if conn.in_flight == 0
-                    && (conn.has_buffered_input()
-                        || conn.read_stalled
-                        || conn.last_request
-                        || conn.continue_pending)
-                {
-                    resume = true;
-                }
-            }
-            Part::Abort { reset } => {
-                conn.stream = None;
-                conn.in_flight -= 1;
-                conn.closing = true;
-                conn.reset_on_close |= reset;
-            }
-        }
+        let me = conn.me();
+        let resume = conn.on_response(resp, credit, now);
         // Requests pipelined behind a response that closes the connection will never be
         // answered: tell the handler, so it does not run the app for them.
-        let orphaned = (conn.closing && conn.in_flight > 0).then_some(conn.me);
-        self.dirty.push(slot);
+        let orphaned = conn.has_orphans();
+        self.dirty.push(me.slot);
         if resume {
-            self.resume.push(slot);
+            self.resume.push(me.slot);
         }
-        if let Some(me) = orphaned {
+        if orphaned {
             self.cancel(h, me);
         }
     }
@@ -1118,10 +969,10 @@ impl EventLoop {
             return;
         };
         // The connection is out of its slot, so credit can go back to the handlers as the
-        // chunks are written.
+        // parts are written.
         let now = self.now;
         let res = conn.flush(now, &mut |c, n| self.return_credit(c, n));
-        self.counters.sendfile_bytes += std::mem::take(&mut conn.sendfile_bytes);
+        self.counters.sendfile_bytes += conn.take_sendfile_bytes();
         self.slots[slot as usize].conn = Some(conn);
         match res {
             Ok(true) => self.after_output(slot),
@@ -1130,52 +981,35 @@ impl EventLoop {
         }
     }
 
-    /// After the queue emptied: a closing connection starts its lingering close.
+    /// After the queue emptied: a connection goes on, or starts its lingering close.
     fn after_output(&mut self, slot: u32) {
         let now = self.now;
         let drain = self.drain_started.map(|t| (t, self.drain_grace()));
         let Some(conn) = self.conn_mut(slot) else {
             return;
         };
-        if !conn.wq.is_empty() || matches!(conn.state, ReadState::Lingering) {
+        if conn.has_output() || conn.is_lingering() {
             return;
         }
-        if !conn.closing {
-            if conn.idle_pending && conn.in_flight == 0 {
-                // The keep-alive (and next header) timeout counts from here, once the last
-                // response is written, not from when it was queued, and only from here:
-                // bytes that arrive later never restart it.
-                conn.idle_pending = false;
-                conn.ready_at = now;
+        let counted = !conn.is_metrics();
+        match conn.after_output(now) {
+            Written::Open { resume, idle } => {
+                if let (true, Some((started, grace))) = (idle, drain) {
+                    // A graceful stop keeps it for the grace (`close_drained_idle`).
+                    let due = conn.drain_due(started, grace);
+                    self.drain_check_at = Some(self.drain_check_at.map_or(due, |t| t.min(due)));
+                } else if resume {
+                    self.resume.push(slot);
+                }
             }
-            if let (true, Some((started, grace))) = (conn.is_idle(), drain) {
-                // A graceful stop keeps it for the grace (`close_drained_idle`).
-                let due = conn.ready_at.max(started) + grace;
-                self.drain_check_at = Some(self.drain_check_at.map_or(due, |t| t.min(due)));
-            } else if conn.read_stalled && conn.in_flight < MAX_PIPELINED_IN_FLIGHT {
-                // Parsing waited for the write queue to drain.
-                self.resume.push(slot);
-            }
-            return;
-        }
-        if conn.eof || conn.reset_on_close {
-            self.close(slot);
-            return;
-        }
-        // RFC 9112 §9.6: close the sending side first and read until the peer closes, so
-        // input it already sent does not turn our close into a reset.
-        conn.sock.shutdown_write();
-        conn.state = ReadState::Lingering;
-        let me = conn.me;
-        // A lingering connection is on its way out (within LINGER_TIMEOUT): it takes no
-        // `--max-connections` place from a client waiting to be served.
-        let counted = !conn.metrics;
-        let discarded = conn.discard_input();
-        if counted {
-            self.lingering_conns += 1;
-        }
-        match discarded {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Written::Close => self.close(slot),
+            Written::Lingering => {
+                let me = conn.me();
+                // A lingering connection is on its way out (within LINGER_TIMEOUT): it
+                // takes no `--max-connections` place from a client waiting to be served.
+                if counted {
+                    self.lingering_conns += 1;
+                }
                 self.lingering
                     .push_back((Instant::now() + LINGER_TIMEOUT, me));
                 if self.accept_blocked {
@@ -1183,43 +1017,43 @@ impl EventLoop {
                     self.accept();
                 }
             }
-            _ => self.close(slot),
         }
     }
 
+    /// Closes a connection now (`reset`: with a reset), telling its handler if it had
+    /// requests in flight.
     fn close(&mut self, slot: u32) {
+        self.close_with(slot, false);
+    }
+
+    fn close_with(&mut self, slot: u32, reset: bool) {
         let Some(s) = self.slots.get_mut(slot as usize) else {
             return;
         };
-        let Some(mut conn) = s.conn.take() else {
+        let Some(conn) = s.conn.take() else {
             return;
         };
         s.gen = s.gen.wrapping_add(1);
         self.free.push(slot);
         self.conns -= 1;
-        if conn.metrics {
+        if conn.is_metrics() {
             self.metrics_conns -= 1;
-        } else if matches!(conn.state, ReadState::Lingering) {
+        } else if conn.is_lingering() {
             self.lingering_conns -= 1;
         }
         self.count_connections();
-        conn.drop_queue(&mut |c, n| self.return_credit(c, n));
-        if let Some(c) = conn.stream.take() {
+        let (me, handler) = (conn.me(), conn.handler());
+        if let Some(c) = conn.close(reset, &mut |c, n| self.return_credit(c, n)) {
             // Its handler may have set the body aside: it must learn there is nobody left.
             c.cancel();
             if let Some(link) = self.handlers.get_mut(c.handler()) {
                 link.wake_check = true;
             }
         }
-        if conn.in_flight > 0 {
-            self.cancel(conn.handler, conn.me);
-            self.mark_gone(conn.handler, conn.me);
+        if let Some(h) = handler {
+            self.cancel(h, me);
+            self.mark_gone(h, me);
         }
-        if conn.reset_on_close {
-            conn.set_reset_on_close();
-        }
-        // Dropping the socket closes it, which also removes it from the epoll set.
-        drop(conn);
         if self.accept_blocked {
             // A descriptor was freed: take the connections waiting in the backlog.
             self.accept_blocked = false;
@@ -1227,24 +1061,4 @@ impl EventLoop {
             self.accept_metrics();
         }
     }
-}
-
-/// A response the loop writes itself (client errors), always closing the connection.
-pub fn error_response(status: u16, reason: &str, date: &[u8]) -> Vec<u8> {
-    let body_len = 3 + 1 + reason.len() + 1;
-    let mut out = Vec::with_capacity(160 + reason.len() * 2);
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
-    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ");
-    out.extend_from_slice(body_len.to_string().as_bytes());
-    out.extend_from_slice(b"\r\nConnection: close\r\nDate: ");
-    out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\nServer: m0serve\r\n\r\n");
-    out.extend_from_slice(status.to_string().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(reason.as_bytes());
-    out.push(b'\n');
-    out
 }

@@ -6,12 +6,12 @@ use std::os::fd::AsFd;
 use std::os::unix::thread::JoinHandleExt;
 use std::time::{Duration, Instant};
 
-use super::{error_response, EventLoop};
+use super::EventLoop;
 use crate::http::limits::Timeouts;
 use crate::log;
 use crate::pipeline::stats;
 use crate::sys::ipc::Status;
-use crate::worker::conn::{Conn, ReadState};
+use crate::worker::conn::{Expiry, Refusal};
 
 /// Longest gap between two timeout sweeps; shorter timeouts sweep more often (a quarter
 /// of the shortest), down to `SWEEP_MIN`.
@@ -52,60 +52,40 @@ impl EventLoop {
         }
         let t = self.timeouts;
         for slot in 0..self.slots.len() as u32 {
-            let Some(conn) = self.conn_mut(slot) else {
+            let Some(conn) = self
+                .slots
+                .get_mut(slot as usize)
+                .and_then(|s| s.conn.as_deref_mut())
+            else {
                 continue;
             };
-            if matches!(conn.state, ReadState::Lingering) {
+            let Some(expiry) = conn.expired(now, &t) else {
                 continue;
-            }
-            if !conn.wq.is_empty() {
-                if now.saturating_duration_since(conn.write_at) > t.write {
+            };
+            match expiry {
+                Expiry::Write => {
                     log::debug!(
                         "write timeout: {:?} read nothing for {:?}",
-                        conn.peer,
+                        conn.peer(),
                         t.write
                     );
-                    conn.reset_on_close = true;
+                    self.close_with(slot, true);
+                }
+                Expiry::KeepAlive => {
+                    log::debug!("keep-alive timeout: closing {:?}", conn.peer());
                     self.close(slot);
                 }
-                continue;
-            }
-            if conn.in_flight > 0 || conn.ready.is_some() || conn.closing {
-                continue;
-            }
-            let expired = match conn.state {
-                ReadState::Head if conn.has_buffered_input() || conn.requests == 0 => {
-                    let from = conn.head_at.max(conn.ready_at);
-                    (now.saturating_duration_since(from) > t.header)
-                        .then_some(("header", conn.has_buffered_input()))
+                Expiry::Request { which, answer } => {
+                    log::debug!("{which} timeout: closing {:?}", conn.peer());
+                    if !answer {
+                        self.close(slot);
+                        continue;
+                    }
+                    let scrape = conn.is_metrics();
+                    conn.refuse_now(Refusal::timeout(), now, self.date.get());
+                    self.dirty.push(slot);
+                    self.count_loop_answer(scrape, 408);
                 }
-                ReadState::Head => (now.saturating_duration_since(conn.ready_at) > t.keep_alive)
-                    .then_some(("keep-alive", false)),
-                ReadState::Body { .. } | ReadState::Chunked { .. } => {
-                    body_expired(conn, now, &t).then_some(("body", true))
-                }
-                ReadState::Lingering => None,
-            };
-            let Some((which, answer)) = expired else {
-                continue;
-            };
-            log::debug!("{which} timeout: closing {:?}", conn.peer);
-            if answer {
-                // RFC 9110 §15.5.9: 408, the server would not wait any longer.
-                let resp = error_response(408, "Request Timeout", self.date.get());
-                let Some(conn) = self.conn_mut(slot) else {
-                    continue;
-                };
-                let scrape = conn.metrics;
-                conn.state = ReadState::Head;
-                conn.last_request = true;
-                conn.queue(resp);
-                conn.closing = true;
-                conn.write_at = now;
-                self.dirty.push(slot);
-                self.count_loop_answer(scrape, 408);
-            } else {
-                self.close(slot);
             }
         }
         self.flush_dirty();
@@ -183,21 +163,6 @@ impl EventLoop {
     pub(super) fn beat_every(&self) -> Duration {
         beat_every(self.watchdog)
     }
-}
-
-/// A body has gone `--body-timeout` without a byte, or arrives slower on average than
-/// `--body-min-rate` allows: the first `--body-timeout` seconds are free, and each
-/// `--body-min-rate` bytes received buy one more second (as Apache's `mod_reqtimeout`).
-fn body_expired(conn: &Conn, now: Instant, t: &Timeouts) -> bool {
-    if now.saturating_duration_since(conn.read_at) > t.body {
-        return true;
-    }
-    if t.body_min_rate == 0 {
-        return false;
-    }
-    let earned = Duration::try_from_secs_f64(conn.body_read as f64 / t.body_min_rate as f64)
-        .unwrap_or(Duration::MAX);
-    now.saturating_duration_since(conn.body_at) > t.body.saturating_add(earned)
 }
 
 /// How often the timeouts are checked: a quarter of the shortest, within
