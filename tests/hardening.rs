@@ -241,6 +241,66 @@ fn a_head_that_keeps_trickling_in_gets_408_within_the_header_timeout() {
 }
 
 #[test]
+fn a_new_connections_first_head_counts_from_the_accept() {
+    // Silent for most of the header timeout, then trickling: cut within the timeout of the
+    // accept, not of the first byte.
+    let s = Server::start("regress:app", &["--header-timeout", "1"]);
+    let mut c = s.connect();
+    let accepted = Instant::now();
+    std::thread::sleep(Duration::from_millis(700));
+    trickle_until_408(
+        &mut c,
+        b"GET /hello HTTP/1.1\r\nX-a: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        Duration::from_millis(50),
+        Duration::from_millis(100)..Duration::from_millis(1000),
+        "a first head that began 0.7 s after the accept, with --header-timeout 1",
+    );
+    assert!(
+        accepted.elapsed() < Duration::from_millis(1900),
+        "{:?}",
+        accepted.elapsed()
+    );
+}
+
+#[test]
+fn answers_the_loop_makes_itself_restart_the_keep_alive_clock() {
+    // --static-response and the metrics port answer on the loop: their connections stay
+    // open between requests like any other, counted from each answer.
+    for args in [
+        &["--static-response", "--keep-alive-timeout", "1"][..],
+        &["--keep-alive-timeout", "1", "--metrics-port", "0"][..],
+    ] {
+        let s = Server::start("regress:app", args);
+        let addr = if args.contains(&"--metrics-port") {
+            let log = s.log_text();
+            let line = log
+                .lines()
+                .find(|l| l.contains("metrics on http://"))
+                .expect("metrics line");
+            let at = line.find("http://").unwrap() + "http://".len();
+            let end = line[at..].find('/').unwrap() + at;
+            line[at..end].parse().unwrap()
+        } else {
+            s.addr()
+        };
+        let mut c = Conn::connect(addr);
+        let path = if args.contains(&"--metrics-port") {
+            "/healthz"
+        } else {
+            "/"
+        };
+        for i in 0..8 {
+            c.send(&get(path));
+            let r = c
+                .try_read_response()
+                .unwrap_or_else(|e| panic!("{args:?}: request {i} after {} ms: {e:?}", i * 300));
+            assert_eq!(r.status, 200);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+#[test]
 fn the_next_head_on_a_keep_alive_connection_cannot_restart_its_clock() {
     let s = Server::start(
         "regress:app",

@@ -591,6 +591,30 @@ fn callables_kept_past_their_request_raise_runtime_error_from_any_thread() {
 }
 
 #[test]
+fn a_write_from_a_thread_after_its_request_ended_raises_and_sends_nothing() {
+    // The thread holds write() past the response's end, on a keep-alive connection: its
+    // bytes must not follow the response (the client would take them for the next one).
+    let tmp = TempDir::new("late-writer");
+    let mark = tmp.file("mark");
+    let s = Server::start("pep3333:app", &[]);
+    let mut c = s.connect();
+    c.send(&get(&format!("/late-writer?after=0.3&mark={mark}")));
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "hello");
+    let line = wait_for_file_containing(&mark, "late write", MARK_TIMEOUT)
+        .unwrap_or_else(|e| panic!("the late write never ran: {e:?}"));
+    assert!(
+        line.contains("RuntimeError") && line.contains("outside its request"),
+        "{line}"
+    );
+    c.send(&get("/list"));
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert!(!contains(&r.raw, b"INJECTED"), "{:?}", show(&r.raw));
+    c.expect_open_and_quiet(Duration::from_millis(100));
+}
+
+#[test]
 fn exc_info_before_headers_are_sent_replaces_them() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get("/exc-info/before");

@@ -11,6 +11,14 @@ use crate::pipeline::msg::StreamBudget;
 use crate::pipeline::park::WakeFlag;
 use crate::pipeline::stats::{self, HandlerCounters};
 
+/// Slots in each handler's request ring. A full ring stops the loop from taking more
+/// requests off sockets (backpressure), so this bounds queued work per handler.
+pub const REQUEST_RING_SLOTS: usize = 256;
+
+/// Slots in each handler's response ring: enough for every queued request's final part
+/// plus streamed chunks, so a handler rarely waits for room.
+pub const RESPONSE_RING_SLOTS: usize = 512;
+
 /// State shared by the loop and every handler thread.
 pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
@@ -56,8 +64,12 @@ pub struct HandlerShared {
     pub index: usize,
     /// What its streamed responses have unwritten, all together.
     pub budget: Arc<StreamBudget>,
-    /// A thread other than the handler's that waits on `wake` (an app's thread in
-    /// `write()`), for the loop to unpark. At most one: it waits holding the exchange lock.
+    /// The flag of the one thread that waits inside the handler's exchange (it holds the
+    /// exchange lock while it waits: `write()` for credit, or a push for ring room), and
+    /// which thread that is (the handler's, or one the app started). Apart from `wake`, the
+    /// handler's own idle wait: each flag has one sleeper at most, so one's cancel never
+    /// erases the other's announce.
+    pub exchange_wake: WakeFlag,
     pub waiter: Mutex<Option<std::thread::Thread>>,
 }
 
@@ -115,6 +127,7 @@ impl HandlerShared {
         HandlerShared {
             index,
             budget: Arc::default(),
+            exchange_wake: WakeFlag::new(),
             waiter: Mutex::new(None),
             wake: WakeFlag::new(),
             cancelled: AtomicU64::new(u64::MAX),

@@ -582,6 +582,9 @@ impl Conn {
                         self.continue_pending = false;
                         self.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec());
                         fx.queued = true;
+                        // The client sends the body on this answer: its clocks start now.
+                        self.clock.read_at = ctx.now;
+                        self.clock.body_at = ctx.now;
                     }
                     if self.eof {
                         // The peer stopped sending. A request cut short gets no answer; one
@@ -600,9 +603,11 @@ impl Conn {
                     if self.read_drained {
                         return Next::Wait;
                     }
-                    // A head's clock starts with its first byte, and only then.
-                    let head_starts =
-                        matches!(self.reading, ReadState::Head) && !self.has_buffered_input();
+                    // A head's clock starts with its first byte, and only then; a new
+                    // connection's first head counts from the accept.
+                    let head_starts = matches!(self.reading, ReadState::Head)
+                        && !self.has_buffered_input()
+                        && self.requests > 0;
                     match self.read_some(ctx.read_buffer_max) {
                         Ok(Got::End) => self.eof = true,
                         // The buffer is full and holds no complete head. Heads are limited
@@ -630,6 +635,8 @@ impl Conn {
     /// port), for a request it did not hand on.
     pub fn answer(&mut self, response: Vec<u8>) {
         self.queue(response);
+        // Ready for the next head once this is written, as after a handler's response.
+        self.clock.idle_pending = self.in_flight == 0;
     }
 
     /// One message of a response from its handler (the loop checked `takes_responses`),

@@ -76,7 +76,7 @@ fn run(setup: HandlerSetup) {
             // Acquire: pairs with the loop's Release store when it stops; every request it
             // pushed before is visible to the `pop` that follows.
             if shared.stop.load(Ordering::Acquire) {
-                if rx.is_empty() {
+                if rx.is_empty() || !bridge.takes_requests() {
                     break;
                 }
                 continue;
@@ -90,9 +90,11 @@ fn run(setup: HandlerSetup) {
             let waiting = &rx;
             let flag = &shared;
             let credits = bridge.credits();
+            // (A handler with its deferred requests full waits for a body, not the ring.)
+            let takes = bridge.takes_requests();
             let parks = py.detach(move || {
                 park::wait_until(&flag.wake, || {
-                    !waiting.is_empty()
+                    (takes && !waiting.is_empty())
                         || flag.stop.load(Ordering::Acquire)
                         || credits.iter().any(|c| c.can_go_on())
                 })

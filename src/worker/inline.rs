@@ -101,7 +101,8 @@ impl Inline {
 
     /// There is something `run` would do now.
     pub fn has_work(&self) -> bool {
-        !self.rx.is_empty() || self.bridge.credits().iter().any(|c| c.can_go_on())
+        (self.bridge.takes_requests() && !self.rx.is_empty())
+            || self.bridge.credits().iter().any(|c| c.can_go_on())
     }
 
     /// Serves what can be served now: bodies whose client caught up, queued requests.

@@ -17,7 +17,7 @@ use crate::config::Config;
 use crate::log;
 use crate::pipeline::park::WakeFlag;
 use crate::pipeline::ring;
-use crate::pipeline::shared::{HandlerShared, LoopShared};
+use crate::pipeline::shared::{HandlerShared, LoopShared, REQUEST_RING_SLOTS, RESPONSE_RING_SLOTS};
 use crate::python;
 use crate::sys::ipc::{MetricsFds, Status, WorkerEnv, WORKER_ENV};
 use crate::sys::listen::Listener;
@@ -26,14 +26,6 @@ use crate::wsgi::ServerInfo;
 use event_loop::{EventLoop, HandlerLink, LoopOptions, Responses};
 use handler::HandlerSetup;
 use inline::InlineSetup;
-
-/// Slots in each handler's request ring. A full ring stops the loop from taking more
-/// requests off sockets (backpressure), so this bounds queued work per handler.
-pub const REQUEST_RING_SLOTS: usize = 256;
-
-/// Slots in each handler's response ring: enough for every queued request's final part
-/// plus streamed chunks, so a handler rarely waits for room.
-pub const RESPONSE_RING_SLOTS: usize = 512;
 
 /// Allocations this large or larger still come from the heap, not from a fresh `mmap`
 /// (glibc's default is 128 KiB): a 1 MiB request or response buffer then reuses warm pages

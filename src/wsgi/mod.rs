@@ -20,6 +20,7 @@ use crate::access_log::AccessLogger;
 use crate::log;
 use crate::pipeline::msg::{ConnRef, Request, StreamCredit};
 use crate::pipeline::ring::Consumer;
+use crate::pipeline::shared::REQUEST_RING_SLOTS;
 use crate::pipeline::shared::{HandlerShared, LoopShared};
 use crate::pipeline::stats;
 use environ::EnvBuilder;
@@ -55,6 +56,12 @@ struct Timing {
     queued_at: std::time::Instant,
     taken_at: std::time::Instant,
 }
+
+/// Most requests a handler keeps waiting behind bodies set aside (as many as its ring
+/// holds): past it, it leaves the rest in the ring, which fills, and the loop stops reading
+/// those connections, so clients that pipeline behind a stalled body cannot make it hold
+/// more.
+const DEFERRED_MAX: usize = REQUEST_RING_SLOTS;
 
 pub struct Bridge {
     app: Py<PyAny>,
@@ -144,9 +151,10 @@ impl Bridge {
         &self.credits
     }
 
-    /// Bodies are set aside or requests deferred (inline mode's loop keeps serving).
-    pub fn has_pending(&self) -> bool {
-        !self.suspended.is_empty() || !self.deferred.is_empty()
+    /// It takes requests from its ring: fewer than `DEFERRED_MAX` wait behind bodies set
+    /// aside. (Past that the ring fills, and the loop stops reading those connections.)
+    pub fn takes_requests(&self) -> bool {
+        self.deferred.len() < DEFERRED_MAX
     }
 
     /// Does one piece of work if there is one: resumes the oldest body set aside whose
@@ -176,7 +184,8 @@ impl Bridge {
                 return self.deferred.remove(i);
             }
         }
-        while let Some(req) = rx.pop() {
+        while self.takes_requests() {
+            let req = rx.pop()?;
             if self.blocked(req.conn) || self.deferred.iter().any(|r| r.conn == req.conn) {
                 self.deferred.push_back(req);
                 continue;

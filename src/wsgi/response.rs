@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -86,6 +86,9 @@ pub struct LengthMismatch {
 /// headers are a list by then, see `start`), so the lock is never taken twice by a thread.
 pub struct Exchange {
     inner: Mutex<Inner>,
+    /// `ConnRef::packed` of the current response's connection (`u64::MAX`: none), for
+    /// `client_gone`, which must not wait for the lock.
+    current_conn: AtomicU64,
     pub shared: Arc<HandlerShared>,
     loop_shared: Arc<LoopShared>,
 }
@@ -109,6 +112,8 @@ pub struct State {
     sent: bool,
     /// The head has left for the loop: from here on the response cannot be replaced.
     pushed: bool,
+    /// Its final part has left: the app's callables kept past it raise.
+    ended: bool,
     framing: Framing,
     keep_alive: bool,
     /// For `Framing::Length`: body bytes the declared length still allows.
@@ -144,6 +149,7 @@ impl State {
             headers: None,
             sent: false,
             pushed: false,
+            ended: false,
             framing: Framing::NoBody,
             keep_alive: false,
             remaining: 0,
@@ -187,6 +193,7 @@ impl Exchange {
                 date: DateCache::new(),
                 closed_conn: u64::MAX,
             }),
+            current_conn: AtomicU64::new(u64::MAX),
             shared,
             loop_shared,
         }
@@ -202,6 +209,7 @@ impl Exchange {
 
     /// A new request; what the exchange held (a finished response) is dropped.
     pub fn begin(&self, py: Python<'_>, req: ReqInfo) {
+        self.set_current(req.conn);
         let old = std::mem::replace(&mut self.lock(py).st, State::new(req));
         // Dropped with the lock released: a decref may run Python code (a `__del__`).
         drop(old);
@@ -215,11 +223,19 @@ impl Exchange {
             id: 0,
             ..inner.st.req
         };
+        // Relaxed: see `client_gone`.
+        self.current_conn.store(u64::MAX, Ordering::Relaxed);
         std::mem::replace(&mut inner.st, State::new(idle))
+    }
+
+    fn set_current(&self, conn: ConnRef) {
+        // Relaxed: see `client_gone`.
+        self.current_conn.store(conn.packed(), Ordering::Relaxed);
     }
 
     /// Makes a set-aside response current again.
     pub fn put_state(&self, py: Python<'_>, st: State) {
+        self.set_current(st.req.conn);
         let old = std::mem::replace(&mut self.lock(py).st, st);
         drop(old);
     }
@@ -266,7 +282,7 @@ impl Exchange {
         };
         let mut inner = self.lock(py);
         let st = &mut inner.st;
-        if st.req.id != id {
+        if st.req.id != id || st.ended {
             return Err(outside_request("start_response"));
         }
         match exc_info.filter(|e| !e.is_none()) {
@@ -283,7 +299,15 @@ impl Exchange {
                 st.sent = false;
                 st.mismatch = false;
                 st.out.clear();
-                st.more.clear();
+                // Dropped with the lock released (a decref may run a `__del__`).
+                let held = std::mem::take(&mut st.more);
+                let old = (
+                    st.status.replace(status.unbind()),
+                    st.headers.replace(headers.unbind()),
+                );
+                drop(inner);
+                drop((held, old));
+                return Ok(());
             }
             None => {
                 if st.status.is_some() {
@@ -404,7 +428,7 @@ impl Exchange {
         credit: Credit,
     ) -> PyResult<()> {
         let mut inner = self.lock(py);
-        if id.is_some_and(|id| id != inner.st.req.id) {
+        if id.is_some_and(|id| id != inner.st.req.id || inner.st.ended) {
             return Err(outside_request("write()"));
         }
         if data.as_bytes().is_empty() {
@@ -525,6 +549,7 @@ impl Exchange {
             part: Part::Last { keep_alive },
             stream: None,
         };
+        st.ended = true;
         self.push(py, &mut inner, resp);
         Ok(mismatch)
     }
@@ -577,13 +602,14 @@ impl Exchange {
                 part: Part::Abort { reset },
                 stream: None,
             };
+            st.ended = true;
             self.push(py, &mut inner, resp);
             return;
         }
-        // Whatever was encoded but held is dropped: the 500 replaces it.
+        // Whatever was encoded but held is dropped (once the lock is released: a decref may
+        // run a `__del__`): the 500 replaces it.
         st.out.clear();
-        st.more.clear();
-        st.file = None;
+        let held = (std::mem::take(&mut st.more), st.file.take());
         let keep_alive = st.req.keep_alive;
         let (version, is_head) = (st.req.version, st.req.is_head);
         let body: &[u8] = b"Internal Server Error\n";
@@ -607,6 +633,7 @@ impl Exchange {
         st.code = 500;
         st.body_bytes = if is_head { 0 } else { body.len() as u64 };
         st.sent = true;
+        st.ended = true;
         let resp = Response {
             conn,
             data: out,
@@ -616,6 +643,8 @@ impl Exchange {
             stream: None,
         };
         self.push(py, &mut inner, resp);
+        drop(inner);
+        drop(held);
     }
 
     /// The head is out and the response has no body (HEAD, 204, 304): iterating further
@@ -627,16 +656,21 @@ impl Exchange {
 
     /// The client of the current request has left (or half-closed): the loop saw its end
     /// of stream or closed its connection. `m0serve.client_disconnected()`.
-    pub fn client_gone(&self, py: Python<'_>) -> bool {
-        if self.cancelled(py) {
-            return true;
-        }
-        let conn = self.lock(py).st.req.conn.packed();
-        // Acquire: pairs with the loop's Release store in `mark_gone`.
-        self.shared
-            .gone
-            .iter()
-            .any(|g| g.load(Ordering::Acquire) == conn)
+    ///
+    /// Without the lock (another thread may hold it, waiting in `write()` for a slow
+    /// client): the loop writes both words it reads when it closes a connection with a
+    /// request in flight.
+    pub fn client_gone(&self) -> bool {
+        // Relaxed: written by the thread serving the request (under the lock), which is the
+        // one that lets the app run, so any caller sees this request's value.
+        let conn = self.current_conn.load(Ordering::Relaxed);
+        // Acquire, both: pair with the loop's Release stores in `cancel` and `mark_gone`.
+        self.shared.cancelled.load(Ordering::Acquire) == conn
+            || self
+                .shared
+                .gone
+                .iter()
+                .any(|g| g.load(Ordering::Acquire) == conn)
     }
 
     /// The current request's connection is gone: stop producing its body.
@@ -697,16 +731,16 @@ impl Exchange {
     }
 }
 
-/// Waits, GIL released, until `ready` (the loop makes it so and wakes this handler's
-/// `wake`), on whichever thread this is: the handler's, or one the app started, which the
-/// loop then unparks through `waiter`.
+/// Waits, GIL released, until `ready` (the loop makes it so and wakes the handler's
+/// `exchange_wake`), on whichever thread this is: the handler's, or one the app started;
+/// the loop unparks it through `waiter`. Only with the exchange lock held, so one at a time.
 fn wait_on_loop(py: Python<'_>, shared: &HandlerShared, ready: impl FnMut() -> bool + Send) -> u32 {
     let me = std::thread::current();
     let set = |t: Option<std::thread::Thread>| {
         *shared.waiter.lock().unwrap_or_else(|e| e.into_inner()) = t;
     };
     set(Some(me));
-    let parks = py.detach(|| park::wait_until(&shared.wake, ready));
+    let parks = py.detach(|| park::wait_until(&shared.exchange_wake, ready));
     set(None);
     parks
 }

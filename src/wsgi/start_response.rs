@@ -69,7 +69,7 @@ pub struct ClientDisconnected {
 
 #[pymethods]
 impl ClientDisconnected {
-    fn __call__(&self, py: Python<'_>) -> bool {
-        self.ex.client_gone(py)
+    fn __call__(&self) -> bool {
+        self.ex.client_gone()
     }
 }

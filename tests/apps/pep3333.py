@@ -457,6 +457,25 @@ def r_thread_writers(environ, start_response, q):
     return []
 
 
+def r_late_writer(environ, start_response, q):
+    """Answers at once, and leaves a thread that calls the request's write() `after`
+    seconds later, when the request has finished; it records what write() raised."""
+    write = start_response("200 OK", text())
+    after = float(q.get("after", "0.3"))
+
+    def late():
+        time.sleep(after)
+        try:
+            write(b"INJECTED")
+            _mark(q, "late write: no error")
+        except Exception as e:  # noqa: BLE001 -- the type is what the test checks
+            _mark(q, "late write: %s: %s" % (type(e).__name__, e))
+
+    threading.Thread(target=late).start()
+    write(b"hello")
+    return []
+
+
 _KEPT = {}
 
 
@@ -490,6 +509,7 @@ ROUTES = {
     "/thread-start": r_thread_start,
     "/thread-writers": r_thread_writers,
     "/stale-callables": r_stale_callables,
+    "/late-writer": r_late_writer,
     "/write": r_write,
     "/write-only": r_write_only,
     "/exc-info/before": r_exc_info_before,

@@ -61,10 +61,12 @@ impl HandlerLink {
         let Some(join) = &self.join else {
             return false;
         };
+        let mut woke = false;
         if self.shared.wake.should_wake() {
-            // The one asleep is the handler thread, or a thread the app started that waits
-            // in `write()` (it says so in `waiter`); waking both costs the other at most
-            // one extra turn of its own wait loop.
+            join.thread().unpark();
+            woke = true;
+        }
+        if self.shared.exchange_wake.should_wake() {
             let waiter = self
                 .shared
                 .waiter
@@ -73,8 +75,10 @@ impl HandlerLink {
                 .clone();
             if let Some(t) = waiter {
                 t.unpark();
+                woke = true;
             }
-            join.thread().unpark();
+        }
+        if woke {
             return true;
         }
         false

@@ -853,6 +853,12 @@ impl EventLoop {
             }
         }
         self.settle();
+        self.notify_handlers();
+    }
+
+    /// Wakes the handlers that may wait for what this pass did (ring room, stream credit, a
+    /// closed connection), each only if it sleeps.
+    fn notify_handlers(&mut self) {
         for h in &mut self.handlers {
             if std::mem::take(&mut h.wake_check) && h.notify() {
                 self.counters.handler_wakes += 1;
@@ -994,12 +1000,12 @@ impl EventLoop {
         let counted = !conn.is_metrics();
         match conn.after_output(now) {
             Written::Open { resume, idle } => {
-                if let (true, Some((started, grace))) = (idle, drain) {
+                if resume {
+                    self.resume.push(slot);
+                } else if let (true, Some((started, grace))) = (idle, drain) {
                     // A graceful stop keeps it for the grace (`close_drained_idle`).
                     let due = conn.drain_due(started, grace);
                     self.drain_check_at = Some(self.drain_check_at.map_or(due, |t| t.min(due)));
-                } else if resume {
-                    self.resume.push(slot);
                 }
             }
             Written::Close => self.close(slot),

@@ -89,6 +89,8 @@ impl EventLoop {
             }
         }
         self.flush_dirty();
+        // A connection closed for a timeout may be one a handler waits on.
+        self.notify_handlers();
     }
 
     /// `--timeout`: a handler on one request (or one resumed stretch of a body set aside
