@@ -34,10 +34,10 @@ use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use m0serve::pipeline::park::{wait_until, WakeFlag};
 use m0serve::pipeline::ring::{ring, Consumer, Producer};
 
-/// Timed repetitions per variant; the median is reported.
-const REPS: usize = 5;
-/// Warm-up per variant.
-const WARM_UP: Duration = Duration::from_millis(200);
+#[path = "support/harness.rs"]
+mod harness;
+use harness::{measure, median, REPS, WARM_UP};
+
 /// Wall time of one timed repetition.
 const REP_TARGET: Duration = Duration::from_millis(250);
 /// Capacity of every queue (the server's request ring has 256 slots).
@@ -447,7 +447,7 @@ struct Row {
 
 impl Row {
     fn median(&self) -> f64 {
-        self.reps[self.reps.len() / 2]
+        median(&self.reps)
     }
 }
 
@@ -513,30 +513,15 @@ fn run_pair<L: End, H: End>(
                     .clone(),
             );
             let mut next = 0u64;
-            // Warm-up, then REPS timed repetitions. Each runs batches of round trips until
-            // REP_TARGET has passed (a clock read per 64 round trips costs < 1 ns each), so a
-            // variant slowed down by other work on the machine still takes its set time.
-            let run_for = |l: &mut L, next: &mut u64, d: Duration| {
-                let (t, first) = (Instant::now(), *next);
-                while t.elapsed() < d {
-                    for _ in 0..64 {
-                        round_trip(l, next);
-                    }
-                }
-                t.elapsed().as_nanos() as f64 / (*next - first) as f64
-            };
-            run_for(&mut l, &mut next, WARM_UP);
-            let reps: Vec<f64> = (0..REPS)
-                .map(|_| run_for(&mut l, &mut next, REP_TARGET))
-                .collect();
+            // Warm-up, then REPS timed repetitions, in batches of 64 round trips.
+            let reps = measure(REP_TARGET, 64, || round_trip(&mut l, &mut next));
             l.send(STOP);
             (reps, next)
         })
         .expect("spawn loop");
 
-    let (mut reps, total) = looper.join().expect("loop thread panicked");
+    let (reps, total) = looper.join().expect("loop thread panicked");
     handler.join().expect("handler thread panicked");
-    reps.sort_by(f64::total_cmp);
     Row {
         name,
         reps,

@@ -32,10 +32,10 @@ use m0serve::http::encode::{decide_framing, HeadWriter};
 use m0serve::http::limits::Limits;
 use m0serve::http::parse::{parse_head, Version};
 
-/// Timed repetitions per part; the median is reported.
-const REPS: usize = 5;
-/// Warm-up per part.
-const WARM_UP: Duration = Duration::from_millis(200);
+#[path = "support/harness.rs"]
+mod harness;
+use harness::{measure, median, REPS, WARM_UP};
+
 /// Wall time of one timed repetition.
 const REP_TARGET: Duration = Duration::from_millis(300);
 /// Calls between two clock reads.
@@ -71,7 +71,7 @@ struct Row {
 
 /// Runs `f` for the warm-up, then `REPS` repetitions of `REP_TARGET` each; ns per call.
 /// A part the command line's filter leaves out is not run (no repetitions).
-fn bench(name: &'static str, note: String, mut f: impl FnMut()) -> Row {
+fn bench(name: &'static str, note: String, f: impl FnMut()) -> Row {
     let wanted = std::env::args()
         .skip(1)
         .find(|a| !a.starts_with('-'))
@@ -83,20 +83,7 @@ fn bench(name: &'static str, note: String, mut f: impl FnMut()) -> Row {
             note,
         };
     }
-    let mut run_for = |d: Duration| {
-        let t = Instant::now();
-        let mut calls = 0u64;
-        while t.elapsed() < d {
-            for _ in 0..BATCH {
-                f();
-            }
-            calls += BATCH;
-        }
-        t.elapsed().as_nanos() as f64 / calls as f64
-    };
-    run_for(WARM_UP);
-    let mut reps: Vec<f64> = (0..REPS).map(|_| run_for(REP_TARGET)).collect();
-    reps.sort_by(f64::total_cmp);
+    let reps = measure(REP_TARGET, BATCH, f);
     Row { name, reps, note }
 }
 
@@ -242,7 +229,7 @@ fn main() {
         println!(
             "| {} | {:.1} | {:.1} .. {:.1} | {} |",
             r.name,
-            r.reps[REPS / 2],
+            median(&r.reps),
             r.reps[0],
             r.reps[REPS - 1],
             r.note

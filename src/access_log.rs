@@ -125,7 +125,7 @@ impl Format {
 }
 
 /// Where lines go: shared by every handler of a worker.
-pub struct Sink {
+pub struct LogFile {
     /// The file and its path, or `None` for standard error. The lock is taken once per
     /// flush (a 16 KiB batch), and by `reopen`.
     file: Option<(Mutex<File>, PathBuf)>,
@@ -139,14 +139,14 @@ fn open_append(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
-impl Sink {
+impl LogFile {
     /// A file opened for appending, or standard error.
-    pub fn open(path: Option<&Path>) -> io::Result<Sink> {
+    pub fn open(path: Option<&Path>) -> io::Result<LogFile> {
         let file = match path {
             Some(p) => Some((Mutex::new(open_append(p)?), p.to_path_buf())),
             None => None,
         };
-        Ok(Sink { file })
+        Ok(LogFile { file })
     }
 
     /// SIGUSR1: opens the file's path again (after a log rotation moved the old file).
@@ -160,7 +160,7 @@ impl Sink {
                     *f = new;
                 }
             }
-            Err(e) => crate::log::warn!("cannot reopen {}: {e}", path.display()),
+            Err(e) => crate::log::warning!("cannot reopen {}: {e}", path.display()),
         }
     }
 
@@ -196,7 +196,7 @@ impl Sink {
             }
         };
         if let Err(e) = res {
-            crate::log::warn!("cannot write the access log: {e}");
+            crate::log::warning!("cannot write the access log: {e}");
         }
     }
 }
@@ -216,14 +216,14 @@ pub struct Entry<'a> {
 }
 
 /// A worker's access log: the format and where lines go, shared by its handlers.
-pub struct Shared {
+pub struct AccessLog {
     pub format: Format,
-    pub sink: Sink,
+    pub sink: LogFile,
 }
 
 /// One handler's access log: its buffer, over the worker's shared format and sink.
 pub struct AccessLogger {
-    shared: Arc<Shared>,
+    shared: Arc<AccessLog>,
     buf: Vec<u8>,
     /// When the oldest buffered line was added.
     oldest: Option<std::time::Instant>,
@@ -235,7 +235,7 @@ pub struct AccessLogger {
 struct TimeCache(u64, String);
 
 impl AccessLogger {
-    pub fn new(shared: Arc<Shared>) -> AccessLogger {
+    pub fn new(shared: Arc<AccessLog>) -> AccessLogger {
         AccessLogger {
             shared,
             buf: Vec::with_capacity(FLUSH_BYTES + 1024),
@@ -468,9 +468,8 @@ fn clf(secs: u64) -> String {
     const MONTHS: [&str; 12] = [
         "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
     ];
-    let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
     format!(
         "[{:02}/{}/{}:{:02}:{:02}:{:02} +0000]",
         d,
@@ -480,20 +479,6 @@ fn clf(secs: u64) -> String {
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-/// Howard Hinnant's `civil_from_days`: (year, month 1..=12, day 1..=31).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[cfg(test)]

@@ -19,6 +19,14 @@ pub const MAX_WORKERS: usize = 1024;
 /// Longest `--graceful-timeout` (a day).
 pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
 
+/// An IPv4 or IPv6 address from a flag, the latter with or without its brackets.
+fn parse_ip(flag: &str, s: &str) -> Result<IpAddr, String> {
+    s.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| format!("{flag} {s:?}: not an IPv4 or IPv6 address"))
+}
+
 /// Seconds from a flag, within `lo..=hi`.
 fn seconds(flag: &str, v: f64, lo: f64, hi: f64) -> Result<Duration, String> {
     if v.is_finite() && (lo..=hi).contains(&v) {
@@ -98,14 +106,7 @@ impl Config {
             vec![match cli.uds {
                 Some(path) => ListenSpec::Unix(path),
                 None => {
-                    let ip: IpAddr = cli
-                        .host
-                        .trim_start_matches('[')
-                        .trim_end_matches(']')
-                        .parse()
-                        .map_err(|_| {
-                            format!("--host {:?}: not an IPv4 or IPv6 address", cli.host)
-                        })?;
+                    let ip = parse_ip("--host", &cli.host)?;
                     ListenSpec::Tcp(SocketAddr::new(ip, cli.port))
                 }
             }]
@@ -216,17 +217,7 @@ impl Config {
             .map(|v| std::path::absolute(v).unwrap_or_else(|_| v.clone()));
         let metrics = match cli.metrics_port {
             Some(port) => {
-                let ip: IpAddr = cli
-                    .metrics_address
-                    .trim_start_matches('[')
-                    .trim_end_matches(']')
-                    .parse()
-                    .map_err(|_| {
-                        format!(
-                            "--metrics-address {:?}: not an IPv4 or IPv6 address",
-                            cli.metrics_address
-                        )
-                    })?;
+                let ip = parse_ip("--metrics-address", &cli.metrics_address)?;
                 Some(SocketAddr::new(ip, port))
             }
             None => None,

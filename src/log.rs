@@ -1,7 +1,8 @@
-//! The error log: one line per event, with the level and the thread's name, on stderr.
+//! The error log: one line per event, with the level, the process id and the thread's
+//! name, on stderr.
 //!
-//! Deliberately small: a global level and `eprintln!`-style macros. The access log and log
-//! files come with the process-model issue.
+//! Deliberately small: a global level and `eprintln!`-style macros (`error!`, `warning!`,
+//! `info!`, `debug!`). The access log is `access_log.rs`.
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -72,4 +73,4 @@ macro_rules! error { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Level:
 macro_rules! warning { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Level::Warning, $($arg)*) }; }
 macro_rules! info { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Level::Info, $($arg)*) }; }
 macro_rules! debug { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Level::Debug, $($arg)*) }; }
-pub(crate) use {debug, error, info, log_at, warning as warn};
+pub(crate) use {debug, error, info, log_at, warning};

@@ -190,21 +190,28 @@ impl Region {
     /// each, zeroed (by the kernel: a fresh memfd reads as zeros).
     pub fn create(slots: usize, handlers: usize) -> io::Result<Region> {
         let name = c"m0serve-metrics";
-        let fd = syscall!(memfd_create(
-            name.as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING
-        ))?;
+        // SAFETY: memfd_create reads the NUL-terminated `name`, which outlives the call.
+        let fd = unsafe {
+            syscall!(memfd_create(
+                name.as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING
+            ))
+        }?;
         // SAFETY: memfd_create just returned this descriptor; it is owned once here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let len = file_bytes(slots, handlers)
             .ok_or_else(|| io::Error::other("too many metrics slots"))?;
-        syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t))?;
+        // SAFETY: ftruncate on the descriptor `fd` owns, with a plain length.
+        unsafe { syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)) }?;
         // Its length is fixed from here: no process can shrink it under another's mapping.
-        syscall!(fcntl(
-            fd.as_raw_fd(),
-            libc::F_ADD_SEALS,
-            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL
-        ))?;
+        // SAFETY: F_ADD_SEALS on the memfd `fd` owns, with plain flags.
+        unsafe {
+            syscall!(fcntl(
+                fd.as_raw_fd(),
+                libc::F_ADD_SEALS,
+                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL
+            ))
+        }?;
         let r = Region::map(fd, len, slots, handlers)?;
         let h = r.header();
         h.slots.store(slots as u64, Ordering::Relaxed);
@@ -222,7 +229,8 @@ impl Region {
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
         // SAFETY: a zeroed stat is a valid out-buffer for fstat.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        syscall!(fstat(fd.as_raw_fd(), &mut st))?;
+        // SAFETY: fstat writes one stat into the live `st`.
+        unsafe { syscall!(fstat(fd.as_raw_fd(), &mut st)) }?;
         let len = st.st_size as usize;
         if len < std::mem::size_of::<Header>() {
             return Err(io::Error::other("the metrics file is too short"));

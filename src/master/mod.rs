@@ -52,30 +52,56 @@ const RSS_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How long workers get to exit after SIGQUIT before they are killed.
 const QUIT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Where a worker is in its life, as the master sees it. It moves down the list (a worker
+/// told to drain may still report ready, and any that served may be killed for silence).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Life {
+    /// Started, importing the app: it serves nothing yet.
+    Booting,
+    /// Serving.
+    Serving,
+    /// Serving, and asked to be replaced (`--max-requests`, `--timeout`,
+    /// `--workers-max-rss`): it drains once its replacement is ready.
+    Recycling,
+    /// Told to drain (SIGTERM sent): its exit is expected. `served`: it had reported
+    /// ready; `scaled_down`: one worker fewer is wanted (its exit is no restart).
+    Draining { served: bool, scaled_down: bool },
+    /// Killed for its silence (`--silent-timeout`): its exit is expected, and a
+    /// replacement starts at once.
+    Killed,
+}
+
+impl Life {
+    /// One of the workers that should run (neither leaving nor gone).
+    fn counts(self) -> bool {
+        matches!(self, Life::Booting | Life::Serving)
+    }
+
+    /// It has reported ready.
+    fn served(self) -> bool {
+        !matches!(self, Life::Booting | Life::Draining { served: false, .. })
+    }
+
+    fn draining(self) -> bool {
+        matches!(self, Life::Draining { .. })
+    }
+}
+
 /// One worker process.
 struct Worker {
     pid: libc::pid_t,
-    /// The read end of its status pipe ("R": ready; "M": recycle me), until it closes.
-    ready_pipe: Option<OwnedFd>,
-    /// Asked to be replaced (`--max-requests`, `--workers-max-rss`): it drains once its
-    /// replacement is ready.
-    recycling: bool,
+    life: Life,
+    /// The read end of its status pipe, until it closes.
+    status_pipe: Option<OwnedFd>,
     /// Its last heartbeat ("H" on the status pipe: its loop and handlers make progress).
     heartbeat: Instant,
     /// The last byte it sent on the status pipe (its loop beats once a second):
     /// `--silent-timeout` counts from here.
     alive_at: Instant,
-    /// Killed for its silence: its death is no surprise.
-    silenced: bool,
-    ready: bool,
-    /// Told to drain (reload, fewer workers, recycling): its exit is expected.
-    retiring: bool,
     /// The reload generation it was started for.
     generation: u64,
     /// Its slot in the shared metrics (`--metrics-port`).
     metrics_slot: Option<usize>,
-    /// Retired because fewer workers are wanted: its exit is no restart.
-    scaled_down: bool,
 }
 
 pub struct Master {
@@ -241,11 +267,11 @@ impl Master {
             let got = self.signals.drain();
             self.on_signals(got);
             self.check_watcher();
-            self.read_ready_pipes();
+            self.read_status_pipes();
             self.reap();
             if let Some(deadline) = self.stop_deadline {
                 if Instant::now() >= deadline && !self.workers.is_empty() {
-                    log::warn!(
+                    log::warning!(
                         "killing {} worker(s) that did not stop in time",
                         self.workers.len()
                     );
@@ -267,24 +293,21 @@ impl Master {
     /// Starts, retires and announces workers so that `target` of the current generation
     /// run.
     fn converge(&mut self) {
-        let current = |w: &&Worker| w.generation == self.generation && !w.retiring && !w.recycling;
+        let current = |w: &&Worker| w.generation == self.generation && w.life.counts();
         let running = self.workers.iter().filter(current).count();
         let ready = self
             .workers
             .iter()
             .filter(current)
-            .filter(|w| w.ready)
+            .filter(|w| w.life == Life::Serving)
             .count();
         // Fewer workers wanted (SIGTTOU): the newest of the current generation drains.
         if running > self.target {
-            if let Some(w) = self
-                .workers
-                .iter_mut()
-                .rev()
-                .find(|w| w.generation == self.generation && !w.retiring)
-            {
-                w.scaled_down = true;
-                retire(w, "one worker fewer");
+            if let Some(w) = self.workers.iter_mut().rev().find(|w| {
+                w.generation == self.generation
+                    && matches!(w.life, Life::Booting | Life::Serving | Life::Recycling)
+            }) {
+                retire(w, "one worker fewer", true);
             }
         }
         // A reload: an old worker still starting serves nothing and goes at once; a
@@ -294,24 +317,18 @@ impl Master {
         for w in self
             .workers
             .iter_mut()
-            .filter(|w| w.generation < generation && !w.retiring && !w.ready)
+            .filter(|w| w.generation < generation && w.life == Life::Booting)
         {
-            retire(w, "reload: it was still starting");
+            retire(w, "reload: it was still starting", false);
         }
-        let old_serving = self
-            .workers
-            .iter()
-            .filter(|w| w.generation < generation && !w.retiring)
-            .count();
-        if old_serving > 0 && ready + old_serving > self.target {
-            let excess = (ready + old_serving - self.target).min(old_serving);
-            for w in self
-                .workers
-                .iter_mut()
-                .filter(|w| w.generation < generation && !w.retiring)
-                .take(excess)
-            {
-                retire(w, "reload: its replacement is ready");
+        let old_serving = |w: &&mut Worker| {
+            w.generation < generation && matches!(w.life, Life::Serving | Life::Recycling)
+        };
+        let old = self.workers.iter_mut().filter(old_serving).count();
+        if old > 0 && ready + old > self.target {
+            let excess = (ready + old - self.target).min(old);
+            for w in self.workers.iter_mut().filter(old_serving).take(excess) {
+                retire(w, "reload: its replacement is ready", false);
             }
         }
         // Recycling: a worker that asked goes once the others and its replacement serve.
@@ -319,9 +336,9 @@ impl Master {
             for w in self
                 .workers
                 .iter_mut()
-                .filter(|w| w.recycling && !w.retiring)
+                .filter(|w| w.life == Life::Recycling)
             {
-                retire(w, "recycled: its replacement is ready");
+                retire(w, "recycled: its replacement is ready", false);
             }
         }
         let now = Instant::now();
@@ -400,7 +417,7 @@ impl Master {
             });
         }
         for w in &self.workers {
-            if let Some(p) = &w.ready_pipe {
+            if let Some(p) = &w.status_pipe {
                 fds.push(libc::pollfd {
                     fd: p.as_raw_fd(),
                     events: libc::POLLIN,
@@ -532,14 +549,14 @@ impl Master {
         let stale: Vec<libc::pid_t> = self
             .workers
             .iter()
-            .filter(|w| w.ready && !w.retiring)
+            .filter(|w| matches!(w.life, Life::Serving | Life::Recycling))
             .filter(|w| now.saturating_duration_since(w.heartbeat) > every)
             .map(|w| w.pid)
             .collect();
         if stale.is_empty() {
             self.notify("WATCHDOG=1");
         } else {
-            log::warn!("no progress from worker(s) {stale:?}: not feeding the systemd watchdog");
+            log::warning!("no progress from worker(s) {stale:?}: not feeding the systemd watchdog");
         }
     }
 
@@ -547,7 +564,11 @@ impl Master {
     /// (stopped, or its loop frozen) is killed; `reap` replaces it.
     fn kill_silent(&mut self, now: Instant) {
         let limit = self.config.silent_timeout;
-        for w in self.workers.iter_mut().filter(|w| w.ready && !w.silenced) {
+        for w in self
+            .workers
+            .iter_mut()
+            .filter(|w| w.life.served() && w.life != Life::Killed)
+        {
             let silent = now.saturating_duration_since(w.alive_at);
             if silent <= limit {
                 continue;
@@ -560,7 +581,7 @@ impl Master {
                 silent.as_secs_f64(),
                 limit.as_secs_f64()
             );
-            w.silenced = true;
+            w.life = Life::Killed;
             // SAFETY: kill(2) on our own unreaped child; SIGKILL ends a stopped process too.
             unsafe { libc::kill(w.pid, libc::SIGKILL) };
         }
@@ -569,11 +590,7 @@ impl Master {
     /// `--workers-max-rss`: a serving worker past the limit is recycled.
     fn check_rss(&mut self) {
         let limit_kib = self.config.workers_max_rss * 1024;
-        for w in self
-            .workers
-            .iter_mut()
-            .filter(|w| w.ready && !w.retiring && !w.recycling)
-        {
+        for w in self.workers.iter_mut().filter(|w| w.life == Life::Serving) {
             let rss = rss_kib(w.pid);
             if rss > limit_kib {
                 log::info!(
@@ -582,12 +599,12 @@ impl Master {
                     rss / 1024,
                     self.config.workers_max_rss
                 );
-                w.recycling = true;
+                w.life = Life::Recycling;
             }
         }
     }
 
-    fn read_ready_pipes(&mut self) {
+    fn read_status_pipes(&mut self) {
         let mut became_ready = false;
         for w in &mut self.workers {
             became_ready |= check_ready(w);
@@ -612,7 +629,14 @@ impl Master {
             };
             let mut w = self.workers.swap_remove(i);
             if let (Some((region, _)), Some(slot)) = (&self.metrics, w.metrics_slot) {
-                region.release(slot, self.stop_deadline.is_none() && !w.scaled_down);
+                let scaled_down = matches!(
+                    w.life,
+                    Life::Draining {
+                        scaled_down: true,
+                        ..
+                    }
+                );
+                region.release(slot, self.stop_deadline.is_none() && !scaled_down);
             }
             // It may have reported ready just before it exited.
             if check_ready(&mut w) {
@@ -620,16 +644,16 @@ impl Master {
                 self.boot_failures = 0;
             }
             let how = describe_exit(status);
-            if self.stop_deadline.is_some() || w.retiring {
+            if self.stop_deadline.is_some() || w.life.draining() {
                 log::debug!("worker {pid} exited ({how})");
                 continue;
             }
-            if w.silenced {
+            if w.life == Life::Killed {
                 log::info!("silent worker {pid} is gone; its replacement starts");
                 continue;
             }
-            if w.ready {
-                log::warn!("worker {pid} died ({how}); starting a replacement");
+            if w.life.served() {
+                log::warning!("worker {pid} died ({how}); starting a replacement");
                 continue;
             }
             if !self.ever_ready {
@@ -641,7 +665,7 @@ impl Master {
                 self.begin_stop(libc::SIGTERM);
                 continue;
             }
-            log::warn!("worker {pid} failed to boot ({how}); retrying after a backoff");
+            log::warning!("worker {pid} failed to boot ({how}); retrying after a backoff");
             self.backoff();
         }
     }
@@ -659,9 +683,10 @@ impl Master {
         let mut fds = [0 as libc::c_int; 2];
         // Non-blocking: the master reads a pipe only when poll says so, but must never wait
         // on a worker that is still starting.
-        syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK))?;
+        // SAFETY: pipe2 writes two descriptors into the live two-element array.
+        unsafe { syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK)) }?;
         // SAFETY: pipe2 just returned these descriptors; each is owned once here.
-        let (ready_read, ready_write) =
+        let (status_read, status_write) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // `--metrics-port`: the lowest slot no live worker holds.
         let metrics_slot = self.metrics.as_ref().and_then(|(region, _)| {
@@ -670,11 +695,11 @@ impl Master {
         // A worker without a slot still answers scrapes and `/healthz` (a liveness probe
         // may ask it); it only counts nothing.
         if self.metrics.is_some() && metrics_slot.is_none() {
-            log::warn!("no metrics slot is free: this worker's requests are not counted");
+            log::warning!("no metrics slot is free: this worker's requests are not counted");
         }
         let worker_env = WorkerEnv {
             listeners: self.listeners.iter().map(Listener::raw_fd).collect(),
-            status: ready_write.as_raw_fd(),
+            status: status_write.as_raw_fd(),
             heartbeat: self.watchdog.map(|w| w / 4),
             metrics: self.metrics.as_ref().map(|(region, listener)| MetricsFds {
                 listener: listener.raw_fd(),
@@ -728,7 +753,7 @@ impl Master {
                     &argv,
                     &envp,
                     &keep_fds,
-                    ready_write.as_raw_fd(),
+                    status_write.as_raw_fd(),
                     master_pid,
                     &old_mask,
                 )
@@ -742,23 +767,19 @@ impl Master {
         // SAFETY: restores this thread's mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
         forked?;
-        drop(ready_write);
+        drop(status_write);
         log::debug!("started worker {pid}");
         if let (Some((region, _)), Some(slot)) = (&self.metrics, metrics_slot) {
             region.claim(slot, pid);
         }
         self.workers.push(Worker {
             pid,
-            ready_pipe: Some(ready_read),
-            recycling: false,
+            life: Life::Booting,
+            status_pipe: Some(status_read),
             heartbeat: Instant::now(),
             alive_at: Instant::now(),
-            silenced: false,
-            ready: false,
-            retiring: false,
             generation: self.generation,
             metrics_slot,
-            scaled_down: false,
         });
         Ok(())
     }
@@ -767,7 +788,7 @@ impl Master {
 /// Reads what a worker wrote on its status pipe, without waiting; `true` when it just
 /// reported ready.
 fn check_ready(w: &mut Worker) -> bool {
-    let Some(p) = &w.ready_pipe else {
+    let Some(p) = &w.status_pipe else {
         return false;
     };
     let mut buf = [0u8; 16];
@@ -775,7 +796,7 @@ fn check_ready(w: &mut Worker) -> bool {
     let n = unsafe { libc::read(p.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
     if n == 0 {
         // Closed: it is exiting; `reap` tells why.
-        w.ready_pipe = None;
+        w.status_pipe = None;
         return false;
     }
     let mut became_ready = false;
@@ -788,17 +809,23 @@ fn check_ready(w: &mut Worker) -> bool {
     {
         match status {
             Status::Heartbeat => w.heartbeat = Instant::now(),
-            Status::Ready if !w.ready => {
-                w.ready = true;
+            Status::Ready if !w.life.served() => {
+                w.life = match w.life {
+                    Life::Draining { scaled_down, .. } => Life::Draining {
+                        served: true,
+                        scaled_down,
+                    },
+                    _ => Life::Serving,
+                };
                 became_ready = true;
                 log::debug!("worker {} is ready", w.pid);
             }
-            Status::Recycle if !w.recycling && !w.retiring => {
+            Status::Recycle if w.life == Life::Serving => {
                 log::info!(
                     "worker {} asked to be replaced (--max-requests or --timeout): recycling it",
                     w.pid
                 );
-                w.recycling = true;
+                w.life = Life::Recycling;
             }
             _ => {}
         }
@@ -819,8 +846,12 @@ fn rss_kib(pid: libc::pid_t) -> u64 {
         .unwrap_or(0)
 }
 
-fn retire(w: &mut Worker, why: &str) {
-    w.retiring = true;
+/// Tells a worker to drain (`scaled_down`: because fewer are wanted).
+fn retire(w: &mut Worker, why: &str, scaled_down: bool) {
+    w.life = Life::Draining {
+        served: w.life.served(),
+        scaled_down,
+    };
     log::info!("worker {} drains: {why}", w.pid);
     // SAFETY: kill(2) on our own unreaped child.
     unsafe { libc::kill(w.pid, libc::SIGTERM) };

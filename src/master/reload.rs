@@ -64,7 +64,8 @@ pub struct Watcher {
 
 impl Watcher {
     pub fn new(root: &Path, ignore: &[String]) -> io::Result<Watcher> {
-        let fd = syscall!(inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC))?;
+        // SAFETY: inotify_init1 takes flags only and returns a new descriptor.
+        let fd = unsafe { syscall!(inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC)) }?;
         let ignore = ignore
             .iter()
             .map(|p| CString::new(p.as_str()).map_err(|_| io::Error::other("a NUL byte")))
@@ -155,7 +156,7 @@ impl Watcher {
             }
             if self.dirs.len() >= MAX_WATCHES {
                 if !std::mem::replace(&mut self.warned_full, true) {
-                    log::warn!(
+                    log::warning!(
                         "--reload: more than {MAX_WATCHES} directories; {} and others are not \
                          watched",
                         dir.display()
@@ -176,7 +177,7 @@ impl Watcher {
                 }
                 if e.raw_os_error() == Some(libc::ENOSPC) {
                     if !std::mem::replace(&mut self.warned_full, true) {
-                        log::warn!(
+                        log::warning!(
                             "--reload: the kernel's inotify watch limit is reached \
                              (fs.inotify.max_user_watches): {} and others are not watched",
                             dir.display()

@@ -67,7 +67,7 @@ impl Notifier {
         match made {
             Ok((sock, addr)) => Some(Notifier { sock, addr }),
             Err(e) => {
-                crate::log::warn!("NOTIFY_SOCKET={path:?} unusable, not notifying: {e}");
+                crate::log::warning!("NOTIFY_SOCKET={path:?} unusable, not notifying: {e}");
                 None
             }
         }
@@ -77,7 +77,7 @@ impl Notifier {
     /// and otherwise ignored: the service runs on without its manager's view of it.
     pub fn send(&self, state: &str) {
         if let Err(e) = self.sock.send_to_addr(state.as_bytes(), &self.addr) {
-            crate::log::warn!("cannot notify the service manager: {e}");
+            crate::log::warning!("cannot notify the service manager: {e}");
         }
     }
 }

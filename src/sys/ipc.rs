@@ -133,7 +133,7 @@ impl Status {
     pub fn send(self, pipe: BorrowedFd<'_>) {
         let b = [self.byte()];
         // SAFETY: a one-byte write from a live buffer to a descriptor the caller holds.
-        let _ = crate::sys::syscall!(write(pipe.as_raw_fd(), b.as_ptr().cast(), 1));
+        let _ = unsafe { crate::sys::syscall!(write(pipe.as_raw_fd(), b.as_ptr().cast(), 1)) };
     }
 }
 

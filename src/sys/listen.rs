@@ -76,7 +76,8 @@ impl Listener {
             ListenSpec::Tcp(addr) => {
                 // std sets SO_REUSEADDR on Unix, so a restart does not wait out TIME_WAIT.
                 let l = std::net::TcpListener::bind(addr)?;
-                syscall!(listen(l.as_raw_fd(), backlog))?;
+                // SAFETY: listen(2) on the socket `l` owns, with a plain integer.
+                unsafe { syscall!(listen(l.as_raw_fd(), backlog)) }?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Tcp(mio::net::TcpListener::from_std(l)))
             }
@@ -93,7 +94,8 @@ impl Listener {
                     use std::os::unix::fs::PermissionsExt;
                     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
                 }
-                syscall!(listen(l.as_raw_fd(), backlog))?;
+                // SAFETY: listen(2) on the socket `l` owns, with a plain integer.
+                unsafe { syscall!(listen(l.as_raw_fd(), backlog)) }?;
                 l.set_nonblocking(true)?;
                 Ok(Listener::Unix(
                     mio::net::UnixListener::from_std(l),

@@ -7,13 +7,12 @@ pub mod listen;
 pub mod signals;
 pub mod spool;
 
-/// Calls a libc function and maps a `-1` return to `io::Error::last_os_error()`.
+/// Calls a libc function and maps a `-1` return to `io::Error::last_os_error()`. The call
+/// is not wrapped in `unsafe` here: each caller writes `unsafe { syscall!(...) }` under its
+/// own `// SAFETY:` note, so the lint sees, and asks about, every call.
 macro_rules! syscall {
     ($fn:ident ( $($arg:expr),* $(,)? )) => {{
-        #[allow(unused_unsafe)]
-        // SAFETY: the caller of `syscall!` upholds the libc function's contract for the
-        // arguments it passes; the macro only checks the return value.
-        let res = unsafe { libc::$fn($($arg),*) };
+        let res = libc::$fn($($arg),*);
         if res == -1 {
             Err(std::io::Error::last_os_error())
         } else {

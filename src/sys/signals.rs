@@ -99,7 +99,8 @@ impl SignalPipe {
 
     fn with_handlers(signals: &[libc::c_int]) -> io::Result<SignalPipe> {
         let mut fds = [0 as libc::c_int; 2];
-        syscall!(pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC))?;
+        // SAFETY: pipe2 writes two descriptors into the live two-element array.
+        unsafe { syscall!(pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC)) }?;
         // SAFETY: pipe2 just returned these two fds; each is owned exactly once here.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
         // Relaxed: published to the handler by the sigaction calls below.
@@ -109,7 +110,9 @@ impl SignalPipe {
             let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
             sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
             sa.sa_flags = libc::SA_RESTART;
-            syscall!(sigaction(sig, &sa, std::ptr::null_mut()))?;
+            // SAFETY: `sa` is a fully initialised sigaction whose handler only writes to
+            // the self-pipe (async-signal-safe); the old action is not asked for.
+            unsafe { syscall!(sigaction(sig, &sa, std::ptr::null_mut())) }?;
         }
         // SAFETY: setting a disposition to SIG_IGN has no preconditions.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };

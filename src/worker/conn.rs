@@ -86,11 +86,15 @@ impl Sock {
 
     /// `read(2)` into memory that is not initialised yet.
     fn read_uninit(&mut self, buf: &mut [std::mem::MaybeUninit<u8>]) -> io::Result<usize> {
-        let n = crate::sys::syscall!(read(
-            self.raw_fd(),
-            buf.as_mut_ptr().cast::<libc::c_void>(),
-            buf.len()
-        ))?;
+        // SAFETY: read(2) writes at most `buf.len()` bytes into the live buffer (which may
+        // hold uninitialised memory; only the bytes it reports are read afterwards).
+        let n = unsafe {
+            crate::sys::syscall!(read(
+                self.raw_fd(),
+                buf.as_mut_ptr().cast::<libc::c_void>(),
+                buf.len()
+            ))
+        }?;
         Ok(n as usize)
     }
 
@@ -99,12 +103,15 @@ impl Sock {
         let Some(file) = file else { return Ok(0) };
         let mut offset = file.offset as libc::off_t;
         let count = file.len.min(SENDFILE_MAX_BYTES) as usize;
-        let n = crate::sys::syscall!(sendfile(
-            self.raw_fd(),
-            file.fd.as_raw_fd(),
-            &mut offset,
-            count
-        ))? as usize;
+        // SAFETY: sendfile between two live descriptors, with a live offset it advances.
+        let n = unsafe {
+            crate::sys::syscall!(sendfile(
+                self.raw_fd(),
+                file.fd.as_raw_fd(),
+                &mut offset,
+                count
+            ))
+        }? as usize;
         file.offset += n as u64;
         file.len -= n as u64;
         Ok(n)
@@ -1158,13 +1165,16 @@ impl Conn {
             l_linger: 0,
         };
         // A failure leaves an ordinary close, which is all we can do then.
-        let _ = crate::sys::syscall!(setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        ));
+        // SAFETY: setsockopt reads one `linger` from the live value, of the size given.
+        let _ = unsafe {
+            crate::sys::syscall!(setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            ))
+        };
     }
 
     /// Drops whatever remains queued, returning streamed parts' credit.

@@ -23,7 +23,7 @@ pub struct HandlerSetup {
     pub loop_shared: Arc<LoopShared>,
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
-    pub access_log: Option<Arc<crate::access_log::Shared>>,
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// `--metrics-port`: this thread's section of the shared counters.
     pub metrics: Option<crate::metrics::Recorder>,
 }

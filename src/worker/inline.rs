@@ -32,7 +32,7 @@ pub struct InlineSetup {
     pub shared: Arc<HandlerShared>,
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
-    pub access_log: Option<Arc<crate::access_log::Shared>>,
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     pub metrics: Option<crate::metrics::Recorder>,
 }
 

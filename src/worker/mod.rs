@@ -56,8 +56,8 @@ pub struct Inherited {
     /// For the systemd watchdog: how often to tell the master that this worker's threads
     /// make progress.
     heartbeat: Option<Duration>,
-    /// The status pipe: one byte is written here once the worker serves.
-    ready: OwnedFd,
+    /// The status pipe's write end (`ipc::Status`).
+    status_pipe: OwnedFd,
     metrics: Option<MetricsFds>,
 }
 
@@ -84,7 +84,7 @@ impl Inherited {
             heartbeat: env.heartbeat,
             // SAFETY: the master left this pipe's write end open across the exec for this
             // process alone to own.
-            ready: unsafe { OwnedFd::from_raw_fd(env.status) },
+            status_pipe: unsafe { OwnedFd::from_raw_fd(env.status) },
             metrics: env.metrics,
         }))
     }
@@ -101,10 +101,10 @@ fn random_below(n: u64) -> u64 {
     u64::from_ne_bytes(b) % n
 }
 
-/// The worker's line to the master: the status pipe ("R" ready, "M" replace me, "H"
+/// The worker's line to the master: the status pipe (`ipc::Status`: ready, replace me, the
 /// heartbeat), how often to send heartbeats, and the shared metrics.
 struct ToMaster {
-    pipe: OwnedFd,
+    status_pipe: OwnedFd,
     heartbeat: Option<Duration>,
     metrics: Option<Metrics>,
 }
@@ -157,14 +157,16 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             let region = match crate::metrics::Region::open(region) {
                 Ok(r) => Some(Arc::new(r)),
                 Err(e) => {
-                    log::warn!("cannot use the shared metrics ({e}): this worker is not counted");
+                    log::warning!(
+                        "cannot use the shared metrics ({e}): this worker is not counted"
+                    );
                     None
                 }
             };
             let slot = match (&region, slot) {
                 (Some(r), Some(s)) if s < r.slots() => Some(s),
                 (Some(r), Some(s)) => {
-                    log::warn!(
+                    log::warning!(
                         "metrics slot {s} is not in the shared file ({} slots): this worker \
                          is not counted",
                         r.slots()
@@ -186,7 +188,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         .and_then(|m| m.region.as_ref())
         .filter(|r| config.blocking_threads.max(1) > r.handlers())
     {
-        log::warn!(
+        log::warning!(
             "the shared metrics have room for {} handler thread(s) per worker (the master's \
              --blocking-threads): the others are not counted",
             r.handlers()
@@ -226,7 +228,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             .map(|_| app.clone_ref(py))
             .collect();
         let to_master = ToMaster {
-            pipe: inherited.ready,
+            status_pipe: inherited.status_pipe,
             heartbeat: inherited.heartbeat,
             metrics,
         };
@@ -247,7 +249,7 @@ fn serve(
     to_master: ToMaster,
 ) -> Result<(), String> {
     let ToMaster {
-        pipe: ready,
+        status_pipe,
         heartbeat,
         metrics,
     } = to_master;
@@ -259,9 +261,9 @@ fn serve(
         waker,
     });
     let access_log = match &config.access_log {
-        Some((path, format)) => Some(Arc::new(crate::access_log::Shared {
+        Some((path, format)) => Some(Arc::new(crate::access_log::AccessLog {
             format: format.clone(),
-            sink: crate::access_log::Sink::open(path.as_deref()).map_err(|e| {
+            sink: crate::access_log::LogFile::open(path.as_deref()).map_err(|e| {
                 format!(
                     "--access-log-file {}: {e}",
                     path.as_ref()
@@ -333,7 +335,7 @@ fn serve(
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.
-    let master_pipe = ready.try_clone().ok();
+    let loop_status_pipe = status_pipe.try_clone().ok();
     let loop_access_log = access_log.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let loop_thread = std::thread::Builder::new()
@@ -344,8 +346,8 @@ fn serve(
             };
             match EventLoop::new(poll, listeners, signals, loop_shared, links, inline, opts) {
                 Ok(mut event_loop) => {
-                    if let Some(fd) = master_pipe {
-                        event_loop.set_master_pipe(fd);
+                    if let Some(fd) = loop_status_pipe {
+                        event_loop.set_status_pipe(fd);
                     }
                     event_loop.set_access_log(loop_access_log);
                     if let Some(m) = metrics {
@@ -379,7 +381,7 @@ fn serve(
     );
     crate::sys::signals::serving();
     // The master counts this worker as serving from here.
-    Status::Ready.send(ready.as_fd());
+    Status::Ready.send(status_pipe.as_fd());
     loop_thread
         .join()
         .map_err(|_| "the loop thread panicked".to_string())?;

@@ -42,12 +42,14 @@ impl FileWrapper {
         };
         // SAFETY: a zeroed stat is a valid out-value for fstat.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        syscall!(fstat(fd, &mut st)).ok()?;
+        // SAFETY: fstat writes one stat into the live `st`; a bad descriptor is an error.
+        unsafe { syscall!(fstat(fd, &mut st)) }.ok()?;
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
         let size = st.st_size as u64;
-        let dup = syscall!(fcntl(fd, libc::F_DUPFD_CLOEXEC, 0)).ok()?;
+        // SAFETY: F_DUPFD_CLOEXEC duplicates the descriptor into a new one this code owns.
+        let dup = unsafe { syscall!(fcntl(fd, libc::F_DUPFD_CLOEXEC, 0)) }.ok()?;
         // SAFETY: fcntl just returned this new descriptor; nothing else owns it.
         let dup = unsafe { OwnedFd::from_raw_fd(dup) };
         Some((dup, pos.min(size), size.saturating_sub(pos)))

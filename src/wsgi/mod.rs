@@ -47,7 +47,7 @@ struct LogCtx {
 
 /// What watches a bridge's requests: the access log and the metrics (each optional).
 pub struct Observers {
-    pub access_log: Option<Arc<crate::access_log::Shared>>,
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     pub metrics: Option<crate::metrics::Recorder>,
 }
 
@@ -426,7 +426,7 @@ impl Bridge {
             Ok(Some(LengthMismatch { declared, produced })) => {
                 // PEP 3333: "the server should" note an app that sends other than the
                 // Content-Length it declared; the connection closes after the response.
-                log::warn!(
+                log::warning!(
                     "{}: the application declared Content-Length: {declared} but its body had \
                      {produced} bytes; the response was cut to match and its connection closed",
                     what()

@@ -102,7 +102,7 @@ impl EventLoop {
             return true;
         }
         if Instant::now() >= deadline {
-            log::warn!(
+            log::warning!(
                 "graceful timeout: closing {} connection(s) with work in flight",
                 self.conns
             );

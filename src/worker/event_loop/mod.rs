@@ -105,9 +105,9 @@ pub struct EventLoop {
     watchdog: Option<Duration>,
     next_heartbeat: Instant,
     /// The write end of the status pipe to the master ("M": replace me).
-    master_pipe: Option<std::os::fd::OwnedFd>,
+    status_pipe: Option<std::os::fd::OwnedFd>,
     /// The access log's sink, reopened on SIGUSR1.
-    access_log: Option<Arc<crate::access_log::Shared>>,
+    access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// This pass's clock reading (one `clock_gettime` per pass, for the timeouts).
     now: Instant,
     sweep_every: Duration,
@@ -204,7 +204,7 @@ impl EventLoop {
             timeout: opts.timeout,
             watchdog: opts.heartbeat,
             next_heartbeat: Instant::now(),
-            master_pipe: None,
+            status_pipe: None,
             access_log: None,
             now: Instant::now(),
             sweep_every: sweep_interval(&opts.timeouts, opts.timeout, beat_every(opts.heartbeat)),
@@ -567,9 +567,11 @@ impl EventLoop {
             _ => {
                 let more = std::mem::take(&mut self.accept_errors.since_logged);
                 if more > 0 {
-                    log::warn!("{what} failed: {e} (and {more} more times since the last report)");
+                    log::warning!(
+                        "{what} failed: {e} (and {more} more times since the last report)"
+                    );
                 } else {
-                    log::warn!("{what} failed: {e}");
+                    log::warning!("{what} failed: {e}");
                 }
                 self.accept_errors.logged_at = Some(now);
             }
@@ -583,7 +585,7 @@ impl EventLoop {
             && e.logged_at
                 .is_none_or(|t| self.now.saturating_duration_since(t) >= ACCEPT_ERROR_LOG_EVERY)
         {
-            log::warn!(
+            log::warning!(
                 "{} ({} times since the last report)",
                 e.last,
                 std::mem::take(&mut e.since_logged)
@@ -672,7 +674,7 @@ impl EventLoop {
             token,
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            log::warn!("cannot register a connection: {e}");
+            log::warning!("cannot register a connection: {e}");
             self.free.push(slot);
             return;
         }
@@ -799,18 +801,18 @@ impl EventLoop {
     /// `--max-requests` reached: tell the master, which starts a replacement and then
     /// stops this worker gracefully; until then it serves on.
     fn ask_to_be_replaced(&self) {
-        if let Some(fd) = &self.master_pipe {
+        if let Some(fd) = &self.status_pipe {
             Status::Recycle.send(fd.as_fd());
         }
     }
 
     /// The status pipe to the master, for `--max-requests`.
-    pub fn set_master_pipe(&mut self, fd: std::os::fd::OwnedFd) {
-        self.master_pipe = Some(fd);
+    pub fn set_status_pipe(&mut self, fd: std::os::fd::OwnedFd) {
+        self.status_pipe = Some(fd);
     }
 
     /// The access log, for SIGUSR1.
-    pub fn set_access_log(&mut self, log: Option<Arc<crate::access_log::Shared>>) {
+    pub fn set_access_log(&mut self, log: Option<Arc<crate::access_log::AccessLog>>) {
         self.access_log = log;
     }
 

@@ -139,7 +139,7 @@ impl EventLoop {
                 })
             })
         });
-        if let Some(fd) = &self.master_pipe {
+        if let Some(fd) = &self.status_pipe {
             let beat = if stuck {
                 Status::Alive
             } else {
