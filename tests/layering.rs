@@ -250,3 +250,25 @@ fn the_check_finds_a_wrong_import() {
         "{bad:?}"
     );
 }
+
+#[test]
+fn the_module_table_in_docs_architecture_md_lists_every_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let missing: Vec<String> = files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(root.join("src"))
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .filter(|f| !doc.contains(&format!("| `{f}`")) && !doc.contains(&format!(", `{f}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's module table lacks: {missing:?}"
+    );
+}

@@ -692,3 +692,67 @@ fn a_silent_timeout_not_longer_than_the_timeout_is_refused() {
         out.stderr
     );
 }
+
+// ---------------------------------------------------------------------------
+// Graceful stop of one worker
+// ---------------------------------------------------------------------------
+
+/// How long a server that works may take to do what the tests below wait for.
+const SHORT: Duration = Duration::from_secs(4);
+
+#[test]
+fn graceful_stop_closes_a_connection_once_its_last_response_is_written() {
+    const SIZE: usize = 64 << 20;
+    let mut s = Server::start("regress:app", &[]);
+    let mut c = s.connect();
+    c.send(&get(&format!("/big-list?size={SIZE}")));
+    // The response has started: it is whole in the loop's write queue, far from written.
+    assert!(c.wait_readable(SHORT), "no response started");
+    s.signal(libc::SIGTERM);
+    // Let the loop take the signal while the write is still pending.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    assert_eq!(r.body.len(), SIZE);
+    let t = Instant::now();
+    let (rest, closed) = c.read_until_close(Duration::from_secs(3));
+    assert!(
+        rest.is_empty(),
+        "more bytes after the response: {:?}",
+        show(&rest)
+    );
+    // Its response was made before the stop, so it said keep-alive: the connection
+    // waits its grace (2 s) for a request the client may be sending, then closes.
+    assert!(
+        closed,
+        "during a graceful stop, the connection stayed open {:?} after its last response \
+         was read (it should close once its grace is over)",
+        t.elapsed()
+    );
+    let code = exit_code(&mut s, SHORT, "graceful stop after a large response");
+    assert_eq!(code, 0, "exit code\n{}", s.log_text());
+}
+
+#[test]
+fn graceful_stop_lets_a_request_whose_client_left_run_to_its_end() {
+    let tmp = TempDir::new("grace-gone");
+    let mark = tmp.file("mark");
+    let mut s = Server::start("regress:app", &[]);
+    let mut c = s.connect();
+    c.send(&get(&format!("/slow?secs=1.5&mark={mark}")));
+    wait_for_file_containing(&mark, "started", SHORT)
+        .unwrap_or_else(|m| panic!("/slow did not start: {m:?}"));
+    reset(c);
+    // The loop has closed the connection: none is open, one request is still running.
+    std::thread::sleep(Duration::from_millis(200));
+    s.signal(libc::SIGTERM);
+    let code = exit_code(&mut s, Duration::from_secs(10), "graceful stop");
+    let marks = read_or_empty(&mark);
+    assert!(
+        marks.contains("done"),
+        "the server exited before the running request finished; marks: {marks:?}\n{}",
+        s.log_text()
+    );
+    assert_eq!(code, 0, "exit code\n{}", s.log_text());
+}
