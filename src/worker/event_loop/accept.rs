@@ -1,0 +1,191 @@
+//! Taking connections: from every listener a batch each pass, from the metrics port all
+//! that wait, and what happens when the process runs out of descriptors.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use mio::{Interest, Token};
+
+use super::{EventLoop, Slot, FIRST_CONN, METRICS_MAX_CONNECTIONS};
+use crate::log;
+use crate::pipeline::msg::{ConnRef, Peer};
+use crate::sys::listen::Listener;
+use crate::worker::conn::{Conn, Sock};
+
+/// Connections one accept pass takes when other workers share the listening socket. Every
+/// worker is woken for a new connection; taking a few each per pass (and the rest on the
+/// next pass) spreads a burst of connections over the workers instead of the first one
+/// awake taking them all (BENCHMARKS.md, "workers").
+pub(super) const ACCEPT_BATCH_SHARED: usize = 4;
+
+/// The same, for a worker alone on its socket: take all that is waiting.
+pub(super) const ACCEPT_BATCH_ALONE: usize = 1024;
+
+/// At most one log line per this long about failing accepts (descriptors exhausted, say).
+const ACCEPT_ERROR_LOG_EVERY: Duration = Duration::from_secs(1);
+
+/// Accept failures counted between two log lines.
+#[derive(Default)]
+pub(super) struct AcceptErrors {
+    logged_at: Option<Instant>,
+    since_logged: u64,
+    /// The last one's message.
+    last: String,
+}
+
+impl EventLoop {
+    /// Takes new connections from every listener, a batch from each.
+    pub(super) fn accept(&mut self) {
+        self.accept_more = false;
+        for i in 0..self.listeners.len() {
+            self.accept_from(i);
+        }
+    }
+
+    pub(super) fn accept_from(&mut self, i: usize) {
+        for _ in 0..self.accept_batch {
+            let Some(listener) = self.listeners.get(i) else {
+                return;
+            };
+            if self.conns - self.metrics_conns - self.lingering_conns >= self.max_connections {
+                // `--max-connections`: the rest wait in the kernel's backlog until a
+                // connection closes (`close` accepts again).
+                self.accept_blocked = true;
+                return;
+            }
+            let accepted = match listener {
+                Listener::Tcp(l) => l.accept().map(|(s, addr)| {
+                    // Responses are written whole; Nagle would only delay them.
+                    let _ = s.set_nodelay(true);
+                    (Sock::Tcp(s), Peer::Tcp(addr))
+                }),
+                Listener::Unix(l, ..) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
+            };
+            match accepted {
+                // (At most `MAX_LISTENERS`, 64, so the index fits.)
+                Ok((sock, peer)) => self.add_conn(sock, peer, Some(i as u8)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: the connection stays in the backlog; retry when
+                    // a connection closes (or on the next edge) rather than spin.
+                    self.accept_failed("accept", &e);
+                    return;
+                }
+            }
+        }
+        // The batch is spent and more may be waiting (no WouldBlock seen, so no new edge
+        // will say so): take more on the next pass, after this one's work.
+        self.accept_more = true;
+    }
+
+    /// An accept failed for lack of a resource (descriptors, memory): retried when a
+    /// connection closes. Under churn that is often, so the log gets the first failure,
+    /// then at most a line a second counting the others (`report_accept_failures`).
+    pub(super) fn accept_failed(&mut self, what: &str, e: &io::Error) {
+        self.accept_blocked = true;
+        let now = self.now;
+        match self.accept_errors.logged_at {
+            Some(t) if now.saturating_duration_since(t) < ACCEPT_ERROR_LOG_EVERY => {
+                self.accept_errors.since_logged += 1;
+                self.accept_errors.last = format!("{what} failed: {e}");
+            }
+            _ => {
+                let more = std::mem::take(&mut self.accept_errors.since_logged);
+                if more > 0 {
+                    log::warning!(
+                        "{what} failed: {e} (and {more} more times since the last report)"
+                    );
+                } else {
+                    log::warning!("{what} failed: {e}");
+                }
+                self.accept_errors.logged_at = Some(now);
+            }
+        }
+    }
+
+    /// The accept failures not logged yet, once their second is over.
+    pub(super) fn report_accept_failures(&mut self) {
+        let e = &mut self.accept_errors;
+        if e.since_logged > 0
+            && e.logged_at
+                .is_none_or(|t| self.now.saturating_duration_since(t) >= ACCEPT_ERROR_LOG_EVERY)
+        {
+            log::warning!(
+                "{} ({} times since the last report)",
+                e.last,
+                std::mem::take(&mut e.since_logged)
+            );
+            e.logged_at = Some(self.now);
+        }
+    }
+
+    /// Takes the scrapes waiting on the metrics port (few, so all of them).
+    pub(super) fn accept_metrics(&mut self) {
+        loop {
+            let Some(Listener::Tcp(l)) = &self.metrics_listener else {
+                return;
+            };
+            // Scrapes and probes have a small cap of their own, so a server full of
+            // clients still answers them (and a flood of scrapes takes no client's place).
+            if self.metrics_conns >= METRICS_MAX_CONNECTIONS {
+                self.accept_blocked = true;
+                return;
+            }
+            match l.accept() {
+                Ok((s, addr)) => {
+                    let _ = s.set_nodelay(true);
+                    self.add_conn(Sock::Tcp(s), Peer::Tcp(addr), None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    // EMFILE and friends: retry when a connection closes, as `accept_from`.
+                    self.accept_failed("accept on the metrics port", &e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// `listener`: the index of the listener that accepted it; `None` for the metrics port.
+    pub(super) fn add_conn(&mut self, sock: Sock, peer: Peer, listener: Option<u8>) {
+        let metrics = listener.is_none();
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.slots.push(Slot { gen: 0, conn: None });
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let gen = self.slots[slot as usize].gen;
+        let mut conn = Box::new(Conn::new(
+            sock,
+            ConnRef { slot, gen },
+            peer,
+            listener,
+            self.now,
+        ));
+        let token = Token(slot as usize + FIRST_CONN);
+        if let Err(e) = self.poll.registry().register(
+            conn.source(),
+            token,
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warning!("cannot register a connection: {e}");
+            self.free.push(slot);
+            return;
+        }
+        self.slots[slot as usize].conn = Some(conn);
+        self.conns += 1;
+        self.metrics_conns += usize::from(metrics);
+        self.count_connections();
+    }
+
+    /// The metrics' connections gauge, after a connection came or went.
+    pub(super) fn count_connections(&self) {
+        if let Some(m) = &self.metrics {
+            m.section().set_connections(self.conns - self.metrics_conns);
+        }
+    }
+}
