@@ -590,6 +590,50 @@ fn clients_reading_slowly_are_served_at_their_pace_while_others_are_served_at_on
 }
 
 #[test]
+fn a_client_reading_steadily_but_slower_than_the_kernel_buffer_drains_is_not_dropped() {
+    // 100 KB/s against a body of several MiB: the loop's queue waits for the kernel's
+    // buffer (no writable edge for seconds), but the client takes bytes all the while, so
+    // --write-timeout 1 must not cut it.
+    let s = Server::start("regress:app", &["--write-timeout", "1"]);
+    let mut c = Conn::connect_small(s.addr(), 16384);
+    c.send(&get("/chunks?n=100&size=65536"));
+    let start = Instant::now();
+    let mut got = 0usize;
+    let mut buf = [0u8; 4096];
+    c.stream.set_read_timeout(Some(PROMPT)).unwrap();
+    while start.elapsed() < Duration::from_secs(4) {
+        use std::io::Read;
+        match c.stream.read(&mut buf) {
+            Ok(0) => panic!("closed after {got} bytes, {:?}", start.elapsed()),
+            Ok(n) => got += n,
+            Err(e) => panic!("{e} after {got} bytes, {:?}", start.elapsed()),
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    assert!(got > 200_000, "read only {got} bytes");
+}
+
+#[test]
+fn many_bodies_that_can_always_go_on_do_not_starve_new_requests() {
+    // Fifty clients take an endless stream of tiny items without reading (the kernel
+    // buffers absorb a lot of them): their bodies can often go on, and new requests
+    // still get their turn.
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let mut slow: Vec<Conn> = (0..50)
+        .map(|_| Conn::connect_small(s.addr(), 4096))
+        .collect();
+    for c in &mut slow {
+        c.send(&get("/endless"));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let worst = worst_of_probes(&s, 20);
+    assert!(
+        worst < Duration::from_millis(1000),
+        "with 50 endless streams, a request took {worst:?}"
+    );
+}
+
+#[test]
 fn requests_pipelined_behind_a_body_set_aside_keep_their_order() {
     pipelined_behind_a_body_set_aside(&["--blocking-threads", "1"]);
 }

@@ -142,3 +142,26 @@ fn large_items_written_without_copy_are_released_inline() {
         "RSS grew from {before} KiB to {after} KiB over 192 responses of 1 MiB"
     );
 }
+
+#[test]
+fn each_part_of_a_slow_stream_is_written_as_it_is_produced_and_a_stop_closes_it() {
+    // An event stream (a part, then a sleep): inline, the loop writes each part before the
+    // app produces the next, and a graceful stop ends it, calling close().
+    let tmp = TempDir::new("inline-sse");
+    let mark = tmp.file("mark");
+    let mut s = inline(&["--graceful-timeout", "1"]);
+    let mut c = s.connect();
+    let t = std::time::Instant::now();
+    c.send(&get(&format!("/sse?every=0.3&mark={mark}")));
+    assert!(c.wait_readable(PROMPT), "no byte of the stream");
+    assert!(
+        t.elapsed() < Duration::from_millis(900),
+        "the first event came {:?} after the request",
+        t.elapsed()
+    );
+    s.signal(libc::SIGTERM);
+    let code = exit_code(&mut s, PROMPT * 2, "a stop during an endless stream");
+    assert_eq!(code, 0, "{}", s.log_text());
+    wait_for_file_containing(&mark, "closed", PROMPT)
+        .unwrap_or_else(|m| panic!("close() was not called: {m:?}\n{}", s.log_text()));
+}

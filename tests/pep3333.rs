@@ -615,6 +615,63 @@ fn a_write_from_a_thread_after_its_request_ended_raises_and_sends_nothing() {
 }
 
 #[test]
+fn a_thread_writes_while_the_body_iterable_yields_and_neither_is_refused() {
+    // The writes spend the response's credit, so its iterable is set aside now and then
+    // (its client reads as fast as it can): write() must still reach a response set aside.
+    let s = Server::start("pep3333:app", &[]);
+    let r = s.get("/thread-and-gen?n=3000");
+    assert_eq!(r.status, 200, "{}", r.status_line());
+    let text = r.body_text();
+    let tail = &text[text.rfind('|').map_or(0, |i| i.saturating_sub(20))..];
+    assert!(text.ends_with("|errors=[]"), "{tail}");
+    let writes: usize = text
+        .split("|writes=")
+        .nth(1)
+        .and_then(|t| t.split('|').next())
+        .and_then(|n| n.parse().ok())
+        .expect("the count of writes");
+    assert_eq!(text.matches('G').count(), 3000);
+    assert_eq!(text.matches('T').count(), writes, "{tail}");
+}
+
+#[test]
+fn a_close_that_raises_after_a_whole_body_is_logged_and_the_response_still_ends() {
+    let tmp = TempDir::new("close-raise-after");
+    let mark = tmp.file("mark");
+    let s = Server::start("pep3333:app", &[]);
+    let mut c = s.connect();
+    let mut burst = get(&format!("/close/raise-after?mark={mark}"));
+    burst.extend_from_slice(&get("/list"));
+    c.send(&burst);
+    let r = c.read_response();
+    assert_eq!(r.body_text(), "whole body");
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "the pipelined request: {}", r.status_line());
+    assert!(
+        s.wait_for_log("m0test-close-raises", MARK_TIMEOUT),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[test]
+fn a_malformed_content_length_from_the_app_is_named_in_the_log() {
+    let s = Server::start("pep3333:app", &[]);
+    for value in ["3x", "-1", "%2B3", "99999999999999999999999"] {
+        let r = s.get(&format!("/bad-length?value={value}"));
+        assert_eq!(r.status, 500, "{value}: {}", r.status_line());
+    }
+    assert!(
+        s.wait_for_log(
+            "invalid Content-Length: it must be a decimal number",
+            MARK_TIMEOUT
+        ),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[test]
 fn exc_info_before_headers_are_sent_replaces_them() {
     let s = Server::start("pep3333:app", &[]);
     let r = s.get("/exc-info/before");

@@ -756,3 +756,56 @@ fn graceful_stop_lets_a_request_whose_client_left_run_to_its_end() {
     );
     assert_eq!(code, 0, "exit code\n{}", s.log_text());
 }
+
+#[test]
+fn a_stop_refuses_new_connections_at_once() {
+    // An idle keep-alive connection keeps the worker draining for its grace; a client that
+    // connects meanwhile is refused straight away (not left in a backlog nobody accepts
+    // from, to be reset when the stop ends).
+    let mut s = Server::start("regress:app", &["--workers", "2"]);
+    s.wait_for_workers(2, PROMPT);
+    let mut idle = s.connect();
+    idle.send(&get("/hello"));
+    assert_eq!(idle.read_response().status, 200);
+    s.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let refused = match std::net::TcpStream::connect_timeout(&s.addr(), SHORT) {
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        Ok(mut c) => {
+            use std::io::{Read, Write};
+            let _ = c.write_all(&get("/hello"));
+            c.set_read_timeout(Some(SHORT)).unwrap();
+            let mut buf = [0u8; 64];
+            panic!(
+                "a connection made during the stop was accepted by the kernel: {:?} after {:?}",
+                c.read(&mut buf),
+                t.elapsed()
+            )
+        }
+    };
+    assert!(refused, "not refused");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    let code = exit_code(&mut s, PROMPT, "the stop");
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn a_graceful_timeout_that_cuts_a_stream_still_closes_its_body() {
+    // A body being produced (threaded) and one set aside for a client that reads nothing:
+    // when the stop's deadline cuts them, each iterable's close() is still called.
+    for path in ["/sse?every=0.2", "/endless?"] {
+        let tmp = TempDir::new("cut-stream");
+        let mark = tmp.file("mark");
+        let mut s = Server::start("regress:app", &["--graceful-timeout", "1"]);
+        let mut c = Conn::connect_small(s.addr(), 4096);
+        c.send(&get(&format!("{path}&mark={mark}")));
+        assert!(c.wait_readable(SHORT), "{path}: no response started");
+        std::thread::sleep(Duration::from_millis(300));
+        s.signal(libc::SIGTERM);
+        let code = exit_code(&mut s, SHORT * 2, "a stop cutting a stream");
+        assert_eq!(code, 0, "{path}\n{}", s.log_text());
+        wait_for_file_containing(&mark, "closed", SHORT)
+            .unwrap_or_else(|m| panic!("{path}: close() not called: {m:?}\n{}", s.log_text()));
+    }
+}

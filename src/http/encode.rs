@@ -67,9 +67,12 @@ pub enum EncodeError {
     BadStatus,
     /// A header name is not a token (RFC 9110 §5.1).
     BadHeaderName,
-    /// A header value contains CR, LF or NUL (RFC 9110 §5.5), or a Content-Length is not
-    /// 1*DIGIT, or is the second one.
+    /// A header value contains CR, LF or NUL (RFC 9110 §5.5).
     BadHeaderValue,
+    /// A Content-Length that is not 1*DIGIT (RFC 9110 §8.6), or too large.
+    BadContentLength,
+    /// A second Content-Length (it would frame the response two ways).
+    TwoContentLengths,
     /// PEP 3333: "applications ... must not use hop-by-hop headers" — the server owns them.
     HopByHop,
 }
@@ -175,11 +178,11 @@ impl<'a> HeadWriter<'a> {
                 // Two Content-Lengths would frame the response two ways (RFC 9112 §6.3 ¶5
                 // from the other side).
                 if self.content_length_seen {
-                    return Err(EncodeError::BadHeaderValue);
+                    return Err(EncodeError::TwoContentLengths);
                 }
                 // RFC 9110 §8.6 allows OWS around the value; nothing else.
-                let n =
-                    parse_decimal_u64(super::trim_ows(value)).ok_or(EncodeError::BadHeaderValue)?;
+                let n = parse_decimal_u64(super::trim_ows(value))
+                    .ok_or(EncodeError::BadContentLength)?;
                 self.content_length_seen = true;
                 if self.status < 200 || self.status == 204 {
                     // Reported (the caller must not add one either), not written.
@@ -671,7 +674,7 @@ mod tests {
         ] {
             assert_eq!(
                 w.header(b"Content-Length", value),
-                Err(EncodeError::BadHeaderValue),
+                Err(EncodeError::BadContentLength),
                 "{value:?}"
             );
         }
@@ -681,7 +684,7 @@ mod tests {
         );
         assert_eq!(
             w.header(b"content-length", b"42"),
-            Err(EncodeError::BadHeaderValue)
+            Err(EncodeError::TwoContentLengths)
         );
         assert_eq!(w.header(b"Date", b"x"), Ok(HeaderKind::Date));
         assert_eq!(w.header(b"server", b"x"), Ok(HeaderKind::Server));

@@ -442,6 +442,7 @@ impl Master {
             }
             self.signal_all(libc::SIGQUIT);
             self.stop_deadline = Some(Instant::now() + QUIT_TIMEOUT);
+            self.close_listeners();
         }
         if self.stop_deadline.is_some() {
             return;
@@ -512,6 +513,15 @@ impl Master {
         self.notify("STOPPING=1\nSTATUS=stopping");
         self.signal_all(libc::SIGTERM);
         self.stop_deadline = Some(Instant::now() + self.config.graceful_timeout + KILL_MARGIN);
+        self.close_listeners();
+    }
+
+    /// A stop: the master's copies of the app's listening sockets close (the workers close
+    /// theirs as they begin to drain), so a new connection is refused at once instead of
+    /// waiting in a backlog nobody will accept from, to be reset at the end. (A socket
+    /// systemd passed stays open in systemd, for the next start.)
+    fn close_listeners(&mut self) {
+        self.listeners.clear();
     }
 
     fn describe_listeners(&self) -> String {

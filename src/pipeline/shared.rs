@@ -2,8 +2,8 @@
 //! flags, the words the loop writes when a connection goes (cancellation, `gone`), stop,
 //! and what each handler publishes for the watchdogs and the counters.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_utils::CachePadded;
 
@@ -71,6 +71,11 @@ pub struct HandlerShared {
     /// erases the other's announce.
     pub exchange_wake: WakeFlag,
     pub waiter: Mutex<Option<std::thread::Thread>>,
+    /// Threads in `write()` waiting for their response's stream credit (without the
+    /// exchange lock: any number of them), and what they sleep on.
+    credit_waiters: AtomicUsize,
+    credit_lock: Mutex<()>,
+    credit_returned: Condvar,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -122,6 +127,45 @@ impl BusyClock {
 }
 
 impl HandlerShared {
+    /// A thread waits (its GIL released) until `ready`, which the loop makes true by
+    /// returning stream credit or closing a connection, then calls `credits_returned`.
+    ///
+    /// Store-buffering again (as in `park.rs`): the waiter stores its count and then loads
+    /// the credit; the loop stores the credit and then loads the count. A SeqCst fence on
+    /// each side lets at least one see the other: the loop notifies, or the waiter does not
+    /// sleep. The waiter re-checks while holding `credit_lock`, and the loop takes that lock
+    /// before it notifies, so a notify cannot fall between the re-check and the wait.
+    pub fn wait_for_credit(&self, mut ready: impl FnMut() -> bool) {
+        while !ready() {
+            let held = self.credit_lock.lock().unwrap_or_else(|e| e.into_inner());
+            // Relaxed, then the fence: see above (it pairs with `credits_returned`'s).
+            self.credit_waiters.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if !ready() {
+                drop(
+                    self.credit_returned
+                        .wait(held)
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+            }
+            // Relaxed: only a count for the loop's check.
+            self.credit_waiters.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The loop, after returning credit or closing a connection of this handler: wakes the
+    /// threads in `wait_for_credit`, if there are any (a lock and a futex wake; nothing
+    /// otherwise).
+    pub fn credits_returned(&self) {
+        // SeqCst fence: pairs with the one in `wait_for_credit` (store-buffering).
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence pair decides what this load must see.
+        if self.credit_waiters.load(Ordering::Relaxed) > 0 {
+            drop(self.credit_lock.lock().unwrap_or_else(|e| e.into_inner()));
+            self.credit_returned.notify_all();
+        }
+    }
+
     /// Handler `index`; `watch`: keep the busy clock (`--timeout` or a heartbeat is on).
     pub fn new(index: usize, watch: bool) -> HandlerShared {
         HandlerShared {
@@ -129,6 +173,9 @@ impl HandlerShared {
             budget: Arc::default(),
             exchange_wake: WakeFlag::new(),
             waiter: Mutex::new(None),
+            credit_waiters: AtomicUsize::new(0),
+            credit_lock: Mutex::new(()),
+            credit_returned: Condvar::new(),
             wake: WakeFlag::new(),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),

@@ -124,6 +124,15 @@ impl Sock {
         }
     }
 
+    /// Bytes the kernel holds for the peer and has not had acknowledged (`SIOCOUTQ`), or
+    /// `None` if it cannot say.
+    fn unsent_bytes(&self) -> Option<u64> {
+        let mut n: libc::c_int = 0;
+        // SAFETY: SIOCOUTQ (TIOCOUTQ) writes one int into the live `n`.
+        let got = unsafe { crate::sys::syscall!(ioctl(self.raw_fd(), libc::TIOCOUTQ, &mut n)) };
+        got.ok().map(|_| n.max(0) as u64)
+    }
+
     pub fn shutdown_write(&self) {
         // A peer that is already gone makes this fail; the close that follows is all that
         // matters then.
@@ -340,9 +349,11 @@ struct Clock {
     /// (`--body-min-rate`).
     body_at: Instant,
     body_read: u64,
-    /// When the socket last took response bytes, or the queue last became non-empty (the
-    /// write timeout).
+    /// When the socket last took response bytes, or the queue last became non-empty, or
+    /// the client last took bytes the kernel held (the write timeout).
     write_at: Instant,
+    /// What the kernel held for the client at the last sweep (`u64::MAX`: not looked).
+    unsent: u64,
 }
 
 /// One connection, owned by the loop thread. The loop routes events to it and hands its
@@ -428,6 +439,7 @@ impl Conn {
                 body_at: now,
                 body_read: 0,
                 write_at: now,
+                unsent: u64::MAX,
             },
         }
     }
@@ -758,6 +770,23 @@ impl Conn {
     /// When a graceful stop begun at `started` may close it (idle for `grace`).
     pub fn drain_due(&self, started: Instant, grace: Duration) -> Instant {
         self.clock.ready_at.max(started) + grace
+    }
+
+    /// The sweep, for a connection with bytes queued: a client that reads slowly leaves the
+    /// loop's queue waiting for the kernel's buffer to drain far enough to take more (no
+    /// writable edge until then), but it does take bytes from that buffer: that counts as
+    /// progress for the write timeout too. One `ioctl` per such connection per sweep.
+    pub fn note_kernel_progress(&mut self, now: Instant) {
+        if self.wq.is_empty() {
+            self.clock.unsent = u64::MAX;
+            return;
+        }
+        if let Some(unsent) = self.sock.unsent_bytes() {
+            if unsent < self.clock.unsent {
+                self.clock.write_at = now;
+            }
+            self.clock.unsent = unsent;
+        }
     }
 
     /// The timeout it has run past, if any (docs/security.md).

@@ -107,6 +107,7 @@ impl Inline {
 
     /// Serves what can be served now: bodies whose client caught up, queued requests.
     pub fn run(&mut self, py: Python<'_>) {
+        self.bridge.new_pass();
         while self.bridge.step(py, &mut self.rx) {}
     }
 

@@ -29,7 +29,7 @@ use file_wrapper::FileWrapper;
 use input::Input;
 use pystr::bytes_of;
 pub use response::Sink;
-use response::{Credit, Exchange, LengthMismatch, ReqInfo, State};
+use response::{Credit, Exchange, LengthMismatch, ReqInfo};
 use start_response::{ClientDisconnected, StartResponse};
 
 /// What the access log needs of the request being served, kept from its start.
@@ -81,6 +81,13 @@ pub struct Bridge {
     /// Requests whose connection has a body set aside (or an earlier request here): they
     /// wait for it, in the order they came, so a connection's responses stay in order.
     deferred: VecDeque<Request>,
+    /// Inline mode: a streamed body gives the loop back its thread after every part it
+    /// produced, so the part is written at once (the loop is this thread), and a body
+    /// that waits between items delays only itself, by one item.
+    yield_each_part: bool,
+    /// The last piece of work resumed a body: a new request goes first next, so requests
+    /// are not starved by many bodies that can always go on.
+    resumed_last: bool,
 }
 
 /// A streamed body set aside between two items, with everything its response needs to go
@@ -89,7 +96,11 @@ struct Pending {
     iterable: Py<PyAny>,
     iter: Py<PyIterator>,
     environ: Py<PyDict>,
-    state: State,
+    /// Its request (its response waits in the exchange, `Exchange::set_aside`).
+    id: u64,
+    /// Inline mode: set aside only to let the loop write what it produced; resumed on the
+    /// loop's next pass, not in this one.
+    yielded: bool,
     log: Option<LogCtx>,
     timing: Option<Timing>,
     conn: ConnRef,
@@ -127,6 +138,7 @@ impl Bridge {
             access_log,
             metrics,
         } = observers;
+        let inline = matches!(sink, Sink::Inline(_));
         let ex = Arc::new(Exchange::new(sink, shared, loop_shared));
         let env = EnvBuilder::new(py, info)?;
         let gone = Bound::new(py, ClientDisconnected { ex: ex.clone() })?;
@@ -143,6 +155,8 @@ impl Bridge {
             suspended: Vec::new(),
             credits: Vec::new(),
             deferred: VecDeque::new(),
+            yield_each_part: inline,
+            resumed_last: false,
         })
     }
 
@@ -162,11 +176,28 @@ impl Bridge {
     /// deferred one whose connection is free again, else one from the ring). `false` when
     /// there was nothing to do.
     pub fn step(&mut self, py: Python<'_>, rx: &mut Consumer<Request>) -> bool {
-        if let Some(i) = self.credits.iter().position(|c| c.can_go_on()) {
+        if self.resumed_last {
+            self.resumed_last = false;
+            if self.serve_next(py, rx) {
+                return true;
+            }
+        }
+        let resumable = self
+            .credits
+            .iter()
+            .zip(&self.suspended)
+            .position(|(c, p)| !p.yielded && c.can_go_on());
+        if let Some(i) = resumable {
             self.ex.shared.busy.start();
             self.resume(py, i);
+            self.resumed_last = true;
             return true;
         }
+        self.serve_next(py, rx)
+    }
+
+    /// Serves the next request that may be served now, if there is one.
+    fn serve_next(&mut self, py: Python<'_>, rx: &mut Consumer<Request>) -> bool {
         let Some(req) = self.next_request(rx) else {
             return false;
         };
@@ -174,6 +205,14 @@ impl Bridge {
         self.ex.shared.busy.start();
         self.serve(py, req);
         true
+    }
+
+    /// Inline mode, at the start of a loop pass: the bodies that yielded in the last one
+    /// may go on.
+    pub fn new_pass(&mut self) {
+        for p in &mut self.suspended {
+            p.yielded = false;
+        }
     }
 
     /// The next request that may be served now.
@@ -330,8 +369,7 @@ impl Bridge {
         let iterable = match called {
             Ok(it) => it,
             Err(e) => {
-                let what = errors::describe_environ(&env_ref);
-                errors::log_exception(py, &e, &format!("the application failed on {what}"));
+                self.app_failed(py, &e, &env_ref);
                 self.ex.fail(py);
                 return Served::Done;
             }
@@ -344,7 +382,7 @@ impl Bridge {
     fn resume(&mut self, py: Python<'_>, i: usize) -> Served {
         let p = self.suspended.remove(i);
         self.credits.remove(i);
-        self.ex.put_state(py, p.state);
+        self.ex.resume(py, p.id);
         self.current = p.log;
         self.timing = p.timing;
         let iter = p.iter.into_bound(py);
@@ -370,6 +408,7 @@ impl Bridge {
     pub fn abandon(&mut self, py: Python<'_>) {
         self.credits.clear();
         self.deferred.clear();
+        self.ex.drop_aside(py);
         for p in std::mem::take(&mut self.suspended) {
             let iterable = p.iterable.into_bound(py);
             if let Err(e) = close_iterable(&iterable) {
@@ -389,10 +428,10 @@ impl Bridge {
         outcome: PyResult<Outcome>,
     ) -> Served {
         if let Ok(Outcome::Suspended(iter)) = outcome {
-            let state = self.ex.take_state(py);
-            let Some(credit) = state.stream().cloned() else {
+            let (id, conn) = self.ex.current(py);
+            let Some(credit) = self.ex.set_aside(py) else {
                 // (Unreachable: a spent credit exists.) Serve on as if it were done.
-                self.ex.put_state(py, state);
+                self.ex.resume(py, id);
                 return self.conclude(py, iterable, environ, Ok(Outcome::Done));
             };
             self.credits.push(credit);
@@ -400,8 +439,9 @@ impl Bridge {
                 iterable: iterable.unbind(),
                 iter,
                 environ: environ.unbind(),
-                conn: state.req.conn,
-                state,
+                id,
+                yielded: self.yield_each_part,
+                conn,
                 log: self.current.take(),
                 timing: self.timing.take(),
             });
@@ -412,14 +452,19 @@ impl Bridge {
         // the server or gateway must call that method upon completion of the current
         // request, whether the request was completed normally, or terminated early due to
         // an application error during iteration or an early disconnect of the browser."
-        let closed = close_iterable(&iterable);
-        let result = match (outcome, closed) {
-            (Ok(Outcome::Cancelled), _) => {
+        // A close() that raises is the app's error, logged, but the body it closed is
+        // whole: the response is still finished (as gunicorn does).
+        if let Err(e) = close_iterable(&iterable) {
+            let what = format!("the application's close() failed on {}", what());
+            errors::log_exception(py, &e, &what);
+        }
+        let result = match outcome {
+            Ok(Outcome::Cancelled) => {
                 self.ex.fail(py);
                 return Served::Done;
             }
-            (Err(e), _) | (Ok(Outcome::Done | Outcome::Suspended(_)), Err(e)) => Err(e),
-            (Ok(Outcome::Done | Outcome::Suspended(_)), Ok(())) => self.ex.finish(py),
+            Err(e) => Err(e),
+            Ok(Outcome::Done | Outcome::Suspended(_)) => self.ex.finish(py),
         };
         match result {
             Ok(None) => {}
@@ -433,11 +478,22 @@ impl Bridge {
                 );
             }
             Err(e) => {
-                errors::log_exception(py, &e, &format!("the application failed on {}", what()));
+                self.app_failed(py, &e, &environ);
                 self.ex.fail(py);
             }
         }
         Served::Done
+    }
+
+    /// Logs what the app raised: with its traceback, unless its client had left (then the
+    /// app most likely stopped on `write()`'s error, as it should), at debug.
+    fn app_failed(&self, py: Python<'_>, e: &PyErr, environ: &Bound<'_, PyDict>) {
+        let what = errors::describe_environ(environ);
+        if self.ex.cancelled(py) {
+            log::debug!("{what}: the application stopped after its client left: {e}");
+        } else {
+            errors::log_exception(py, e, &format!("the application failed on {what}"));
+        }
     }
 
     fn drive(&self, py: Python<'_>, iterable: &Bound<'_, PyAny>) -> PyResult<Outcome> {
@@ -474,12 +530,15 @@ impl Bridge {
                 return Ok(Outcome::Done);
             };
             let item = item?;
-            self.ex.send(py, None, bytes_of(&item)?, Credit::Checked)?;
+            let pushed = self.ex.send(py, None, bytes_of(&item)?, Credit::Checked)?;
             if self.ex.cancelled(py) {
                 return Ok(Outcome::Cancelled);
             }
             if self.ex.body_complete(py) {
                 return Ok(Outcome::Done);
+            }
+            if pushed && self.yield_each_part {
+                return Ok(Outcome::Suspended(iter.unbind()));
             }
         }
     }

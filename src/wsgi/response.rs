@@ -41,6 +41,10 @@ fn encode_err(e: EncodeError) -> PyErr {
         EncodeError::BadStatus => "invalid status: expected '<3 digits> <reason>'",
         EncodeError::BadHeaderName => "invalid response header name",
         EncodeError::BadHeaderValue => "invalid response header value (CR, LF or NUL)",
+        EncodeError::BadContentLength => {
+            "invalid Content-Length: it must be a decimal number of bytes (digits only)"
+        }
+        EncodeError::TwoContentLengths => "two Content-Length headers",
         EncodeError::HopByHop => "hop-by-hop header set by the application (PEP 3333)",
     })
 }
@@ -94,16 +98,37 @@ pub struct Exchange {
 }
 
 struct Inner {
+    /// The current response: the request being served (or an idle one between requests).
     st: State,
-    sink: Sink,
+    /// Responses whose bodies are set aside for slow clients (`set_aside`): an app thread
+    /// may still `write()` to them.
+    aside: Vec<State>,
+    out: Outlet,
     date: DateCache,
+}
+
+/// Where messages go.
+struct Outlet {
+    sink: Sink,
     /// `ConnRef::packed` of the last connection this handler answered with a close.
     closed_conn: u64,
 }
 
-/// One response in the making. Moved out of the exchange while its body is set aside for a
-/// slow client (`take_state`), and back when it resumes.
-pub struct State {
+impl Inner {
+    /// The response of request `id` (current or set aside), while it has not ended.
+    fn response(&mut self, id: u64) -> Option<&mut State> {
+        if self.st.req.id == id {
+            Some(&mut self.st)
+        } else {
+            self.aside.iter_mut().find(|s| s.req.id == id)
+        }
+        .filter(|s| !s.ended)
+    }
+}
+
+/// One response in the making: current, or set aside while its body waits for a slow
+/// client (`set_aside`, `resume`).
+struct State {
     pub req: ReqInfo,
     status: Option<Py<PyString>>,
     /// Always a list (`start` copies another iterable into one).
@@ -137,11 +162,6 @@ pub struct State {
 }
 
 impl State {
-    /// The flow control of its middle parts, once it has one.
-    pub fn stream(&self) -> Option<&Arc<StreamCredit>> {
-        self.stream.as_ref()
-    }
-
     fn new(req: ReqInfo) -> State {
         State {
             req,
@@ -189,9 +209,12 @@ impl Exchange {
         Exchange {
             inner: Mutex::new(Inner {
                 st: State::new(idle),
-                sink,
+                aside: Vec::new(),
+                out: Outlet {
+                    sink,
+                    closed_conn: u64::MAX,
+                },
                 date: DateCache::new(),
-                closed_conn: u64::MAX,
             }),
             current_conn: AtomicU64::new(u64::MAX),
             shared,
@@ -215,9 +238,10 @@ impl Exchange {
         drop(old);
     }
 
-    /// Takes the current response out (its body is set aside); the exchange is idle until
-    /// the next `begin` or `put_state`.
-    pub fn take_state(&self, py: Python<'_>) -> State {
+    /// Sets the current response aside (its body waits for a slow client): the exchange
+    /// is idle until the next `begin` or `resume`. Its stream credit, which the caller
+    /// watches.
+    pub fn set_aside(&self, py: Python<'_>) -> Option<Arc<StreamCredit>> {
         let mut inner = self.lock(py);
         let idle = ReqInfo {
             id: 0,
@@ -225,7 +249,10 @@ impl Exchange {
         };
         // Relaxed: see `client_gone`.
         self.current_conn.store(u64::MAX, Ordering::Relaxed);
-        std::mem::replace(&mut inner.st, State::new(idle))
+        let st = std::mem::replace(&mut inner.st, State::new(idle));
+        let credit = st.stream.clone();
+        inner.aside.push(st);
+        credit
     }
 
     fn set_current(&self, conn: ConnRef) {
@@ -233,16 +260,29 @@ impl Exchange {
         self.current_conn.store(conn.packed(), Ordering::Relaxed);
     }
 
-    /// Makes a set-aside response current again.
-    pub fn put_state(&self, py: Python<'_>, st: State) {
+    /// Makes the response of request `id`, set aside, current again.
+    pub fn resume(&self, py: Python<'_>, id: u64) {
+        let mut inner = self.lock(py);
+        let Some(i) = inner.aside.iter().position(|s| s.req.id == id) else {
+            return;
+        };
+        let st = inner.aside.swap_remove(i);
         self.set_current(st.req.conn);
-        let old = std::mem::replace(&mut self.lock(py).st, st);
+        let old = std::mem::replace(&mut inner.st, st);
+        drop(inner);
         drop(old);
     }
 
-    /// The id of the request being served (0: none).
-    pub fn current_id(&self, py: Python<'_>) -> u64 {
-        self.lock(py).st.req.id
+    /// At exit: the responses set aside are dropped (with the lock released).
+    pub fn drop_aside(&self, py: Python<'_>) {
+        let aside = std::mem::take(&mut self.lock(py).aside);
+        drop(aside);
+    }
+
+    /// The current request's id and connection.
+    pub fn current(&self, py: Python<'_>) -> (u64, ConnRef) {
+        let inner = self.lock(py);
+        (inner.st.req.id, inner.st.req.conn)
     }
 
     /// The access log's view of the response: its status and body bytes.
@@ -281,10 +321,9 @@ impl Exchange {
             }
         };
         let mut inner = self.lock(py);
-        let st = &mut inner.st;
-        if st.req.id != id || st.ended {
+        let Some(st) = inner.response(id) else {
             return Err(outside_request("start_response"));
-        }
+        };
         match exc_info.filter(|e| !e.is_none()) {
             Some(exc) => {
                 if st.pushed {
@@ -329,12 +368,11 @@ impl Exchange {
     /// Encodes the head into `out`. `known_len` is the whole body's length when known.
     /// Runs no Python code: the status is a str and the headers a list.
     fn encode_head(
-        &self,
         py: Python<'_>,
-        inner: &mut Inner,
+        st: &mut State,
+        date: &mut DateCache,
         known_len: Option<u64>,
     ) -> PyResult<()> {
-        let st = &mut inner.st;
         let (Some(status), Some(headers)) = (&st.status, &st.headers) else {
             return Err(PyRuntimeError::new_err(
                 "the application returned a body before calling start_response",
@@ -394,7 +432,7 @@ impl Exchange {
                 app_len.is_some(),
                 keep_alive,
                 st.req.version,
-                inner.date.get(),
+                date.get(),
                 app_date,
                 app_server,
             );
@@ -419,32 +457,62 @@ impl Exchange {
     }
 
     /// Body data from the app: an item of its iterable (`id` `None`: the current request),
-    /// or `write()` for request `id`.
+    /// or `write()` for request `id` (current, or set aside: an app thread may write to a
+    /// response whose iterable waits for its client). `true` when a message went to the
+    /// loop.
     pub fn send(
         &self,
         py: Python<'_>,
         id: Option<u64>,
         data: &Bound<'_, PyBytes>,
         credit: Credit,
-    ) -> PyResult<()> {
+    ) -> PyResult<bool> {
+        if credit == Credit::Wait {
+            // Waited for without the lock, so a slow client holds only this thread.
+            let (stream, conn) = {
+                let mut inner = self.lock(py);
+                let inline = matches!(inner.out.sink, Sink::Inline(_));
+                let wanted = id.unwrap_or(inner.st.req.id);
+                let st = inner
+                    .response(wanted)
+                    .ok_or_else(|| outside_request("write()"))?;
+                (st.stream.clone().filter(|_| !inline), st.req.conn)
+            };
+            if let Some(c) = stream {
+                self.wait_for_credit(py, &c, conn);
+                if c.is_gone() {
+                    return Err(client_left());
+                }
+            }
+        }
         let mut inner = self.lock(py);
-        if id.is_some_and(|id| id != inner.st.req.id || inner.st.ended) {
+        let Inner {
+            st,
+            aside,
+            out,
+            date,
+        } = &mut *inner;
+        let st = match id {
+            None => st,
+            Some(id) if st.req.id == id => st,
+            Some(id) => aside
+                .iter_mut()
+                .find(|s| s.req.id == id)
+                .ok_or_else(|| outside_request("write()"))?,
+        };
+        if st.ended {
             return Err(outside_request("write()"));
         }
         if data.as_bytes().is_empty() {
-            return Ok(());
+            return Ok(false);
         }
-        if credit == Credit::Wait {
-            self.wait_for_credit(py, &inner);
+        if !st.sent {
+            Self::encode_head(py, st, date, None)?;
         }
-        if !inner.st.sent {
-            self.encode_head(py, &mut inner, None)?;
-        }
-        let st = &mut inner.st;
         let hold = append_body(st, data);
         if !hold && (!st.out.is_empty() || !st.more.is_empty()) {
             st.pushed = true;
-            let (out, more) = take_message(st);
+            let (data, more) = take_message(st);
             let conn = st.req.conn;
             let stream = st
                 .stream
@@ -457,37 +525,37 @@ impl Exchange {
                 .clone();
             self.push(
                 py,
-                &mut inner,
+                out,
                 Response {
                     conn,
-                    data: out,
+                    data,
                     more,
                     file: None,
                     part: Part::Partial,
                     stream: Some(stream),
                 },
             );
+            return Ok(true);
         }
-        Ok(())
+        Ok(false)
     }
 
     /// `write()` with its response's credit spent: waits, GIL released (other Python
-    /// threads run), until the loop has written some or the client is gone. Only on a
-    /// handler thread; the loop wakes it (`HandlerLink::notify`) when credit returns.
-    fn wait_for_credit(&self, py: Python<'_>, inner: &Inner) {
-        let Some(stream) = inner.st.stream.as_ref() else {
-            return;
-        };
-        if matches!(inner.sink, Sink::Inline(_)) || stream.can_go_on() {
+    /// threads run) and the exchange lock not held (the handler serves others meanwhile),
+    /// until the loop has written some or the client is gone.
+    fn wait_for_credit(&self, py: Python<'_>, stream: &StreamCredit, conn: ConnRef) {
+        if stream.can_go_on() {
             return;
         }
         let shared = &*self.shared;
-        let conn = inner.st.req.conn.packed();
-        let parks = wait_on_loop(py, shared, || {
-            // Acquire: pairs with the loop's Release store when it closed the connection.
-            stream.can_go_on() || shared.cancelled.load(Ordering::Acquire) == conn
+        let conn = conn.packed();
+        py.detach(|| {
+            shared.wait_for_credit(|| {
+                // Acquire: pairs with the loop's Release store when it closed the
+                // connection.
+                stream.can_go_on() || shared.cancelled.load(Ordering::Acquire) == conn
+            })
         });
-        stats::bump(&shared.counters.parks, u64::from(parks));
     }
 
     /// A body whose total length is known up front (a list or tuple): head and body
@@ -499,7 +567,8 @@ impl Exchange {
         total: u64,
     ) -> PyResult<()> {
         let mut inner = self.lock(py);
-        if !inner.st.sent {
+        let Inner { st, date, .. } = &mut *inner;
+        if !st.sent {
             // Room for what is copied: the head and the items too small to go uncopied.
             let copied: usize = chunks
                 .iter()
@@ -507,13 +576,13 @@ impl Exchange {
                 .map(|b| b.as_bytes().len())
                 .filter(|&n| n < ZERO_COPY_MIN_BYTES)
                 .sum();
-            inner.st.out.reserve(256 + copied);
-            self.encode_head(py, &mut inner, Some(total))?;
+            st.out.reserve(256 + copied);
+            Self::encode_head(py, st, date, Some(total))?;
         }
         for c in chunks {
             let b = bytes_of(c)?;
             if !b.as_bytes().is_empty() {
-                append_body(&mut inner.st, b);
+                append_body(st, b);
             }
         }
         Ok(())
@@ -523,10 +592,10 @@ impl Exchange {
     /// the app's Content-Length is reported (the connection closes after it).
     pub fn finish(&self, py: Python<'_>) -> PyResult<Option<LengthMismatch>> {
         let mut inner = self.lock(py);
-        if !inner.st.sent {
-            self.encode_head(py, &mut inner, Some(0))?;
+        let Inner { st, out, date, .. } = &mut *inner;
+        if !st.sent {
+            Self::encode_head(py, st, date, Some(0))?;
         }
-        let st = &mut inner.st;
         match st.framing {
             Framing::Chunked => encode::write_last_chunk(&mut st.out),
             Framing::Length(_) if st.remaining > 0 => st.mismatch = true,
@@ -540,17 +609,17 @@ impl Exchange {
             _ => None,
         };
         let keep_alive = st.keep_alive && !st.mismatch;
-        let (out, more) = take_message(st);
+        let (data, more) = take_message(st);
         let resp = Response {
             conn: st.req.conn,
-            data: out,
+            data,
             more,
             file: st.file.take(),
             part: Part::Last { keep_alive },
             stream: None,
         };
         st.ended = true;
-        self.push(py, &mut inner, resp);
+        self.push(py, out, resp);
         Ok(mismatch)
     }
 
@@ -560,11 +629,11 @@ impl Exchange {
     /// then iterates the file as any body.
     pub fn take_file(&self, py: Python<'_>, fd: OwnedFd, offset: u64, len: u64) -> PyResult<bool> {
         let mut inner = self.lock(py);
-        if inner.st.sent {
+        let Inner { st, date, .. } = &mut *inner;
+        if st.sent {
             return Ok(false);
         }
-        self.encode_head(py, &mut inner, Some(len))?;
-        let st = &mut inner.st;
+        Self::encode_head(py, st, date, Some(len))?;
         st.produced = len;
         let len = match st.framing {
             Framing::Length(n) => {
@@ -587,23 +656,23 @@ impl Exchange {
     /// After: close the connection without ending the body.
     pub fn fail(&self, py: Python<'_>) {
         let mut inner = self.lock(py);
-        let st = &mut inner.st;
+        let Inner { st, out, date, .. } = &mut *inner;
         let conn = st.req.conn;
         if st.pushed {
-            let (out, more) = take_message(st);
+            let (data, more) = take_message(st);
             // A close-delimited body (HTTP/1.0 streaming) only looks truncated to the
             // client if the connection is reset.
             let reset = st.framing == Framing::Close;
             let resp = Response {
                 conn,
-                data: out,
+                data,
                 more,
                 file: None,
                 part: Part::Abort { reset },
                 stream: None,
             };
             st.ended = true;
-            self.push(py, &mut inner, resp);
+            self.push(py, out, resp);
             return;
         }
         // Whatever was encoded but held is dropped (once the lock is released: a decref may
@@ -613,36 +682,35 @@ impl Exchange {
         let keep_alive = st.req.keep_alive;
         let (version, is_head) = (st.req.version, st.req.is_head);
         let body: &[u8] = b"Internal Server Error\n";
-        let mut out = Vec::with_capacity(256);
-        if let Ok((mut w, _)) = HeadWriter::new(&mut out, b"500 Internal Server Error") {
+        let mut data = Vec::with_capacity(256);
+        if let Ok((mut w, _)) = HeadWriter::new(&mut data, b"500 Internal Server Error") {
             let _ = w.header(b"Content-Type", b"text/plain; charset=utf-8");
             w.finish(
                 Framing::Length(body.len() as u64),
                 false,
                 keep_alive,
                 version,
-                inner.date.get(),
+                date.get(),
                 false,
                 false,
             );
         }
         if !is_head {
-            out.extend_from_slice(body);
+            data.extend_from_slice(body);
         }
-        let st = &mut inner.st;
         st.code = 500;
         st.body_bytes = if is_head { 0 } else { body.len() as u64 };
         st.sent = true;
         st.ended = true;
         let resp = Response {
             conn,
-            data: out,
+            data,
             more: Vec::new(),
             file: None,
             part: Part::Last { keep_alive },
             stream: None,
         };
-        self.push(py, &mut inner, resp);
+        self.push(py, out, resp);
         drop(inner);
         drop(held);
     }
@@ -687,7 +755,7 @@ impl Exchange {
     /// Pushes one message, waiting with the GIL released (and the lock kept, so the
     /// messages of a response stay in order) when the ring is full; wakes the loop only if
     /// it sleeps. Inline, it queues the message for the loop and never waits.
-    fn push(&self, py: Python<'_>, inner: &mut Inner, resp: Response) {
+    fn push(&self, py: Python<'_>, out: &mut Outlet, resp: Response) {
         let shared = &*self.shared;
         if let Some(c) = &resp.stream {
             c.add(StreamCredit::charge(resp.wire_len()));
@@ -696,9 +764,9 @@ impl Exchange {
             resp.part,
             Part::Abort { .. } | Part::Last { keep_alive: false }
         ) {
-            inner.closed_conn = resp.conn.packed();
+            out.closed_conn = resp.conn.packed();
         }
-        let tx = match &mut inner.sink {
+        let tx = match &mut out.sink {
             Sink::Inline(queue) => {
                 queue
                     .lock()
@@ -750,7 +818,7 @@ fn is_cancelled(shared: &HandlerShared, inner: &Inner) -> bool {
     let conn = inner.st.req.conn.packed();
     // This handler itself ended the connection's last response with a close: requests
     // pipelined behind it will never be answered (known here before the loop knows).
-    if inner.closed_conn == conn {
+    if inner.out.closed_conn == conn {
         return true;
     }
     if inner.st.stream.as_ref().is_some_and(|c| c.is_gone()) {
@@ -760,12 +828,17 @@ fn is_cancelled(shared: &HandlerShared, inner: &Inner) -> bool {
     shared.cancelled.load(Ordering::Acquire) == conn
 }
 
+/// What `write()` raises once its client is gone: the app should stop producing (an
+/// `OSError`, as a socket write to a closed connection gives).
+fn client_left() -> PyErr {
+    pyo3::exceptions::PyConnectionAbortedError::new_err("write(): the client has disconnected")
+}
+
 /// The error for a callable used outside its request's time.
 fn outside_request(what: &str) -> PyErr {
     PyRuntimeError::new_err(format!(
-        "{what} called outside its request: the request has finished, or its body is paused \
-         while a slow client catches up (start_response and write work from any thread only \
-         while the application call or its body iterable is running)"
+        "{what} called outside its request: its response has ended (start_response and \
+         write work from any thread until the response's last part is sent)"
     ))
 }
 

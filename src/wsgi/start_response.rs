@@ -55,6 +55,7 @@ impl Write {
     fn __call__(&self, py: Python<'_>, data: Bound<'_, PyAny>) -> PyResult<()> {
         self.ex
             .send(py, Some(self.id), bytes_of(&data)?, Credit::Wait)
+            .map(|_| ())
     }
 }
 

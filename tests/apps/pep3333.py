@@ -283,6 +283,62 @@ def r_close_normal(environ, start_response, q):
     return Body(q, [b"one-", b"two"])
 
 
+class ClosingBadly:
+    """A whole body whose close() raises (after recording that it ran)."""
+
+    def __init__(self, q):
+        self.q = q
+
+    def __iter__(self):
+        return iter([b"whole ", b"body"])
+
+    def close(self):
+        _mark(self.q, "closed")
+        raise RuntimeError("m0test-close-raises")
+
+
+def r_close_raise_after(environ, start_response, q):
+    start_response("200 OK", text())
+    return ClosingBadly(q)
+
+
+def r_thread_and_gen(environ, start_response, q):
+    """A thread calls write() over and over while the body iterable yields `n` items of its
+    own; when the iterable is done, the thread stops. Both reach the client, in whatever
+    order, and write() never raises."""
+    n = int(q.get("n", "2000"))
+    write = start_response("200 OK", text())
+    errors = []
+    stop = threading.Event()
+    count = [0]
+
+    def writer():
+        try:
+            while not stop.is_set():
+                write(b"T")
+                count[0] += 1
+        except Exception as e:  # noqa: BLE001 -- reported in the body
+            errors.append("%s: %s" % (type(e).__name__, e))
+
+    t = threading.Thread(target=writer)
+    t.start()
+
+    def gen():
+        for _ in range(n):
+            yield b"G"
+        stop.set()
+        t.join()
+        yield ("|writes=%d|errors=%r" % (count[0], errors)).encode()
+
+    return gen()
+
+
+def r_bad_length(environ, start_response, q):
+    """Declares the Content-Length `value` (a malformed one, for the test)."""
+    start_response("200 OK", text() + [("Content-Length", q.get("value", "3x"))])
+    return [b"abc"]
+
+
 def r_close_raise_mid(environ, start_response, q):
     start_response("200 OK", text())
     return Body(q, [b"one-", b"two"], fail_at=1)
@@ -524,6 +580,9 @@ ROUTES = {
     "/error/no-start-response": r_no_start_response,
     "/close/normal": r_close_normal,
     "/close/raise-mid": r_close_raise_mid,
+    "/close/raise-after": r_close_raise_after,
+    "/bad-length": r_bad_length,
+    "/thread-and-gen": r_thread_and_gen,
     "/empty-chunks": r_empty_chunks,
     "/empty-list": r_empty_list,
     "/list": r_list,

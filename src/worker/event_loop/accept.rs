@@ -85,39 +85,36 @@ impl EventLoop {
     pub(super) fn accept_failed(&mut self, what: &str, e: &io::Error) {
         self.accept_blocked = true;
         let now = self.now;
-        match self.accept_errors.logged_at {
-            Some(t) if now.saturating_duration_since(t) < ACCEPT_ERROR_LOG_EVERY => {
-                self.accept_errors.since_logged += 1;
-                self.accept_errors.last = format!("{what} failed: {e}");
-            }
-            _ => {
-                let more = std::mem::take(&mut self.accept_errors.since_logged);
-                if more > 0 {
-                    log::warning!(
-                        "{what} failed: {e} (and {more} more times since the last report)"
-                    );
-                } else {
-                    log::warning!("{what} failed: {e}");
-                }
-                self.accept_errors.logged_at = Some(now);
-            }
+        let errors = &mut self.accept_errors;
+        errors.since_logged += 1;
+        errors.last = format!("{what} failed: {e}");
+        if errors
+            .logged_at
+            .is_none_or(|t| now.saturating_duration_since(t) >= ACCEPT_ERROR_LOG_EVERY)
+        {
+            self.report_accept_failures();
         }
     }
 
-    /// The accept failures not logged yet, once their second is over.
+    /// Logs the accept failures since the last line (at most one line a second): the
+    /// count, and the last one's cause.
     pub(super) fn report_accept_failures(&mut self) {
+        let now = self.now;
         let e = &mut self.accept_errors;
-        if e.since_logged > 0
-            && e.logged_at
-                .is_none_or(|t| self.now.saturating_duration_since(t) >= ACCEPT_ERROR_LOG_EVERY)
+        if e.since_logged == 0
+            || e.logged_at
+                .is_some_and(|t| now.saturating_duration_since(t) < ACCEPT_ERROR_LOG_EVERY)
         {
-            log::warning!(
-                "{} ({} times since the last report)",
-                e.last,
-                std::mem::take(&mut e.since_logged)
-            );
-            e.logged_at = Some(self.now);
+            return;
         }
+        match std::mem::take(&mut e.since_logged) {
+            1 => log::warning!("{}", e.last),
+            n => log::warning!(
+                "{n} accepts failed since the last report; the last: {}",
+                e.last
+            ),
+        }
+        e.logged_at = Some(now);
     }
 
     /// Takes the scrapes waiting on the metrics port (few, so all of them).

@@ -106,6 +106,12 @@ impl EventLoop {
                 "graceful timeout: closing {} connection(s) with work in flight",
                 self.conns
             );
+            // Closed now, so the handlers learn their clients are gone: a body they
+            // produce stops at its next item and is closed (`close()`), before they stop.
+            for slot in 0..self.slots.len() as u32 {
+                self.close(slot);
+            }
+            self.notify_handlers();
             return true;
         }
         false

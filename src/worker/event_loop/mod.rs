@@ -50,6 +50,9 @@ const SIGNALS: Token = Token(2);
 const FIRST_LISTENER: usize = 3;
 const FIRST_CONN: usize = FIRST_LISTENER + MAX_LISTENERS;
 
+/// How long a stop past its deadline waits for the handlers to close what they hold.
+const HANDLER_EXIT_GRACE: Duration = Duration::from_secs(1);
+
 /// Readiness events taken per `epoll_wait`.
 const EVENTS_PER_POLL: usize = 1024;
 
@@ -387,6 +390,20 @@ impl EventLoop {
                     let _ = join.join();
                 }
             }
+            return;
+        }
+        // Past the deadline, or with work still queued (its connections were closed): each
+        // handler gets a moment to give up what it holds (closing the bodies it set aside
+        // or was producing, as PEP 3333 asks) before the process exits under it; a handler
+        // stuck inside the app is not waited for longer.
+        let until = Instant::now() + HANDLER_EXIT_GRACE;
+        while Instant::now() < until
+            && self
+                .handlers
+                .iter()
+                .any(|h| h.join.as_ref().is_some_and(|j| !j.is_finished()))
+        {
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -686,11 +703,15 @@ impl EventLoop {
 
     /// Wakes the handlers that may wait for what this pass did (ring room, stream credit, a
     /// closed connection), each only if it sleeps.
-    fn notify_handlers(&mut self) {
+    pub(super) fn notify_handlers(&mut self) {
         for h in &mut self.handlers {
-            if std::mem::take(&mut h.wake_check) && h.notify() {
+            if !std::mem::take(&mut h.wake_check) {
+                continue;
+            }
+            if h.notify() {
                 self.counters.handler_wakes += 1;
             }
+            h.shared.credits_returned();
         }
     }
 

@@ -59,6 +59,7 @@ impl EventLoop {
             else {
                 continue;
             };
+            conn.note_kernel_progress(now);
             let Some(expiry) = conn.expired(now, &t) else {
                 continue;
             };
