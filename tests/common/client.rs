@@ -243,6 +243,21 @@ impl Conn {
         let _ = self.stream.shutdown(Shutdown::Write);
     }
 
+    /// Where the line that starts at `pos` in the buffer ends (the index of its CRLF),
+    /// reading more as needed; the end of stream or the deadline as the failure's kind.
+    fn line_end(&mut self, pos: usize, deadline: Instant) -> Result<usize, ReadErrorKind> {
+        loop {
+            if let Some(i) = find(&self.buf[pos..], b"\r\n") {
+                return Ok(pos + i);
+            }
+            match self.fill(deadline) {
+                Fill::Data => {}
+                Fill::Eof => return Err(ReadErrorKind::Truncated),
+                Fill::Timeout => return Err(ReadErrorKind::Timeout),
+            }
+        }
+    }
+
     fn fill(&mut self, deadline: Instant) -> Fill {
         if self.eof {
             return Fill::Eof;
@@ -449,22 +464,11 @@ impl Conn {
                 // trailer-section; CRLF (RFC 9112 section 7.1).
                 let mut pos = 0usize;
                 loop {
-                    let line_end = loop {
-                        if let Some(i) = find(&self.buf[pos..], b"\r\n") {
-                            break pos + i;
-                        }
-                        match self.fill(deadline) {
-                            Fill::Data => {}
-                            other => {
-                                raw.extend_from_slice(&self.buf);
-                                self.buf.clear();
-                                let kind = if matches!(other, Fill::Eof) {
-                                    ReadErrorKind::Truncated
-                                } else {
-                                    ReadErrorKind::Timeout
-                                };
-                                return Err(truncated(raw, &resp, kind));
-                            }
+                    let line_end = match self.line_end(pos, deadline) {
+                        Ok(end) => end,
+                        Err(kind) => {
+                            raw.append(&mut self.buf);
+                            return Err(truncated(raw, &resp, kind));
                         }
                     };
                     let line = String::from_utf8_lossy(&self.buf[pos..line_end]).into_owned();
@@ -485,22 +489,11 @@ impl Conn {
                     if size == 0 {
                         // Trailer fields, then an empty line.
                         loop {
-                            let end = loop {
-                                if let Some(i) = find(&self.buf[pos..], b"\r\n") {
-                                    break pos + i;
-                                }
-                                match self.fill(deadline) {
-                                    Fill::Data => {}
-                                    other => {
-                                        raw.extend_from_slice(&self.buf);
-                                        self.buf.clear();
-                                        let kind = if matches!(other, Fill::Eof) {
-                                            ReadErrorKind::Truncated
-                                        } else {
-                                            ReadErrorKind::Timeout
-                                        };
-                                        return Err(truncated(raw, &resp, kind));
-                                    }
+                            let end = match self.line_end(pos, deadline) {
+                                Ok(end) => end,
+                                Err(kind) => {
+                                    raw.append(&mut self.buf);
+                                    return Err(truncated(raw, &resp, kind));
                                 }
                             };
                             let l = String::from_utf8_lossy(&self.buf[pos..end]).into_owned();
