@@ -331,10 +331,9 @@ pub struct Cli {
     pub log_level: Level,
 }
 
-/// Parses the process's arguments. `Err(code)` after clap printed help, the version or an
-/// error naming the flag at fault.
-pub fn parse() -> Result<Cli, i32> {
-    let argv: Vec<OsString> = std::env::args_os().collect();
+/// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the
+/// version or an error naming the flag at fault.
+pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
     let fail = |e: clap::Error| {
         // clap's message names the flag and suggests the right one; exit 2 for usage errors,
         // 0 for --help/--version.
@@ -345,7 +344,7 @@ pub fn parse() -> Result<Cli, i32> {
         print!("{}", flags_markdown());
         return Err(0);
     }
-    let first = Cli::command().try_get_matches_from(&argv).map_err(fail)?;
+    let first = Cli::command().try_get_matches_from(argv).map_err(fail)?;
     let file_args = match first.get_one::<PathBuf>("config") {
         Some(path) => match file_flags(path, &first) {
             Ok(a) => a,
@@ -358,9 +357,9 @@ pub fn parse() -> Result<Cli, i32> {
     };
     // The file's flags go first, so the command line's override them; a flag the
     // environment sets was left out of them, so the environment wins over the file.
-    let mut all = vec![argv[0].clone()];
+    let mut all = vec![argv.first().cloned().unwrap_or_else(|| "m0serve".into())];
     all.extend(file_args.iter().map(OsString::from));
-    all.extend(argv[1..].iter().cloned());
+    all.extend(argv.iter().skip(1).cloned());
     let matches = Cli::command().try_get_matches_from(&all).map_err(fail)?;
     let cli = Cli::from_arg_matches(&matches).map_err(fail)?;
     if cli.print_config {

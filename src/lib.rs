@@ -21,6 +21,8 @@ pub mod log;
 pub mod master;
 #[cfg(not(loom))]
 pub mod metrics;
+#[cfg(not(loom))]
+pub mod package;
 pub mod pipeline;
 #[cfg(not(loom))]
 pub mod python;
@@ -38,7 +40,8 @@ fn check(config: &config::Config) -> Result<String, String> {
     use pyo3::prelude::*;
     let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
-        let app = python::load_app(py, &config.app, &config.app_dir)?;
+        let interp = python::describe(py, &interpreter);
+        let app = python::load_app(py, &config.app, &config.app_dir, &interp)?;
         if !app.bind(py).is_callable() {
             return Err(format!(
                 "{}: the application object is not callable",
@@ -46,22 +49,132 @@ fn check(config: &config::Config) -> Result<String, String> {
             ));
         }
         Ok(format!(
-            "{} imports and is callable ({}); would listen on {}",
+            "{} imports and is callable ({interp}); would listen on {}",
             config.app,
-            python::describe(py, &interpreter),
             config.describe_listen()
         ))
     })
 }
 
-/// Runs the server with the process's command line; returns the exit code.
+/// How this process came to run m0serve: it decides who initialises Python and what a
+/// worker executes.
+#[cfg(not(loom))]
+#[derive(Clone, Debug)]
+pub enum Host {
+    /// The `m0serve` binary, CPython embedded: it initialises the interpreter itself (from
+    /// `--venv`, `VIRTUAL_ENV`, the virtualenv it lies in, or the build interpreter) and a
+    /// worker runs the binary again.
+    Binary,
+    /// The Python package (`python -m m0serve`, or the `m0serve` console script): Python
+    /// is already running, and a worker runs the same interpreter with the same flags.
+    Package {
+        /// `sys.executable`.
+        python: std::path::PathBuf,
+        /// The interpreter's own flags (`-X`, `-W`, `-O`...) to pass on to workers.
+        flags: Vec<std::ffi::OsString>,
+        /// `sys.prefix`: the environment the package is installed in.
+        prefix: std::path::PathBuf,
+    },
+}
+
+#[cfg(not(loom))]
+impl Host {
+    /// What a worker executes for the command line `argv` (`argv[0]` first).
+    fn worker_command(&self, argv: &[std::ffi::OsString]) -> Result<master::WorkerCommand, String> {
+        match self {
+            Host::Binary => {
+                let program = std::env::current_exe().map_err(|e| {
+                    format!("cannot find this program's path to start workers: {e}")
+                })?;
+                Ok(master::WorkerCommand {
+                    program,
+                    argv: argv.to_vec(),
+                })
+            }
+            Host::Package { python, flags, .. } => {
+                if python.as_os_str().is_empty() {
+                    return Err(
+                        "cannot start workers: Python does not know its own executable \
+                                (sys.executable is empty)"
+                            .into(),
+                    );
+                }
+                let mut all = vec![python.as_os_str().to_owned()];
+                all.extend(flags.iter().cloned());
+                all.extend(["-m".into(), "m0serve".into()]);
+                all.extend(argv.iter().skip(1).cloned());
+                Ok(master::WorkerCommand {
+                    program: python.clone(),
+                    argv: all,
+                })
+            }
+        }
+    }
+
+    /// Whether `config` can run here: the binary refuses a virtualenv of another Python
+    /// version; the package runs only in the environment it is installed in.
+    fn check(&self, config: &config::Config) -> Result<(), String> {
+        match self {
+            Host::Binary => python::check_venv_version(config.venv.as_deref()),
+            Host::Package { prefix, .. } => match &config.venv {
+                Some(venv) if !same_dir(venv, prefix) => Err(format!(
+                    "--venv {}: this m0serve is the Python package installed in {}, and runs \
+                     with that environment's interpreter. To serve from {0}, install m0serve \
+                     there (`{0}/bin/python -m pip install m0serve`) and run `{0}/bin/m0serve`",
+                    venv.display(),
+                    prefix.display()
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Host {
+    /// The package ignores an activated virtualenv other than its own (the interpreter is
+    /// chosen by whoever started it, as with gunicorn); it says so once, at start.
+    fn warn_other_venv(&self) {
+        let Host::Package { prefix, .. } = self else {
+            return;
+        };
+        if let Some(active) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+            if !same_dir(std::path::Path::new(&active), prefix) {
+                log::warning!(
+                    "VIRTUAL_ENV is {}, but this m0serve is installed in {} and imports the \
+                     app from there; to use the active virtualenv, install m0serve into it",
+                    std::path::Path::new(&active).display(),
+                    prefix.display()
+                );
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+/// Runs the server with the process's command line, as the binary; returns the exit code.
 #[cfg(not(loom))]
 pub fn run() -> i32 {
-    let cli = match cli::parse() {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    run_with(&argv, Host::Binary)
+}
+
+/// Runs the server with the command line `argv` (`argv[0]` first), hosted as `host`;
+/// returns the exit code.
+#[cfg(not(loom))]
+pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
+    let cli = match cli::parse(argv) {
         Ok(cli) => cli,
         Err(code) => return code,
     };
-    let config = match config::Config::from_cli(cli) {
+    let config = match config::Config::from_cli(cli).and_then(|c| host.check(&c).map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("m0serve: error: {e}");
@@ -81,11 +194,15 @@ pub fn run() -> i32 {
             }
         };
     }
-    // A worker is this program re-executed by the master, with the listener's and the
-    // ready pipe's descriptors named in its environment.
+    // A worker is started by the master with the listener's and the status pipe's
+    // descriptors named in its environment.
     let result = match worker::Inherited::from_env() {
         Ok(Some(inherited)) => worker::run(config, inherited),
-        Ok(None) => master::run(config),
+        Ok(None) => {
+            host.warn_other_venv();
+            host.worker_command(argv)
+                .and_then(|command| master::run(config, command))
+        }
         Err(e) => Err(e),
     };
     match result {

@@ -39,11 +39,12 @@ pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     let thread = std::thread::current();
     let tname = thread.name().unwrap_or("main");
     let pid = std::process::id();
-    let stderr = std::io::stderr();
-    let mut lock = stderr.lock();
+    // The whole line in one write(2): stderr is unbuffered, and the master and every
+    // worker share it, so a line written in pieces would interleave with theirs (a pipe
+    // keeps a write of up to PIPE_BUF bytes whole).
+    let line = format!("[{}] [{pid}] [{name}] [{tname}] {args}\n", timestamp());
     // A failed write to stderr has nowhere else to go.
-    let _ = writeln!(lock, "[{}] [{pid}] [{name}] [{tname}] {args}", timestamp());
-    let _ = lock.flush();
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC, without a date crate.

@@ -190,15 +190,19 @@ impl Region {
     /// each, zeroed (by the kernel: a fresh memfd reads as zeros).
     pub fn create(slots: usize, handlers: usize) -> io::Result<Region> {
         let name = c"m0serve-metrics";
+        // The system call itself, not glibc's wrapper (glibc 2.27 and later): the wheels
+        // are built for glibc 2.17 (manylinux2014).
         // SAFETY: memfd_create reads the NUL-terminated `name`, which outlives the call.
         let fd = unsafe {
-            syscall!(memfd_create(
+            syscall!(syscall(
+                libc::SYS_memfd_create,
                 name.as_ptr(),
                 libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING
             ))
         }?;
-        // SAFETY: memfd_create just returned this descriptor; it is owned once here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: memfd_create just returned this descriptor (a file descriptor fits a
+        // c_int); it is owned once here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
         let len = file_bytes(slots, handlers)
             .ok_or_else(|| io::Error::other("too many metrics slots"))?;
         // SAFETY: ftruncate on the descriptor `fd` owns, with a plain length.

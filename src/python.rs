@@ -74,47 +74,153 @@ fn venv_python(venv: &Path) -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// Why this interpreter: what chose the environment Python starts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    /// `--venv`.
+    VenvFlag,
+    /// The `VIRTUAL_ENV` variable (an activated virtualenv).
+    VirtualEnv,
+    /// The binary lies in a virtualenv's `bin/`.
+    BinaryInVenv,
+    /// The interpreter the binary was built against.
+    Build,
+    /// `python3` on `PATH`.
+    Path,
+    /// The Python package: the interpreter already running this process.
+    Running,
+}
+
+impl fmt::Display for Chosen {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Chosen::VenvFlag => "from --venv",
+            Chosen::VirtualEnv => "from VIRTUAL_ENV",
+            Chosen::BinaryInVenv => "the virtualenv this binary is in",
+            Chosen::Build => "the interpreter m0serve was built with",
+            Chosen::Path => "python3 on PATH",
+            Chosen::Running => "the interpreter m0serve is installed in",
+        })
+    }
+}
+
 /// The interpreter whose path configuration Python starts from, and why that one.
 #[derive(Clone, Debug)]
 pub struct Interpreter {
     pub program: PathBuf,
-    pub why: &'static str,
+    /// The virtualenv it belongs to, when a virtualenv chose it.
+    pub venv: Option<PathBuf>,
+    pub chosen: Chosen,
 }
 
-/// Where the interpreter's path configuration starts (`venv`: `--venv`), and why.
+/// Where the embedded interpreter's path configuration starts (`venv`: `--venv`), and why.
 pub fn program_name(venv: Option<&Path>) -> Interpreter {
-    let (program, why) = choose_program(venv);
-    Interpreter { program, why }
-}
-
-fn choose_program(venv: Option<&Path>) -> (PathBuf, &'static str) {
-    if let Some(p) = venv.and_then(venv_python) {
-        return (p, "--venv");
+    let in_venv = |dir: &Path, chosen| {
+        venv_python(dir).map(|program| Interpreter {
+            program,
+            venv: Some(dir.to_path_buf()),
+            chosen,
+        })
+    };
+    if let Some(i) = venv.and_then(|v| in_venv(v, Chosen::VenvFlag)) {
+        return i;
     }
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
-        if let Some(p) = venv_python(Path::new(&venv)) {
-            return (p, "VIRTUAL_ENV");
+    if let Some(dir) = std::env::var_os("VIRTUAL_ENV").filter(|v| !v.is_empty()) {
+        if let Some(i) = in_venv(Path::new(&dir), Chosen::VirtualEnv) {
+            return i;
         }
     }
-    // Installed into a virtualenv (`pip install`): <venv>/bin/m0serve.
-    if let Some(venv) = std::env::current_exe()
+    // Installed into a virtualenv by hand: <venv>/bin/m0serve.
+    if let Some(i) = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.parent()?.parent().map(Path::to_path_buf))
-        .filter(|venv| venv.join("pyvenv.cfg").is_file())
+        .filter(|dir| dir.join("pyvenv.cfg").is_file())
+        .and_then(|dir| in_venv(&dir, Chosen::BinaryInVenv))
     {
-        if let Some(p) = venv_python(&venv) {
-            return (p, "the virtualenv this binary is in");
-        }
+        return i;
     }
-    match option_env!("M0SERVE_BUILD_PYTHON") {
-        Some(p) => (PathBuf::from(p), "build"),
-        None => (PathBuf::from("python3"), "PATH"),
+    let (program, chosen) = match option_env!("M0SERVE_BUILD_PYTHON") {
+        Some(p) => (PathBuf::from(p), Chosen::Build),
+        None => (PathBuf::from("python3"), Chosen::Path),
+    };
+    Interpreter {
+        program,
+        venv: None,
+        chosen,
+    }
+}
+
+/// `major.minor` at the start of a version string ("3.11.7 (main, ...)" -> "3.11").
+fn major_minor(version: &str) -> Option<&str> {
+    let end = version
+        .char_indices()
+        .filter(|&(_, c)| c == '.' || !c.is_ascii_digit())
+        .map(|(i, _)| i)
+        .nth(1)
+        .unwrap_or(version.len());
+    let mm = &version[..end];
+    let (major, minor) = mm.split_once('.')?;
+    (!major.is_empty() && !minor.is_empty() && minor.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(mm)
+}
+
+/// The Python version a virtualenv was made by, from its `pyvenv.cfg` (`version`, as
+/// `python -m venv` writes it, or `version_info`, as virtualenv and uv do).
+pub fn venv_version(venv: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(venv.join("pyvenv.cfg")).ok()?;
+    let value = |key: &str| {
+        text.lines().find_map(|line| {
+            let (k, v) = line.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().to_string())
+        })
+    };
+    value("version").or_else(|| value("version_info"))
+}
+
+/// The version of the CPython this binary runs (its libpython), before initialisation.
+fn embedded_version() -> String {
+    // SAFETY: Py_GetVersion may be called before Py_Initialize (Python's "Before Python
+    // Initialization" list); it returns a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(ffi::Py_GetVersion()) };
+    v.to_string_lossy().into_owned()
+}
+
+/// The binary refuses a virtualenv made by another Python version than the one it embeds
+/// (its site-packages, compiled extensions first, are not for this interpreter), with the
+/// fix. A virtualenv whose version it cannot read is left to Python.
+pub fn check_venv_version(venv: Option<&Path>) -> Result<(), String> {
+    let interpreter = program_name(venv);
+    let Some(dir) = &interpreter.venv else {
+        return Ok(());
+    };
+    let Some(theirs) = venv_version(dir) else {
+        return Ok(());
+    };
+    let ours = embedded_version();
+    match (major_minor(&theirs), major_minor(&ours)) {
+        (Some(t), Some(o)) if t != o => Err(format!(
+            "{dir} ({chosen}) is a virtualenv of Python {t}, but this m0serve binary embeds \
+             Python {o}, which cannot use its packages. Install m0serve into that environment \
+             (`{dir}/bin/python -m pip install m0serve`) and run `{dir}/bin/m0serve`",
+            dir = dir.display(),
+            chosen = interpreter.chosen,
+        )),
+        _ => Ok(()),
     }
 }
 
 /// Initialises CPython once for this process (`venv`: `--venv`), and says which
-/// interpreter. The calling thread then holds the GIL.
+/// interpreter. The calling thread then holds the GIL. In the Python package the
+/// interpreter is running already: nothing is initialised, and it is the one.
 pub fn initialize(venv: Option<&Path>) -> Result<Interpreter, String> {
+    // SAFETY: Py_IsInitialized may be called at any time.
+    if unsafe { ffi::Py_IsInitialized() } != 0 {
+        return Ok(Interpreter {
+            program: PathBuf::new(),
+            venv: None,
+            chosen: Chosen::Running,
+        });
+    }
     let interpreter = program_name(venv);
     let program = CString::new(interpreter.program.as_os_str().as_encoded_bytes())
         .map_err(|_| "the interpreter path contains a NUL byte".to_string())?;
@@ -151,26 +257,31 @@ pub fn initialize(venv: Option<&Path>) -> Result<Interpreter, String> {
     Ok(interpreter)
 }
 
-/// `sys.version`, `sys.prefix` and why that environment, for the startup line.
+/// The version, `sys.prefix` and why that environment, for the startup line and errors:
+/// "Python 3.11.7 (/srv/app/.venv, from VIRTUAL_ENV)".
 pub fn describe(py: Python<'_>, interpreter: &Interpreter) -> String {
     let get = || -> PyResult<String> {
         let sys = py.import("sys")?;
         let version: String = sys.getattr("version")?.extract()?;
         let prefix: String = sys.getattr("prefix")?.extract()?;
         let version = version.split_whitespace().next().unwrap_or("").to_string();
-        let why = match interpreter.why {
-            "build" => "the interpreter m0serve was built with",
-            "PATH" => "python3 on PATH",
-            other => other,
-        };
-        Ok(format!("Python {version} ({prefix}, from {why})"))
+        Ok(format!(
+            "Python {version} ({prefix}, {})",
+            interpreter.chosen
+        ))
     };
     get().unwrap_or_else(|_| "Python".into())
 }
 
 /// Imports `spec` with `app_dir` first on `sys.path`. On failure the Python traceback has
 /// been written to stderr and the error names the module or attribute at fault.
-pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyAny>, String> {
+/// `interp` (from [`describe`]) is named when the module cannot be imported.
+pub fn load_app(
+    py: Python<'_>,
+    spec: &AppSpec,
+    app_dir: &Path,
+    interp: &str,
+) -> Result<Py<PyAny>, String> {
     let fail = |what: String, err: PyErr| -> String {
         err.print(py);
         let ty = err
@@ -192,7 +303,10 @@ pub fn load_app(py: Python<'_>, spec: &AppSpec, app_dir: &Path) -> Result<Py<PyA
         .map_err(|e| fail("cannot change sys.path".into(), e))?;
     let module = py.import(spec.module.as_str()).map_err(|e| {
         fail(
-            format!("cannot import module '{}' (app '{spec}')", spec.module),
+            format!(
+                "cannot import module '{}' (app '{spec}') with {interp}",
+                spec.module
+            ),
             e,
         )
     })?;

@@ -1,9 +1,9 @@
 //! The master process: binds the listener, starts the workers and keeps them running.
 //!
-//! The master never initialises Python and never starts a thread. Each worker is a fork
-//! that at once re-executes this binary (`/proc/self/exe` as it was at start, with the
-//! master's own arguments) with the listener's descriptor and the write end of a "ready"
-//! pipe left open across the exec, named in [`WORKER_ENV`]. So a worker starts from a clean
+//! The master never runs Python code and never starts a thread. Each worker is a fork that
+//! at once executes the [`WorkerCommand`] (the binary itself, or the package's interpreter
+//! with `-m m0serve`, and the master's own arguments) with the listener's descriptor and
+//! the write end of a "ready" pipe left open across the exec, named in [`WORKER_ENV`]. So a worker starts from a clean
 //! process image (no inherited master state, signal handlers or locks), starts Python,
 //! imports the app and writes one byte to its ready pipe once its loop serves.
 //!
@@ -108,8 +108,7 @@ pub struct Master {
     config: Config,
     listeners: Vec<Listener>,
     signals: SignalPipe,
-    exe: PathBuf,
-    args: Vec<OsString>,
+    command: WorkerCommand,
     workers: Vec<Worker>,
     /// How many workers of the current generation should run.
     target: usize,
@@ -158,8 +157,18 @@ impl Drop for PidFile {
     }
 }
 
+/// What a worker process executes: a program and its whole argument list (`argv[0]`
+/// first). The binary runs itself again (`/proc/self/exe` as it was at start); the Python
+/// package runs the interpreter it is installed in with `-m m0serve`. Either way the
+/// master's own arguments follow, and the worker tells it is one from [`WORKER_ENV`].
+#[derive(Clone, Debug)]
+pub struct WorkerCommand {
+    pub program: PathBuf,
+    pub argv: Vec<OsString>,
+}
+
 /// Binds, starts the workers and supervises them until a stop; the process's exit code.
-pub fn run(config: Config) -> Result<(), String> {
+pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
     let notifier = systemd::Notifier::from_env();
     let passed = systemd::take_listen_fds()?;
     let listeners = if passed.is_empty() {
@@ -220,15 +229,12 @@ pub fn run(config: Config) -> Result<(), String> {
     };
     let signals =
         SignalPipe::install_master().map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot find this program's path to start workers: {e}"))?;
     let mut m = Master {
         target: config.workers,
         config,
         listeners,
         signals,
-        exe,
-        args: std::env::args_os().collect(),
+        command,
         workers: Vec::new(),
         generation: 0,
         ever_ready: false,
@@ -688,7 +694,7 @@ impl Master {
         self.spawn_after = Some(Instant::now() + wait);
     }
 
-    /// Forks a worker that re-executes this program with the listener and a ready pipe.
+    /// Forks a worker that executes the worker command with the listener and a ready pipe.
     fn spawn(&mut self) -> io::Result<()> {
         let mut fds = [0 as libc::c_int; 2];
         // Non-blocking: the master reads a pipe only when poll says so, but must never wait
@@ -722,10 +728,11 @@ impl Master {
             .fds()
             .filter(|&fd| fd != worker_env.status)
             .collect();
-        let exe = CString::new(self.exe.as_os_str().as_bytes())
+        let exe = CString::new(self.command.program.as_os_str().as_bytes())
             .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
         let args: Vec<CString> = self
-            .args
+            .command
+            .argv
             .iter()
             .map(|a| CString::new(a.as_bytes()))
             .collect::<Result<_, _>>()

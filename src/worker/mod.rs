@@ -90,12 +90,14 @@ impl Inherited {
     }
 }
 
-/// A random number in `0..n` (for the jitter), from getrandom(2); 0 if it fails.
+/// A random number in `0..n` (for the jitter), from getrandom(2); 0 if it fails. The
+/// system call itself, not glibc's wrapper (2.25 and later): the wheels are built for glibc
+/// 2.17 (manylinux2014).
 fn random_below(n: u64) -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most `b.len()` bytes into the live buffer.
-    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if got != b.len() as isize || n == 0 {
+    let got = unsafe { libc::syscall(libc::SYS_getrandom, b.as_mut_ptr(), b.len(), 0) };
+    if got != b.len() as libc::c_long || n == 0 {
         return 0;
     }
     u64::from_ne_bytes(b) % n
@@ -216,13 +218,14 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
     // imports the app, then releases it for good while the worker runs.
     Python::attach(|py| {
-        let app = python::load_app(py, &config.app, &config.app_dir)?;
+        let interp = python::describe(py, &interpreter);
+        log::info!("importing {} with {interp}", config.app);
+        let app = python::load_app(py, &config.app, &config.app_dir, &interp)?;
         if config.timeout.is_some() {
             python::register_stack_dump(py).map_err(|e| {
                 format!("--timeout: cannot register faulthandler for stack dumps: {e}")
             })?;
         }
-        let interp = python::describe(py, &interpreter);
         // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread.
         let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
             .map(|_| app.clone_ref(py))
