@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # Runs every test (unit, stress, integration against the real binary), then the HTTP and
 # PEP 3333 suites a second time with the app inline on the loop thread
-# (`--blocking-threads 0` for every server whose test does not choose its own shape).
+# (`--blocking-threads 0` for every server whose test does not choose its own shape), and a
+# third time under the Python package's entry point (M0S_TEST_BINARY: the `m0serve`
+# console script of a virtualenv the wheel is installed in).
 #
-# First it prepares two virtualenvs for the tests that need packages from PyPI (Flask,
-# Django, Werkzeug, PyYAML: tests/frameworks.rs, tests/wheel.rs, tests/deploy.rs):
-#   target/test-venv   the packages in tests/requirements.txt; made once, kept while that
-#                      file and the interpreter stay the same (a stamp holds their hash)
-#   target/wheel-venv  the wheel of this tree (maturin, release profile, target/wheels),
-#                      pip-installed with Flask and Django; made afresh on every run
-# and exports M0S_TEST_VENV and M0S_WHEEL_VENV for those tests (run without them, e.g.
-# by a plain `cargo nextest run`, they skip with a note). Without PyPI this fails.
+# First it prepares what the tests that need PyPI use (tests/frameworks.rs,
+# tests/package.rs, tests/deploy.rs):
+#   target/test-venv        the packages in tests/requirements.txt; made once, kept while
+#                           that file and the interpreter stay the same (a stamp holds
+#                           their hash)
+#   target/wheels           scripts/wheels.sh: a wheel per CPython 3.9-3.13 found, the sdist
+#   target/sdist-wheel      the base interpreter's wheel, built from that sdist with pip
+#   target/package-venvs/V  per version found: a fresh virtualenv with its wheel and Flask
+#                           (the base version's: the sdist's wheel, and Django too)
+# and exports M0S_TEST_VENV, M0S_WHEEL_VENV (the base version's package venv),
+# M0S_PACKAGE_VENVS, M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX for those tests (run
+# without them, e.g. by a plain `cargo nextest run`, they skip with a note). Without PyPI
+# this fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,32 +53,69 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || [ ! -x "$TEST_VENV/bin/python
 fi
 echo "scripts/test.sh: $TEST_VENV ready ($((SECONDS - t0)) s)"
 
-# --- the wheel, and target/wheel-venv with it installed ---
+# --- the package: the wheels, the sdist built from source, a virtualenv per version ---
 t0=$SECONDS
-mkdir -p target/wheels
-rm -f target/wheels/m0serve-*.whl
-"$TEST_VENV/bin/maturin" build --release --interpreter "$BASE_PYTHON" --out target/wheels \
-    || die "maturin build failed"
-wheels=(target/wheels/m0serve-*.whl)
-[ ${#wheels[@]} -eq 1 ] && [ -f "${wheels[0]}" ] || die "expected one wheel in target/wheels: ${wheels[*]}"
-echo "scripts/test.sh: built ${wheels[0]} ($((SECONDS - t0)) s)"
+WHEELS=target/wheels
+rm -rf "$WHEELS"
+scripts/wheels.sh --out "$WHEELS" || die "scripts/wheels.sh failed"
+echo "scripts/test.sh: built $(ls "$WHEELS"/*.whl | wc -l) wheel(s) and the sdist ($((SECONDS - t0)) s)"
 
+# The sdist must build: the base interpreter's wheel is built from it, with pip, as a user
+# without a wheel for their platform would (maturin from target/build-venv; the cargo
+# build directory is kept between runs).
 t0=$SECONDS
-rm -rf "$WHEEL_VENV"
-"$BASE_PYTHON" -m venv "$WHEEL_VENV" || die "python3 -m venv $WHEEL_VENV failed"
-"$WHEEL_VENV/bin/python" -m pip install --quiet --constraint "$REQUIREMENTS" \
-    "${wheels[0]}" flask django \
-    || die "pip could not install the wheel with flask and django into $WHEEL_VENV (the tests need PyPI)"
-echo "scripts/test.sh: $WHEEL_VENV ready ($((SECONDS - t0)) s)"
+SDIST_WHEELS=target/sdist-wheel
+rm -rf "$SDIST_WHEELS"
+sdists=("$WHEELS"/m0serve-*.tar.gz)
+PATH="$PWD/target/build-venv/bin:$PATH" CARGO_TARGET_DIR="$PWD/target/sdist-build" \
+    target/build-venv/bin/python -m pip wheel --quiet \
+    --no-deps --no-build-isolation --wheel-dir "$SDIST_WHEELS" "${sdists[0]}" \
+    || die "the sdist ${sdists[0]} did not build"
+echo "scripts/test.sh: built $(ls "$SDIST_WHEELS") from ${sdists[0]} ($((SECONDS - t0)) s)"
+
+# A fresh virtualenv per interpreter, the wheel for it and Flask installed with pip; the
+# base interpreter's gets the wheel built from the sdist, and Django (tests/wheel.rs).
+t0=$SECONDS
+PACKAGE_VENVS=()
+BASE_VERSION=$("$BASE_PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+rm -rf target/package-venvs
+while read -r version python; do
+    venv=target/package-venvs/$version
+    tag=cp${version/./}
+    if [ "$version" = "$BASE_VERSION" ]; then
+        wheel=$(ls "$SDIST_WHEELS"/m0serve-*-"$tag"-*.whl)
+        extra=(django)
+        WHEEL_VENV=$venv
+        PORTABLE_WHEEL=$(ls "$WHEELS"/m0serve-*-"$tag"-*.whl)
+    else
+        wheel=$(ls "$WHEELS"/m0serve-*-"$tag"-*.whl)
+        extra=()
+    fi
+    "$python" -m venv "$venv" || die "$python -m venv $venv failed"
+    "$venv/bin/python" -m pip install --quiet --constraint "$REQUIREMENTS" \
+        "$wheel" flask "${extra[@]}" \
+        || die "pip could not install $wheel with flask into $venv (the tests need PyPI)"
+    PACKAGE_VENVS+=("$PWD/$venv")
+done <"$WHEELS/interpreters.txt"
+[ -n "${WHEEL_VENV:-}" ] || die "no wheel was built for the base interpreter $BASE_PYTHON"
+echo "scripts/test.sh: ${PACKAGE_VENVS[*]} ready ($((SECONDS - t0)) s)"
 
 export M0S_TEST_VENV="$PWD/$TEST_VENV"
 export M0S_WHEEL_VENV="$PWD/$WHEEL_VENV"
+export M0S_PACKAGE_VENVS="${PACKAGE_VENVS[*]}"
+export M0S_PORTABLE_WHEEL="$PWD/$PORTABLE_WHEEL"
+M0S_BUILD_PYTHON_PREFIX=$("$BASE_PYTHON" -c 'import sys; print(sys.base_prefix)')
+export M0S_BUILD_PYTHON_PREFIX
 
 INLINE_SUITES=(--test pep3333 --test http11 --test errors --test corpus --test uds)
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-fail-fast "$@"
     M0S_TEST_BLOCKING_THREADS=0 cargo nextest run --no-fail-fast "${INLINE_SUITES[@]}" "$@"
+    M0S_TEST_BINARY="$M0S_WHEEL_VENV/bin/m0serve" \
+        cargo nextest run --no-fail-fast "${INLINE_SUITES[@]}" "$@"
 else
     cargo test --no-fail-fast "$@"
     M0S_TEST_BLOCKING_THREADS=0 cargo test --no-fail-fast "${INLINE_SUITES[@]}" "$@"
+    M0S_TEST_BINARY="$M0S_WHEEL_VENV/bin/m0serve" \
+        cargo test --no-fail-fast "${INLINE_SUITES[@]}" "$@"
 fi

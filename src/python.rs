@@ -96,10 +96,10 @@ impl fmt::Display for Chosen {
         f.write_str(match self {
             Chosen::VenvFlag => "from --venv",
             Chosen::VirtualEnv => "from VIRTUAL_ENV",
-            Chosen::BinaryInVenv => "the virtualenv this binary is in",
-            Chosen::Build => "the interpreter m0serve was built with",
-            Chosen::Path => "python3 on PATH",
-            Chosen::Running => "the interpreter m0serve is installed in",
+            Chosen::BinaryInVenv => "from the virtualenv this binary is in",
+            Chosen::Build => "from the interpreter m0serve was built with",
+            Chosen::Path => "from python3 on PATH",
+            Chosen::Running => "from the environment m0serve is installed in",
         })
     }
 }

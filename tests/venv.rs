@@ -1,5 +1,6 @@
-//! The binary finds its libpython without LD_LIBRARY_PATH and imports from the virtualenv
-//! named by VIRTUAL_ENV.
+//! The binary (CPython embedded) finds its libpython without LD_LIBRARY_PATH, imports from
+//! the virtualenv chosen by --venv, VIRTUAL_ENV or its own location, refuses one of another
+//! Python version, and names the interpreter before it imports the app.
 
 mod common;
 
@@ -151,4 +152,135 @@ fn a_binary_installed_in_a_virtualenv_uses_it_without_activation() {
         .args(&["--app-dir", app_dir.to_str().unwrap()])
         .start();
     assert_serves_from(&server, &venv, "the virtualenv this binary is in");
+}
+
+/// A directory that looks like a virtualenv of Python `version` to the binary's check: a
+/// `pyvenv.cfg` saying so and a `bin/python3` (never run: the check refuses first).
+fn fake_venv(tag: &str, version: &str) -> PathBuf {
+    let venv = scratch_dir(tag).join("venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::fs::write(
+        venv.join("pyvenv.cfg"),
+        format!(
+            "home = /nonexistent/bin\ninclude-system-site-packages = false\nversion = {version}\n"
+        ),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/bin/false", venv.join("bin/python3")).unwrap();
+    venv
+}
+
+/// The Python version this binary embeds, as its startup line names it ("3.11").
+fn embedded_version() -> String {
+    let out = common::run_to_exit(
+        &["hello:app", "--check-config"],
+        &[("VIRTUAL_ENV", "")],
+        std::time::Duration::from_secs(20),
+    );
+    assert!(out.status.success(), "{}", out.stderr);
+    let at = out
+        .stdout
+        .find("(Python ")
+        .expect("the interpreter in --check-config's line")
+        + "(Python ".len();
+    let full: String = out.stdout[at..]
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    full.rsplit_once('.').map(|(mm, _)| mm.to_string()).unwrap()
+}
+
+#[test]
+fn a_virtualenv_of_another_python_version_is_refused_with_both_versions_and_the_fix() {
+    let ours = embedded_version();
+    let venv = fake_venv("venv-other-version", "3.99.1");
+    let venv_s = venv.to_str().unwrap();
+    for (args, env, why) in [
+        (
+            vec!["hello:app", "--port", "0", "--venv", venv_s],
+            vec![],
+            "from --venv",
+        ),
+        (
+            vec!["hello:app", "--port", "0"],
+            vec![("VIRTUAL_ENV", venv_s)],
+            "from VIRTUAL_ENV",
+        ),
+        (
+            vec!["hello:app", "--check-config"],
+            vec![("VIRTUAL_ENV", venv_s)],
+            "from VIRTUAL_ENV",
+        ),
+    ] {
+        let out = common::run_to_exit(&args, &env, std::time::Duration::from_secs(10));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        let want = format!(
+            "m0serve: error: {venv_s} ({why}) is a virtualenv of Python 3.99, but this m0serve \
+             binary embeds Python {ours}, which cannot use its packages. Install m0serve into \
+             that environment (`{venv_s}/bin/python -m pip install m0serve`) and run \
+             `{venv_s}/bin/m0serve`"
+        );
+        assert_eq!(out.stderr.trim(), want, "{args:?}");
+    }
+    // A virtualenv of the same version passes the check (and then fails for being fake,
+    // in Python's own words, not ours).
+    let same = fake_venv("venv-same-version", &format!("{ours}.0"));
+    let out = common::run_to_exit(
+        &[
+            "hello:app",
+            "--check-config",
+            "--venv",
+            same.to_str().unwrap(),
+        ],
+        &[],
+        std::time::Duration::from_secs(10),
+    );
+    assert!(
+        !out.stderr.contains("is a virtualenv of Python"),
+        "{}",
+        out.stderr
+    );
+    for v in [venv, same] {
+        let _ = std::fs::remove_dir_all(v.parent().unwrap());
+    }
+}
+
+#[test]
+fn a_failed_import_names_the_interpreter_and_environment_it_looked_in() {
+    let (venv, app_dir) = venv_with_marker("venv-failed-import");
+    let out = common::run_to_exit(
+        &[
+            "no_such_module_here:app",
+            "--port",
+            "0",
+            "--app-dir",
+            app_dir.to_str().unwrap(),
+        ],
+        &[("VIRTUAL_ENV", venv.to_str().unwrap())],
+        std::time::Duration::from_secs(20),
+    );
+    assert!(!out.status.success());
+    let where_ = format!("{}, from VIRTUAL_ENV)", venv.display());
+    // The line before the import, and the error itself, both say where it looked.
+    let importing = out
+        .stderr
+        .lines()
+        .position(|l| {
+            l.contains("importing no_such_module_here:app with Python 3.") && l.contains(&where_)
+        })
+        .unwrap_or_else(|| panic!("no 'importing' line naming {where_}:\n{}", out.stderr));
+    let traceback = out
+        .stderr
+        .lines()
+        .position(|l| l.contains("No module named 'no_such_module_here'"))
+        .unwrap_or_else(|| panic!("no import error:\n{}", out.stderr));
+    assert!(importing < traceback, "{}", out.stderr);
+    assert!(
+        out.stderr.lines().any(|l| l.contains(
+            "cannot import module 'no_such_module_here' (app 'no_such_module_here:app') with Python 3."
+        ) && l.contains(&where_)),
+        "{}",
+        out.stderr
+    );
+    let _ = std::fs::remove_dir_all(venv.parent().unwrap());
 }

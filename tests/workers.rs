@@ -809,3 +809,45 @@ fn a_graceful_timeout_that_cuts_a_stream_still_closes_its_body() {
             .unwrap_or_else(|m| panic!("{path}: close() not called: {m:?}\n{}", s.log_text()));
     }
 }
+
+/// Whether `line` has the error log's shape: `[date time] [pid] [LEVEL] [thread] message`.
+fn is_log_line(line: &str) -> bool {
+    let fields: Vec<&str> = line.splitn(5, "] ").collect();
+    fields.len() == 5
+        && fields[0].len() == "[2026-01-01 00:00:00".len()
+        && fields[0].starts_with('[')
+        && fields[1]
+            .strip_prefix('[')
+            .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()))
+        && matches!(fields[2], "[ERROR" | "[WARN" | "[INFO" | "[DEBUG")
+        && fields[3].starts_with('[')
+        && !fields[4].contains("] [")
+}
+
+#[test]
+fn log_lines_of_many_workers_starting_at_once_never_interleave() {
+    // The master and every worker write to one stderr: each line must be one write.
+    let mut s = Server::builder("hello:app")
+        .args(&["--workers", "6"])
+        .start();
+    for _ in 0..3 {
+        let before = s.worker_pids();
+        s.signal(libc::SIGHUP);
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                let now = s.worker_pids();
+                now.len() == 6 && now.iter().all(|p| !before.contains(p))
+            }),
+            "{}",
+            s.log_text()
+        );
+    }
+    s.stop();
+    let log = s.stderr_text();
+    let bad: Vec<&str> = log.lines().filter(|l| !is_log_line(l)).collect();
+    assert!(
+        bad.is_empty(),
+        "lines out of shape: {bad:#?}\n--- log ---\n{log}"
+    );
+    assert!(log.lines().count() > 6 * 4 * 2, "{log}");
+}

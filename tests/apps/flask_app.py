@@ -70,6 +70,7 @@ def json_endpoint():
             "ok": True,
             "items": [1, 2, 3],
             "python": sys.prefix,
+            "version": "%d.%d" % sys.version_info[:2],
             "flask_file": flask.__file__,
         }
     data = request.get_json()

@@ -38,8 +38,16 @@ pub const RESPONSE_DEADLINE: Duration = Duration::from_secs(30);
 /// The marker of a Rust panic in a process's stderr.
 pub const PANIC_MARKER: &str = "panicked at";
 
+/// The program under test: this build's binary, or what `M0S_TEST_BINARY` names
+/// (scripts/test.sh runs the HTTP suites once more with the Python package's `m0serve`).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_m0serve")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("M0S_TEST_BINARY")
+            .ok()
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_m0serve").to_string())
+    })
 }
 
 pub fn apps_dir() -> PathBuf {

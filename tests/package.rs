@@ -1,0 +1,472 @@
+//! The Python package, installed with pip as a user would: scripts/test.sh builds a wheel
+//! per CPython found (scripts/wheels.sh) and the base interpreter's from the sdist, and
+//! installs each with Flask into a fresh virtualenv (M0S_PACKAGE_VENVS; the base one, with
+//! Django too, is M0S_WHEEL_VENV). Here: `m0serve` and `python -m m0serve` from each, run
+//! without activation; workers that are the same interpreter; a wheel that serves with
+//! another installation of its Python, the build interpreter hidden and no libpython
+//! (M0S_PORTABLE_WHEEL, M0S_BUILD_PYTHON_PREFIX). Without those variables the tests skip
+//! with a note.
+
+mod common;
+mod venvs;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use venvs::*;
+
+/// `<venv>/bin/m0serve`: a console script, a regular executable file whose `#!` line runs
+/// the virtualenv's own interpreter.
+fn installed_script(venv: &Path) -> PathBuf {
+    let path = venv.join("bin").join("m0serve");
+    let meta = std::fs::symlink_metadata(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (is the wheel installed?)", path.display()));
+    use std::os::unix::fs::PermissionsExt;
+    assert!(
+        meta.file_type().is_file() && meta.permissions().mode() & 0o111 != 0,
+        "{} is not an executable file",
+        path.display()
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let shebang = text.lines().next().unwrap_or_default();
+    assert!(
+        shebang.starts_with(&format!("#!{}", venv.join("bin").join("python").display())),
+        "{}: {shebang}",
+        path.display()
+    );
+    path
+}
+
+/// PATH without any entry inside `venv` (the venv is not activated).
+fn path_without(venv: &Path) -> String {
+    let venv = std::fs::canonicalize(venv).unwrap();
+    std::env::var("PATH")
+        .unwrap_or_default()
+        .split(':')
+        .filter(|p| {
+            !p.is_empty()
+                && !std::fs::canonicalize(p)
+                    .map(|c| c.starts_with(&venv))
+                    .unwrap_or(false)
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The environment of a user who has not activated `venv`: no VIRTUAL_ENV, PYTHONHOME or
+/// PYTHONPATH, and the venv not on PATH.
+fn unactivated(venv: &Path) -> Vec<String> {
+    [
+        "env",
+        "-u",
+        "VIRTUAL_ENV",
+        "-u",
+        "PYTHONHOME",
+        "-u",
+        "PYTHONPATH",
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([format!("PATH={}", path_without(venv))])
+    .collect()
+}
+
+/// The console script of `venv` serving `app`, not activated.
+fn start_script(venv: &Path, app: &str, args: &[&str]) -> Server {
+    let script = installed_script(venv);
+    let env = unactivated(venv);
+    let env: Vec<&str> = env.iter().map(String::as_str).collect();
+    Server::builder(app)
+        .binary(script.to_str().unwrap())
+        .wrapped(&env)
+        .args(args)
+        .start()
+}
+
+/// `python -m m0serve` of `venv` serving `app`, not activated.
+fn start_module(venv: &Path, app: &str, args: &[&str]) -> Server {
+    let python = venv.join("bin").join("python");
+    let mut wrapper = unactivated(venv);
+    wrapper.extend([python.to_str().unwrap().to_string(), "-m".into()]);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    Server::builder(app)
+        .binary("m0serve")
+        .wrapped(&wrapper)
+        .args(args)
+        .start()
+}
+
+/// The startup line names the version, the virtualenv and why:
+/// `Python 3.X.Y (<venv>, from the environment m0serve is installed in)`; the version.
+fn assert_startup_line(s: &Server, venv: &Path) -> String {
+    const WHY: &str = ", from the environment m0serve is installed in)";
+    let log = s.stderr_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("importing ") && l.contains(WHY))
+        .unwrap_or_else(|| panic!("no 'importing' line ending {WHY:?}:\n{log}"));
+    let start = line.find("Python ").expect("Python version") + "Python ".len();
+    let rest = &line[start..];
+    let open = rest.find(" (").expect("(prefix");
+    let prefix = &rest[open + 2..rest.find(WHY).unwrap()];
+    assert_eq!(
+        std::fs::canonicalize(prefix).unwrap(),
+        std::fs::canonicalize(venv).unwrap(),
+        "startup line: {line}"
+    );
+    rest[..open].to_string()
+}
+
+/// `major.minor` of the Python that made `venv` (its pyvenv.cfg).
+fn venv_version(venv: &Path) -> String {
+    let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg")).unwrap();
+    let full = cfg
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == "version" || k.trim() == "version_info").then(|| v.trim().to_string())
+        })
+        .expect("version in pyvenv.cfg");
+    full.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// The virtualenvs named by M0S_PACKAGE_VENVS (one per CPython found), or None.
+fn package_venvs() -> Option<Vec<PathBuf>> {
+    match std::env::var("M0S_PACKAGE_VENVS") {
+        Ok(v) if !v.trim().is_empty() => Some(v.split_whitespace().map(PathBuf::from).collect()),
+        _ => {
+            eprintln!(
+                "skipped: M0S_PACKAGE_VENVS is not set. Run scripts/test.sh, which builds a \
+                 wheel per CPython found and installs each into a virtualenv."
+            );
+            None
+        }
+    }
+}
+
+fn version_output(program: &Path, args: &[&str], venv: &Path) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .env_remove("VIRTUAL_ENV")
+        .env("PATH", path_without(venv))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{} {args:?}: {out:?}",
+        program.display()
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn every_python_version_installs_the_wheel_and_serves_flask_from_its_virtualenv() {
+    let Some(venvs) = package_venvs() else { return };
+    let want = format!("m0serve {}", env!("CARGO_PKG_VERSION"));
+    for venv in &venvs {
+        let version = venv_version(venv);
+        let script = installed_script(venv);
+        assert_eq!(version_output(&script, &["--version"], venv), want);
+        let python = venv.join("bin").join("python");
+        assert_eq!(
+            version_output(&python, &["-m", "m0serve", "--version"], venv),
+            want
+        );
+
+        let s = start_module(venv, "flask_app:app", &[]);
+        let full = assert_startup_line(&s, venv);
+        assert!(
+            full.starts_with(&format!("{version}.")),
+            "{full} for {version}"
+        );
+        let r = s.get("/hello/package");
+        assert_eq!(r.status, 200, "{}", s.log_text());
+        assert_eq!(r.body_text(), "hello package");
+        let j = json(&s.get("/json"));
+        assert_from_venv(&j, venv, "flask from the package");
+        assert_eq!(j["version"].as_str(), Some(version.as_str()), "{j:?}");
+        s.assert_no_panic();
+    }
+    eprintln!("served from {} virtualenv(s): {venvs:?}", venvs.len());
+}
+
+#[test]
+fn the_console_script_serves_flask_and_django_from_its_own_virtualenv() {
+    let Some(venv) = wheel_venv() else { return };
+
+    let s = start_script(&venv, "flask_app:app", &[]);
+    assert_startup_line(&s, &venv);
+    let r = s.get("/hello/wheel");
+    assert_eq!(r.status, 200, "{}", s.log_text());
+    assert_eq!(r.body_text(), "hello wheel");
+    assert_from_venv(&json(&s.get("/json")), &venv, "flask from the wheel");
+    assert_eq!(s.get("/nowhere").status, 404);
+    drop(s);
+
+    let s = start_script(&venv, "djangoproj.wsgi:application", &[]);
+    assert_startup_line(&s, &venv);
+    let r = s.get("/");
+    assert_eq!(r.status, 200, "{}", s.log_text());
+    assert_eq!(r.body_text(), "django ok");
+    assert_from_venv(&json(&s.get("/items/3/")), &venv, "django from the wheel");
+    let r = s.request(&request_with_body(
+        "POST",
+        "/echo/",
+        "text/plain",
+        b"posted to the wheel",
+    ));
+    assert_eq!(json(&r)["length"].as_f64(), Some(19.0));
+}
+
+/// A process's argv.
+fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_master_is_the_python_process_and_its_workers_run_python_dash_m_m0serve() {
+    let Some(venv) = wheel_venv() else { return };
+    let mut s = start_script(&venv, "hello:app", &["--workers", "2"]);
+    // The console script runs the master in the interpreter its `#!` names: no second
+    // process in between.
+    let script = installed_script(&venv);
+    let shebang = std::fs::read_to_string(&script).unwrap();
+    let python = PathBuf::from(shebang.lines().next().unwrap().trim_start_matches("#!"));
+    let master = cmdline(s.pid());
+    assert_eq!(
+        master.first().map(PathBuf::from),
+        Some(python.clone()),
+        "{master:?}"
+    );
+    let check_workers = |pids: &[u32]| {
+        for &pid in pids {
+            let argv = cmdline(pid);
+            assert_eq!(
+                argv.first().map(PathBuf::from),
+                Some(python.clone()),
+                "{argv:?}"
+            );
+            let m = argv.iter().position(|a| a == "-m").expect("-m");
+            assert_eq!(
+                argv.get(m + 1).map(String::as_str),
+                Some("m0serve"),
+                "{argv:?}"
+            );
+            assert_eq!(argv[m + 2..], master[2..], "the master's arguments follow");
+        }
+    };
+    let first = s.wait_for_workers(2, Duration::from_secs(20));
+    check_workers(&first);
+    assert_eq!(s.get("/").status, 200);
+
+    // A reload starts new workers the same way.
+    s.signal(libc::SIGHUP);
+    let mut now = Vec::new();
+    let replaced = wait_until(Duration::from_secs(20), || {
+        now = s.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !first.contains(p))
+    });
+    assert!(
+        replaced,
+        "workers {first:?} not replaced: {now:?}\n{}",
+        s.log_text()
+    );
+    check_workers(&now);
+    assert_eq!(s.get("/").status, 200);
+    assert_eq!(s.stop().code(), Some(0), "{}", s.log_text());
+    s.assert_no_panic();
+}
+
+#[test]
+fn a_thread_the_app_started_does_not_hold_up_a_stopping_worker() {
+    let Some(venv) = wheel_venv() else { return };
+    let mut s = start_script(&venv, "thread_at_import:app", &["--graceful-timeout", "20"]);
+    assert_eq!(s.get("/").status, 200);
+    // The worker ends from Rust as the binary's does: Python is not finalised, so the
+    // non-daemon thread is not waited for (it would be until the master's kill, 25 s on).
+    let t0 = Instant::now();
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(10));
+    assert!(
+        status.is_some() && t0.elapsed() < Duration::from_secs(5),
+        "still running {:?} after SIGTERM\n{}",
+        t0.elapsed(),
+        s.log_text()
+    );
+    assert_eq!(status.unwrap().code(), Some(0), "{}", s.log_text());
+}
+
+#[test]
+fn the_package_serves_only_from_its_own_environment_and_says_so() {
+    let Some(venv) = wheel_venv() else { return };
+    let Some(other) = test_venv() else { return };
+    let script = installed_script(&venv);
+    // --venv naming another environment: refused at start, with the fix.
+    let out = Command::new(&script)
+        .args([
+            "hello:app",
+            "--port",
+            "0",
+            "--venv",
+            other.to_str().unwrap(),
+        ])
+        .current_dir(apps_dir())
+        .env_remove("VIRTUAL_ENV")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--venv {}: this m0serve is the Python package installed in {}",
+            other.display(),
+            venv.display()
+        )) && stderr.contains(&format!(
+            "{}/bin/python -m pip install m0serve",
+            other.display()
+        )),
+        "{stderr}"
+    );
+    // Its own environment is fine.
+    let s = start_script(&venv, "hello:app", &["--venv", venv.to_str().unwrap()]);
+    assert_eq!(s.get("/").status, 200);
+    drop(s);
+    // An activated virtualenv that is not its own: served from its own, with a warning.
+    let s = Server::builder("flask_app:app")
+        .binary(script.to_str().unwrap())
+        .env("VIRTUAL_ENV", other.to_str().unwrap())
+        .start();
+    assert_from_venv(
+        &json(&s.get("/json")),
+        &venv,
+        "flask with another VIRTUAL_ENV",
+    );
+    assert!(
+        s.stderr_text().lines().any(|l| l.contains("[WARN]")
+            && l.contains(&format!("VIRTUAL_ENV is {}", other.display()))
+            && l.contains(&format!("installed in {}", venv.display()))),
+        "{}",
+        s.stderr_text()
+    );
+}
+
+#[test]
+fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let (Ok(wheel), Ok(build_prefix)) = (
+        std::env::var("M0S_PORTABLE_WHEEL"),
+        std::env::var("M0S_BUILD_PYTHON_PREFIX"),
+    ) else {
+        eprintln!(
+            "skipped: M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX are not set (scripts/test.sh sets them)"
+        );
+        return;
+    };
+    // cpXY in the wheel's name: the Python version it is for.
+    let name = Path::new(&wheel)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let tag = name
+        .split('-')
+        .nth(2)
+        .expect("python tag")
+        .trim_start_matches("cp");
+    let version = format!("{}.{}", &tag[..1], &tag[1..]);
+    let other = PathBuf::from(format!("/usr/bin/python{version}"));
+    let other_prefix = Command::new(&other)
+        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if !root || Command::new("unshare").arg("--version").output().is_err() {
+        eprintln!("skipped: needs root and unshare(1) for a mount namespace");
+        return;
+    }
+    let Some(other_prefix) = other_prefix.filter(|p| *p != build_prefix) else {
+        eprintln!(
+            "skipped: no other installation of Python {version} ({} is missing or is the \
+             build interpreter's)",
+            other.display()
+        );
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("m0s-portable-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let venv = dir.join("venv");
+    // Inside the namespace: the build interpreter's installation is an empty tmpfs, and
+    // every libpython of this version is /dev/null.
+    let hide = format!(
+        "mount -t tmpfs -o size=1m m0s-hidden '{build_prefix}'\n\
+         test ! -e '{build_prefix}/bin'\n\
+         for f in $(find /usr/lib /usr/local/lib -name 'libpython{version}*.so*' -type f 2>/dev/null); do\n\
+         \x20   mount --bind /dev/null \"$f\"\n\
+         done\n"
+    );
+    let prepare = format!(
+        "{hide}'{}' -m venv '{}'\n'{}/bin/python' -m pip install --quiet --no-index '{wheel}'\n",
+        other.display(),
+        venv.display(),
+        venv.display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-ec", &prepare])
+        .env_remove("VIRTUAL_ENV")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "preparing {} with {}: {}{}",
+        venv.display(),
+        other.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let serve = format!("{hide}exec \"$@\"\n");
+    let script = installed_script(&venv);
+    let mut s = Server::builder("hello:app")
+        .binary(script.to_str().unwrap())
+        .wrapped(&["unshare", "-m", "sh", "-ec", &serve, "sh"])
+        .args(&["--workers", "2"])
+        .start();
+    let r = s.get("/");
+    assert_eq!(r.status, 200, "{}", s.log_text());
+    assert_startup_line(&s, &venv);
+    // What the workers mapped: the other installation's interpreter, no libpython, and
+    // nothing of the build interpreter's.
+    let workers = s.wait_for_workers(2, Duration::from_secs(20));
+    for pid in &workers {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(
+            !maps.contains("libpython"),
+            "worker {pid} mapped a libpython:\n{maps}"
+        );
+        assert!(
+            !maps.contains(&build_prefix),
+            "worker {pid} mapped {build_prefix}:\n{maps}"
+        );
+        assert!(
+            maps.contains("_m0serve"),
+            "worker {pid} has no extension module:\n{maps}"
+        );
+    }
+    eprintln!(
+        "the wheel for {version}, built with {build_prefix}, served with {other_prefix} \
+         (workers {workers:?})"
+    );
+    assert_eq!(s.stop().code(), Some(0), "{}", s.log_text());
+    let _ = std::fs::remove_dir_all(&dir);
+}
