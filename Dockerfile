@@ -1,26 +1,18 @@
-# m0serve as a container entrypoint: `docker build -t m0serve .`, then an image FROM this
-# one copies the app into /app and sets CMD to its `module:attr` (docs/operations.md).
-#
-# Build stage: a Rust toolchain on the same CPython the image runs, so the rpath build.rs
-# records (to this libpython) holds in the runtime stage.
-FROM python:3.11-slim AS build
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends curl ca-certificates build-essential \
-    && rm -rf /var/lib/apt/lists/*
-RUN curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain 1.95.0
-ENV PATH=/root/.cargo/bin:$PATH
-WORKDIR /src
-COPY Cargo.toml Cargo.lock build.rs ./
-COPY src ./src
-COPY benches ./benches
-RUN cargo build --release --locked --bin m0serve
-
-FROM python:3.11-slim
-COPY --from=build /src/target/release/m0serve /usr/local/bin/m0serve
+# m0serve as a container entrypoint, from the wheel: `scripts/wheels.sh` (dist/), then
+# `docker build -t m0serve .`. An image FROM this one copies the app into /app and sets CMD
+# to its `module:attr` (docs/deploy/README.md, "A container").
+FROM python:3.12-slim
+# The wheel for this image's Python (cp312, manylinux2014) from dist/; nothing is compiled.
+# Once m0serve is on PyPI this is `pip install m0serve`.
+COPY dist /tmp/dist
+RUN pip install --no-cache-dir --no-index --find-links /tmp/dist m0serve \
+    && rm -rf /tmp/dist
 COPY examples /app
 WORKDIR /app
-# Listen on every interface inside the container; every flag is also an M0SERVE_ variable.
-ENV M0SERVE_HOST=0.0.0.0 \
+# Python's output unbuffered (the app's prints reach `docker logs` as they happen); listen
+# on every interface inside the container; every flag is also an M0SERVE_ variable.
+ENV PYTHONUNBUFFERED=1 \
+    M0SERVE_HOST=0.0.0.0 \
     M0SERVE_PORT=8000 \
     M0SERVE_APP_DIR=/app
 EXPOSE 8000

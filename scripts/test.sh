@@ -15,7 +15,7 @@
 #   target/package-venvs/V  per version found: a fresh virtualenv with its wheel and Flask
 #                           (the base version's: the sdist's wheel, and Django too)
 # and exports M0S_TEST_VENV, M0S_WHEEL_VENV (the base version's package venv),
-# M0S_PACKAGE_VENVS, M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX for those tests (run
+# M0S_PACKAGE_VENVS, M0S_WHEELS, M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX for those tests (run
 # without them, e.g. by a plain `cargo nextest run`, they skip with a note). Without PyPI
 # this fails.
 set -euo pipefail
@@ -103,6 +103,7 @@ echo "scripts/test.sh: ${PACKAGE_VENVS[*]} ready ($((SECONDS - t0)) s)"
 export M0S_TEST_VENV="$PWD/$TEST_VENV"
 export M0S_WHEEL_VENV="$PWD/$WHEEL_VENV"
 export M0S_PACKAGE_VENVS="${PACKAGE_VENVS[*]}"
+export M0S_WHEELS="$PWD/$WHEELS"
 export M0S_PORTABLE_WHEEL="$PWD/$PORTABLE_WHEEL"
 M0S_BUILD_PYTHON_PREFIX=$("$BASE_PYTHON" -c 'import sys; print(sys.base_prefix)')
 export M0S_BUILD_PYTHON_PREFIX

@@ -138,8 +138,10 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_PID_FILE", value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 
-    /// The virtualenv whose site-packages the app imports from (default: VIRTUAL_ENV, else
-    /// the virtualenv this binary is installed in, else the interpreter it was built with).
+    /// The standalone binary's virtualenv, whose site-packages the app imports from
+    /// (default: VIRTUAL_ENV, else the virtualenv the binary lies in, else the interpreter it
+    /// was built with); one of another Python version is refused. The pip-installed
+    /// `m0serve` always runs in the environment it is installed in.
     #[arg(long, env = "M0SERVE_VENV", value_name = "PATH")]
     pub venv: Option<PathBuf>,
 

@@ -5,7 +5,11 @@
 //! binary (`--print-config`, and `--check-config` with the image's app from examples/),
 //! probes and the Service's targetPort on the port m0serve listens on, resources set, and
 //! terminationGracePeriodSeconds above the preStop sleep plus `--graceful-timeout` plus
-//! the master's own 5 s before it kills what is left.
+//! the master's own 5 s before it kills what is left. The Dockerfile (no Docker engine
+//! here): pip for the image's Python picks the manylinux wheel from the wheels
+//! scripts/test.sh built (M0S_WHEELS), and the image's entrypoint, command and environment
+//! pass `--check-config` from a virtualenv of that version (M0S_PACKAGE_VENVS). The systemd
+//! unit: a virtualenv's `m0serve`, arguments the real program accepts.
 
 mod common;
 mod venvs;
@@ -328,10 +332,189 @@ fn kubernetes_manifest_fits_together_and_its_arguments_parse() {
 }
 
 #[test]
-fn systemd_units_are_still_there() {
-    // Their content is tested by tests/systemd.rs; this only guards the recipe's files.
+fn the_systemd_unit_runs_the_virtualenvs_m0serve_with_arguments_that_parse() {
+    // The notify protocol and socket activation are tested by tests/systemd.rs; this checks
+    // the recipe's files: ExecStart is a virtualenv's console script, its arguments are
+    // accepted by the real program, and the stop timeout exceeds the drain.
     for f in ["m0serve.service", "m0serve.socket"] {
         let p = repo().join("docs/deploy").join(f);
         assert!(p.is_file(), "{} is missing", p.display());
     }
+    let unit = std::fs::read_to_string(repo().join("docs/deploy/m0serve.service")).unwrap();
+    let value = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}= in m0serve.service"))
+            .to_string()
+    };
+    let exec = value("ExecStart");
+    let mut words = exec.split_whitespace();
+    let program = words.next().unwrap();
+    assert!(program.ends_with("/.venv/bin/m0serve"), "ExecStart={exec}");
+    let args: Vec<&str> = words.chain(["--print-config"]).collect();
+    let out = run_to_exit(&args, &[], Duration::from_secs(10));
+    assert!(out.status.success(), "{args:?}: {}", out.stderr);
+    let config = printed_config(&out.stdout);
+    let graceful: f64 = config["--graceful-timeout"].parse().unwrap();
+    let stop: f64 = value("TimeoutStopSec").parse().unwrap();
+    assert!(
+        stop > graceful,
+        "TimeoutStopSec={stop} <= --graceful-timeout {graceful}"
+    );
+}
+
+/// The Dockerfile's instructions (continuation lines joined, comments dropped), each as
+/// (INSTRUCTION, arguments).
+fn dockerfile() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(repo().join("Dockerfile")).unwrap();
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') || (t.is_empty() && current.is_empty()) {
+            continue;
+        }
+        match t.strip_suffix('\\') {
+            Some(part) => {
+                current.push_str(part);
+                current.push(' ');
+            }
+            None => {
+                current.push_str(t);
+                let (ins, args) = current.split_once(' ').unwrap_or((&current, ""));
+                out.push((ins.to_ascii_uppercase(), args.trim().to_string()));
+                current.clear();
+            }
+        }
+    }
+    out
+}
+
+/// A Dockerfile JSON array (`["m0serve", "hello:app"]`).
+fn exec_form(args: &str, what: &str) -> Vec<String> {
+    Json::parse(args)
+        .unwrap_or_else(|e| panic!("{what} {args}: not a JSON array ({e})"))
+        .as_array()
+        .unwrap_or_else(|| panic!("{what} {args}: not an array"))
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
+    let Some(venvs) = std::env::var("M0S_PACKAGE_VENVS")
+        .ok()
+        .filter(|v| !v.is_empty())
+    else {
+        eprintln!("skipped: M0S_PACKAGE_VENVS is not set (scripts/test.sh sets it)");
+        return;
+    };
+    let wheels =
+        PathBuf::from(std::env::var("M0S_WHEELS").expect("M0S_WHEELS with M0S_PACKAGE_VENVS"));
+    let ins = dockerfile();
+    let get = |name: &str| -> Vec<&String> {
+        ins.iter()
+            .filter(|(i, _)| i == name)
+            .map(|(_, a)| a)
+            .collect()
+    };
+    // One stage, on the slim image of one Python version.
+    let from = get("FROM");
+    assert_eq!(from.len(), 1, "{from:?}");
+    let version = from[0]
+        .strip_prefix("python:")
+        .and_then(|t| t.strip_suffix("-slim"))
+        .unwrap_or_else(|| panic!("FROM {}: expected python:3.X-slim", from[0]));
+    let venv = venvs
+        .split_whitespace()
+        .map(PathBuf::from)
+        .find(|v| v.ends_with(version))
+        .unwrap_or_else(|| panic!("no package virtualenv for Python {version} in {venvs}"));
+
+    // The wheel comes from dist/ (COPY), installed by pip without an index: pip, for the
+    // image's Python, picks the manylinux wheel built for it.
+    assert!(
+        get("COPY").iter().any(|a| *a == "dist /tmp/dist"),
+        "{ins:?}"
+    );
+    let run = get("RUN")
+        .into_iter()
+        .find(|r| r.contains("pip install"))
+        .expect("a RUN with pip install");
+    assert!(
+        run.contains("--no-index --find-links /tmp/dist m0serve"),
+        "RUN {run}"
+    );
+    let report = std::env::temp_dir().join(format!("m0s-docker-pip-{}.json", std::process::id()));
+    let out = Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+        ])
+        .args(["--no-index", "--find-links"])
+        .arg(&wheels)
+        .args(["m0serve", "--quiet", "--report"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pip: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let chosen = Json::parse(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&report);
+    let url = chosen["install"][0]["download_info"]["url"]
+        .as_str()
+        .unwrap_or_else(|| panic!("pip chose nothing: {chosen:?}"))
+        .to_string();
+    let tag = format!("-cp{}-", version.replace('.', ""));
+    assert!(
+        url.contains(&tag) && url.contains("manylinux") && url.ends_with(".whl"),
+        "pip for Python {version} chose {url}"
+    );
+
+    // Its environment, entrypoint and command, run from a virtualenv of that version (with
+    // /app, the image's copy of examples/, as examples/ here): the configuration checks.
+    let env_line = get("ENV").into_iter().next().expect("ENV").clone();
+    let mut env: Vec<(String, String)> = env_line
+        .split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or_else(|| panic!("ENV {kv}"));
+            (k.to_string(), v.to_string())
+        })
+        .collect();
+    assert!(
+        env.iter().any(|(k, v)| k == "PYTHONUNBUFFERED" && v == "1"),
+        "{env:?}"
+    );
+    for (k, v) in &mut env {
+        if k == "M0SERVE_APP_DIR" {
+            assert_eq!(v, "/app");
+            *v = repo().join("examples").display().to_string();
+        }
+    }
+    let entry = exec_form(get("ENTRYPOINT")[0], "ENTRYPOINT");
+    let cmd = exec_form(get("CMD")[0], "CMD");
+    assert_eq!(entry, ["m0serve"]);
+    let out = Command::new(venv.join("bin").join(&entry[0]))
+        .args(&cmd)
+        .arg("--check-config")
+        .env_remove("VIRTUAL_ENV")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && stdout.contains("configuration OK")
+            && stdout.contains("0.0.0.0:8000"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -386,7 +386,7 @@ fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
     let version = format!("{}.{}", &tag[..1], &tag[1..]);
     let other = PathBuf::from(format!("/usr/bin/python{version}"));
     let other_prefix = Command::new(&other)
-        .args(["-c", "import sys; print(sys.base_prefix)"])
+        .args(["-c", "import ensurepip, sys; print(sys.base_prefix)"])
         .output()
         .ok()
         .filter(|o| o.status.success())
@@ -397,7 +397,7 @@ fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
     }
     let Some(other_prefix) = other_prefix.filter(|p| *p != build_prefix) else {
         eprintln!(
-            "skipped: no other installation of Python {version} ({} is missing or is the \
+            "skipped: no other installation of Python {version} ({} is missing, has no venv module, or is the \
              build interpreter's)",
             other.display()
         );
