@@ -10,8 +10,9 @@
 //! The format is gunicorn's: `%(name)s` atoms in literal text. `h` client address, `t` time
 //! (`[30/Nov/2026:04:52:06 +0000]`), `r` request line, `m` method, `U` path, `q` query,
 //! `H` protocol, `s` status, `B` response body bytes, `b` the same or `-` for none, `f`
-//! referer, `a` user agent, `T` seconds, `M` milliseconds, `D` microseconds, `{name}i` any
-//! request header, `l` and `u` a `-`. `--access-log-format json` writes one JSON object per
+//! referer, `a` user agent, `T` seconds, `L` seconds with six decimals, `M` milliseconds,
+//! `D` microseconds, `p` the worker's `<PID>`, `{name}i` any request header, `{name}o` any
+//! response header, `{NAME}e` an environment variable (read at start), `l` and `u` a `-`. `--access-log-format json` writes one JSON object per
 //! line with the same facts, every string escaped.
 
 use std::fmt::Write as _;
@@ -59,13 +60,21 @@ pub enum Atom {
     Millis,
     Micros,
     Header(String),
+    /// `%({name}o)s`: a response header; the index into `Entry::response_headers` (the
+    /// names are `Format::response_header_names`).
+    ResponseHeader(usize),
+    /// `%(L)s`: the duration in seconds, with six decimals.
+    SecondsFraction,
+    /// `%(p)s`: `<PID>` of the worker.
+    Pid,
     Dash,
 }
 
 /// A parsed `--access-log-format`.
 #[derive(Clone, Debug)]
 pub enum Format {
-    Atoms(Vec<Atom>),
+    /// The atoms, and the response headers they name (`%({name}o)s`, lowercase).
+    Atoms(Vec<Atom>, Vec<String>),
     Json,
 }
 
@@ -74,6 +83,7 @@ impl Format {
         if s == "json" {
             return Ok(Format::Json);
         }
+        let mut response_names = Vec::new();
         let mut atoms = Vec::new();
         let mut lit = String::new();
         let mut rest = s;
@@ -101,8 +111,28 @@ impl Format {
                 "M" => Atom::Millis,
                 "D" => Atom::Micros,
                 "l" | "u" => Atom::Dash,
+                "L" => Atom::SecondsFraction,
+                "p" => Atom::Pid,
                 n if n.starts_with('{') && n.ends_with("}i") && n.len() > 3 => {
                     Atom::Header(n[1..n.len() - 2].to_ascii_lowercase())
+                }
+                n if n.starts_with('{') && n.ends_with("}o") && n.len() > 3 => {
+                    let name = n[1..n.len() - 2].to_ascii_lowercase();
+                    let idx = match response_names.iter().position(|x| *x == name) {
+                        Some(i) => i,
+                        None => {
+                            response_names.push(name);
+                            response_names.len() - 1
+                        }
+                    };
+                    Atom::ResponseHeader(idx)
+                }
+                // An environment variable, as the process has it: read once, here.
+                n if n.starts_with('{') && n.ends_with("}e") && n.len() > 3 => {
+                    let value = std::env::var(&n[1..n.len() - 2]).unwrap_or_else(|_| "-".into());
+                    let mut text = String::new();
+                    push_text(&mut text, value.as_bytes());
+                    Atom::Lit(text)
                 }
                 other => {
                     return Err(format!(
@@ -120,15 +150,54 @@ impl Format {
         if !lit.is_empty() {
             atoms.push(Atom::Lit(lit));
         }
-        Ok(Format::Atoms(atoms))
+        Ok(Format::Atoms(atoms, response_names))
+    }
+
+    /// The response headers the format shows (lowercase), in `ResponseHeader` order.
+    pub fn response_header_names(&self) -> &[String] {
+        match self {
+            Format::Atoms(_, names) => names,
+            Format::Json => &[],
+        }
+    }
+}
+
+/// Where the access log goes (`--access-log`, `--access-log-file`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `--access-log` alone.
+    Stderr,
+    /// `--access-log-file -`, as gunicorn reads it.
+    Stdout,
+    File(PathBuf),
+}
+
+impl Target {
+    /// `--access-log-file`'s value: `-` is standard output.
+    pub fn from_flag(path: Option<PathBuf>) -> Target {
+        match path {
+            None => Target::Stderr,
+            Some(p) if p.as_os_str() == "-" => Target::Stdout,
+            Some(p) => Target::File(p),
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        match self {
+            Target::Stderr => "standard error".into(),
+            Target::Stdout => "standard output".into(),
+            Target::File(p) => p.display().to_string(),
+        }
     }
 }
 
 /// Where lines go: shared by every handler of a worker.
 pub struct LogFile {
-    /// The file and its path, or `None` for standard error. The lock is taken once per
+    /// The file and its path, or `None` for a standard stream. The lock is taken once per
     /// flush (a 16 KiB batch), and by `reopen`.
     file: Option<(Mutex<File>, PathBuf)>,
+    /// With no file: standard output, else standard error.
+    stdout: bool,
 }
 
 fn open_append(path: &Path) -> io::Result<File> {
@@ -140,13 +209,16 @@ fn open_append(path: &Path) -> io::Result<File> {
 }
 
 impl LogFile {
-    /// A file opened for appending, or standard error.
-    pub fn open(path: Option<&Path>) -> io::Result<LogFile> {
-        let file = match path {
-            Some(p) => Some((Mutex::new(open_append(p)?), p.to_path_buf())),
-            None => None,
+    /// A file opened for appending, or a standard stream.
+    pub fn open(target: &Target) -> io::Result<LogFile> {
+        let file = match target {
+            Target::File(p) => Some((Mutex::new(open_append(p)?), p.to_path_buf())),
+            Target::Stderr | Target::Stdout => None,
         };
-        Ok(LogFile { file })
+        Ok(LogFile {
+            file,
+            stdout: *target == Target::Stdout,
+        })
     }
 
     /// SIGUSR1: opens the file's path again (after a log rotation moved the old file).
@@ -170,35 +242,41 @@ impl LogFile {
                 Ok(mut f) => f.write_all(bytes),
                 Err(_) => Ok(()),
             },
-            None => {
-                let mut err = io::stderr().lock();
-                let mut rest = bytes;
-                let mut res = Ok(());
-                while !rest.is_empty() && res.is_ok() {
-                    // The longest run of whole lines within PIPE_WRITE_MAX (or one long
-                    // line whole, when a single line is longer).
-                    let window = &rest[..rest.len().min(PIPE_WRITE_MAX)];
-                    let cut = if rest.len() <= PIPE_WRITE_MAX {
-                        rest.len()
-                    } else {
-                        match window.iter().rposition(|&b| b == b'\n') {
-                            Some(i) => i + 1,
-                            None => rest
-                                .iter()
-                                .position(|&b| b == b'\n')
-                                .map_or(rest.len(), |i| i + 1),
-                        }
-                    };
-                    res = err.write_all(&rest[..cut]);
-                    rest = &rest[cut..];
-                }
-                res
-            }
+            None if self.stdout => write_lines(&mut io::stdout().lock(), bytes),
+            None => write_lines(&mut io::stderr().lock(), bytes),
         };
         if let Err(e) = res {
             crate::log::warning!("cannot write the access log: {e}");
         }
     }
+}
+
+/// Writes `bytes` (whole lines) to a standard stream, often a pipe the workers share, in
+/// runs of whole lines of at most `PIPE_WRITE_MAX` bytes (or one long line whole), each
+/// one write(2) that a pipe keeps whole.
+fn write_lines(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        // The longest run of whole lines within PIPE_WRITE_MAX (or one long line whole,
+        // when a single line is longer).
+        let window = &rest[..rest.len().min(PIPE_WRITE_MAX)];
+        let cut = if rest.len() <= PIPE_WRITE_MAX {
+            rest.len()
+        } else {
+            match window.iter().rposition(|&b| b == b'\n') {
+                Some(i) => i + 1,
+                None => rest
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(rest.len(), |i| i + 1),
+            }
+        };
+        out.write_all(&rest[..cut])?;
+        // Standard output is line-buffered in Rust: the run leaves now.
+        out.flush()?;
+        rest = &rest[cut..];
+    }
+    Ok(())
 }
 
 /// The facts of one response.
@@ -213,6 +291,8 @@ pub struct Entry<'a> {
     pub status: u16,
     pub body_bytes: u64,
     pub duration: Duration,
+    /// The values of `AccessLog::response_header_names`, in order (`None`: not sent).
+    pub response_headers: &'a [Option<Vec<u8>>],
 }
 
 /// A worker's access log: the format and where lines go, shared by its handlers.
@@ -245,12 +325,17 @@ impl AccessLogger {
         }
     }
 
+    /// The response headers the format shows (`Entry::response_headers` follows them).
+    pub fn response_header_names(&self) -> &[String] {
+        self.shared.format.response_header_names()
+    }
+
     pub fn record(&mut self, e: &Entry<'_>) {
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         match &self.shared.format {
             Format::Json => json(&mut self.time, &mut line, e),
-            Format::Atoms(atoms) => {
+            Format::Atoms(atoms, _) => {
                 for atom in atoms {
                     render(&mut self.time, &mut line, atom, e);
                 }
@@ -338,6 +423,16 @@ fn render(time: &mut TimeCache, out: &mut String, atom: &Atom, e: &Entry<'_>) {
                 let _ = write!(out, "{}", e.duration.as_micros());
             }
             Atom::Header(name) => push_text(out, header(e, name).unwrap_or(b"-")),
+            Atom::ResponseHeader(i) => match e.response_headers.get(*i) {
+                Some(Some(v)) => push_text(out, v),
+                _ => out.push('-'),
+            },
+            Atom::SecondsFraction => {
+                let _ = write!(out, "{:.6}", e.duration.as_secs_f64());
+            }
+            Atom::Pid => {
+                let _ = write!(out, "<{}>", std::process::id());
+            }
             Atom::Dash => out.push('-'),
         }
     }
@@ -487,7 +582,7 @@ mod tests {
 
     #[test]
     fn parses_gunicorns_default_format() {
-        let Format::Atoms(atoms) = Format::parse(DEFAULT_FORMAT).unwrap() else {
+        let Format::Atoms(atoms, _) = Format::parse(DEFAULT_FORMAT).unwrap() else {
             panic!("not atoms");
         };
         assert_eq!(atoms[0], Atom::Remote);
@@ -495,10 +590,23 @@ mod tests {
         assert!(Format::parse("%(zz)s").is_err());
         assert!(Format::parse("%(h").is_err());
         assert!(matches!(Format::parse("json"), Ok(Format::Json)));
-        let Format::Atoms(a) = Format::parse("x %({X-Request-Id}i)s y").unwrap() else {
+        let Format::Atoms(a, _) = Format::parse("x %({X-Request-Id}i)s y").unwrap() else {
             panic!("not atoms");
         };
         assert_eq!(a[1], Atom::Header("x-request-id".into()));
+        // Response headers are numbered by first mention, one slot per name.
+        let Format::Atoms(a, names) =
+            Format::parse("%({Content-Type}o)s %({ETag}o)s %({content-type}o)s %(L)s %(p)s")
+                .unwrap()
+        else {
+            panic!("not atoms");
+        };
+        assert_eq!(names, ["content-type", "etag"]);
+        assert_eq!(a[0], Atom::ResponseHeader(0));
+        assert_eq!(a[2], Atom::ResponseHeader(1));
+        assert_eq!(a[4], Atom::ResponseHeader(0));
+        assert_eq!(a[6], Atom::SecondsFraction);
+        assert_eq!(a[8], Atom::Pid);
     }
 
     #[test]

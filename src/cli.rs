@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
-use crate::log::Level;
+use crate::log::{Format as LogFormat, Level};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -301,7 +301,8 @@ pub struct Cli {
     pub reload_ignore: Vec<String>,
 
     /// Check the configuration and import the app, then exit: 0 when both are good, else 1
-    /// with a message naming the flag, module or attribute at fault. Serves nothing.
+    /// with a message naming the module or attribute at fault (2 for a bad flag). Serves
+    /// nothing.
     #[arg(long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
     pub check_config: bool,
 
@@ -321,16 +322,39 @@ pub struct Cli {
 
     /// Print the resolved configuration, each value with where it came from (default,
     /// file, environment, flag), and exit.
-    #[arg(long)]
+    #[arg(long, env = "M0SERVE_PRINT_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
     pub print_config: bool,
 
     /// Print docs/configuration.md (every option, generated from this definition).
     #[arg(long, hide = true)]
     pub print_flags_markdown: bool,
 
-    /// Error log level.
-    #[arg(long, env = "M0SERVE_LOG_LEVEL", value_enum, default_value = "info")]
+    /// Error log level (any case; `warn` and `critical` as gunicorn spells them).
+    #[arg(
+        long,
+        env = "M0SERVE_LOG_LEVEL",
+        value_enum,
+        default_value = "info",
+        ignore_case = true
+    )]
     pub log_level: Level,
+
+    /// Error log format: `text` (`[2026-12-01 17:17:08 +0000] [PID] [LEVEL] [THREAD]
+    /// message`) or `json` (one object a line: time in ISO 8601 with its zone, level, pid,
+    /// thread, message).
+    #[arg(
+        long,
+        env = "M0SERVE_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        ignore_case = true
+    )]
+    pub log_format: LogFormat,
+
+    /// Write the error log, and everything the app writes to standard error, to PATH
+    /// (appending; reopened on SIGUSR1); `-` is standard error.
+    #[arg(long, env = "M0SERVE_ERROR_LOG_FILE", value_name = "PATH")]
+    pub error_log_file: Option<PathBuf>,
 }
 
 /// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the

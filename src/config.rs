@@ -71,10 +71,13 @@ pub struct Config {
     /// `--check-config`: check, import the app, exit.
     pub check_only: bool,
     pub trusted: crate::wsgi::proxy::Trusted,
-    /// `--access-log`: where (`None`: standard error) and in which format.
-    pub access_log: Option<(Option<PathBuf>, crate::access_log::Format)>,
+    /// `--access-log`: where and in which format.
+    pub access_log: Option<(crate::access_log::Target, crate::access_log::Format)>,
     pub app_dir: PathBuf,
     pub log_level: Level,
+    pub log_format: crate::log::Format,
+    /// `--error-log-file` (`None`: standard error, also for `-`).
+    pub error_log_file: Option<PathBuf>,
     pub stats: bool,
     pub static_response: bool,
     /// `--metrics-port` (with `--metrics-address`).
@@ -254,7 +257,10 @@ impl Config {
             workers_max_rss: cli.workers_max_rss,
             trusted: crate::wsgi::proxy::Trusted::parse(&cli.forwarded_allow_ips)?,
             access_log: if cli.access_log || cli.access_log_file.is_some() {
-                Some((cli.access_log_file, access_log_format))
+                Some((
+                    crate::access_log::Target::from_flag(cli.access_log_file),
+                    access_log_format,
+                ))
             } else {
                 None
             },
@@ -262,6 +268,8 @@ impl Config {
             check_only: cli.check_config,
             app_dir,
             log_level: cli.log_level,
+            log_format: cli.log_format,
+            error_log_file: cli.error_log_file.filter(|p| p.as_os_str() != "-"),
             stats: cli.stats,
             static_response: cli.static_response,
             metrics,

@@ -170,6 +170,11 @@ pub fn run() -> i32 {
 /// returns the exit code.
 #[cfg(not(loom))]
 pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
+    // Until the server sets up its own handling (it ignores SIGPIPE), output to a closed
+    // pipe (`m0serve --print-config | head`) ends the process quietly, as it does any Unix
+    // tool, instead of failing a print. (Rust and Python both start with it ignored.)
+    // SAFETY: setting a disposition to SIG_DFL has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = match cli::parse(argv) {
         Ok(cli) => cli,
         Err(code) => return code,
@@ -182,6 +187,7 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
         }
     };
     log::set_level(config.log_level);
+    log::set_format(config.log_format);
     if config.check_only {
         return match check(&config) {
             Ok(what) => {
@@ -193,6 +199,12 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
                 1
             }
         };
+    }
+    if let Some(path) = &config.error_log_file {
+        if let Err(e) = log::redirect_stderr(path) {
+            eprintln!("m0serve: error: --error-log-file {}: {e}", path.display());
+            return 2;
+        }
     }
     // A worker is started by the master with the listener's and the status pipe's
     // descriptors named in its environment.

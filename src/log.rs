@@ -1,25 +1,50 @@
-//! The error log: one line per event, with the level, the process id and the thread's
-//! name, on stderr.
+//! The error log: one line per event, with the time (UTC, its zone written out), the
+//! process id, the level and the thread's name, as text (gunicorn's layout) or as one JSON
+//! object per line (`--log-format json`), on standard error or `--error-log-file`.
 //!
-//! Deliberately small: a global level and `eprintln!`-style macros (`error!`, `warning!`,
-//! `info!`, `debug!`). The access log is `access_log.rs`.
+//! Deliberately small: a global level and format and `eprintln!`-style macros (`error!`,
+//! `warning!`, `info!`, `debug!`). The access log is `access_log.rs`.
 
+use std::fmt::Write as _;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 #[repr(u8)]
 pub enum Level {
+    /// Also `critical` (gunicorn's highest level).
+    #[value(alias = "critical")]
     Error = 1,
+    #[value(alias = "warn")]
     Warning = 2,
     Info = 3,
     Debug = 4,
 }
 
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[repr(u8)]
+pub enum Format {
+    /// `[2026-12-01 17:17:08 +0000] [PID] [LEVEL] [THREAD] message`
+    Text = 0,
+    /// `{"time": "2026-12-01T17:17:08.123+00:00", "level": "info", "pid": PID,
+    /// "thread": "m0s-loop", "message": "..."}`
+    Json = 1,
+}
+
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
+static FORMAT: AtomicU8 = AtomicU8::new(Format::Text as u8);
 
 pub fn set_level(level: Level) {
     // Relaxed: a plain configuration value; no other memory is published with it.
     LEVEL.store(level as u8, Ordering::Relaxed);
+}
+
+pub fn set_format(format: Format) {
+    // Relaxed: as `set_level`.
+    FORMAT.store(format as u8, Ordering::Relaxed);
 }
 
 pub fn enabled(level: Level) -> bool {
@@ -30,37 +55,128 @@ pub fn enabled(level: Level) -> bool {
 #[doc(hidden)]
 pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let name = match level {
-        Level::Error => "ERROR",
-        Level::Warning => "WARN",
-        Level::Info => "INFO",
-        Level::Debug => "DEBUG",
-    };
     let thread = std::thread::current();
     let tname = thread.name().unwrap_or("main");
     let pid = std::process::id();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    // Relaxed: see `set_format`.
+    let line = if FORMAT.load(Ordering::Relaxed) == Format::Json as u8 {
+        let mut line = String::with_capacity(160);
+        let _ = write!(
+            line,
+            "{{\"time\": \"{}\", \"level\": \"{}\", \"pid\": {pid}, \"thread\": ",
+            iso8601(now),
+            level_name(level).to_ascii_lowercase()
+        );
+        json_string(&mut line, tname);
+        line.push_str(", \"message\": ");
+        json_string(&mut line, &args.to_string());
+        line.push_str("}\n");
+        line
+    } else {
+        format!(
+            "[{}] [{pid}] [{}] [{tname}] {args}\n",
+            text_time(now.as_secs()),
+            level_name(level)
+        )
+    };
     // The whole line in one write(2): stderr is unbuffered, and the master and every
     // worker share it, so a line written in pieces would interleave with theirs (a pipe
     // keeps a write of up to PIPE_BUF bytes whole).
-    let line = format!("[{}] [{pid}] [{name}] [{tname}] {args}\n", timestamp());
     // A failed write to stderr has nowhere else to go.
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
-/// `YYYY-MM-DD HH:MM:SS` in UTC, without a date crate.
-fn timestamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+fn level_name(level: Level) -> &'static str {
+    match level {
+        Level::Error => "ERROR",
+        Level::Warning => "WARN",
+        Level::Info => "INFO",
+        Level::Debug => "DEBUG",
+    }
+}
+
+/// `YYYY-MM-DD HH:MM:SS +0000`: UTC, and it says so.
+fn text_time(secs: u64) -> String {
     let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
     let s = secs % 86_400;
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} +0000",
         s / 3600,
         (s / 60) % 60,
         s % 60
     )
+}
+
+/// ISO 8601 with milliseconds and the zone: `YYYY-MM-DDTHH:MM:SS.mmm+00:00`.
+fn iso8601(since_epoch: std::time::Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
+    let s = secs % 86_400;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}+00:00",
+        s / 3600,
+        (s / 60) % 60,
+        s % 60,
+        since_epoch.subsec_millis()
+    )
+}
+
+/// `s` as a JSON string (RFC 8259: `"`, `\` and control characters escaped).
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// `--error-log-file`, once set.
+static ERROR_LOG: OnceLock<PathBuf> = OnceLock::new();
+
+/// `--error-log-file PATH`: opens PATH for appending and puts it in place of standard error
+/// (descriptor 2), so the server's lines and everything Python writes to `sys.stderr` (the
+/// app's tracebacks) go to it. Each process (the master, every worker) does this itself.
+pub fn redirect_stderr(path: &Path) -> io::Result<()> {
+    let _ = ERROR_LOG.set(path.to_path_buf());
+    put_on_stderr(path)
+}
+
+fn put_on_stderr(path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o644)
+        .open(path)?;
+    // SAFETY: dup2 onto descriptor 2 with a descriptor `file` owns; it replaces what fd 2
+    // refers to in one step, so a concurrent write goes to the old file or the new one.
+    if unsafe { libc::dup2(file.as_raw_fd(), 2) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// SIGUSR1: opens `--error-log-file` again (after a rotation moved the old file).
+pub fn reopen() {
+    if let Some(path) = ERROR_LOG.get() {
+        if let Err(e) = put_on_stderr(path) {
+            crate::log::warning!("cannot reopen the error log {}: {e}", path.display());
+        }
+    }
 }
 
 macro_rules! log_at {
@@ -75,3 +191,24 @@ macro_rules! warning { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Leve
 macro_rules! info { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Level::Info, $($arg)*) }; }
 macro_rules! debug { ($($arg:tt)*) => { $crate::log::log_at!($crate::log::Level::Debug, $($arg)*) }; }
 pub(crate) use {debug, error, info, log_at, warning};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_say_their_zone() {
+        assert_eq!(text_time(0), "1970-01-01 00:00:00 +0000");
+        assert_eq!(
+            iso8601(std::time::Duration::from_millis(1_764_609_428_123)),
+            "2025-12-01T17:17:08.123+00:00"
+        );
+    }
+
+    #[test]
+    fn json_strings_escape_what_could_break_a_line() {
+        let mut s = String::new();
+        json_string(&mut s, "a\"b\\c\nd\u{1}é");
+        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001é\"");
+    }
+}

@@ -310,15 +310,28 @@ pub fn load_app(
             e,
         )
     })?;
-    let mut app = module.getattr(spec.attr.as_str()).map_err(|e| {
-        fail(
-            format!(
-                "module '{}' has no attribute '{}' (app '{spec}')",
+    let mut app = match module.getattr(spec.attr.as_str()) {
+        Ok(app) => app,
+        // A plain missing attribute: its one-line traceback would only repeat this.
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyAttributeError>(py) => {
+            let hint = suggest_attr(&module, spec)
+                .map(|s| format!("; did you mean {s}?"))
+                .unwrap_or_default();
+            return Err(format!(
+                "module '{}' has no attribute '{}' (app '{spec}'){hint}",
                 spec.module, spec.attr
-            ),
-            e,
-        )
-    })?;
+            ));
+        }
+        Err(e) => {
+            return Err(fail(
+                format!(
+                    "cannot read '{}' from module '{}' (app '{spec}')",
+                    spec.attr, spec.module
+                ),
+                e,
+            ))
+        }
+    };
     if spec.factory {
         app = app
             .call0()
@@ -333,6 +346,65 @@ pub fn load_app(
         return Err(format!("app '{spec}' is not callable (it is a {ty})"));
     }
     Ok(app.unbind())
+}
+
+/// The app spec the user most likely meant, when `spec.attr` is missing from `module`: the
+/// callable whose name is closest to the one given (at most two edits: a typo), else one
+/// named `application` or `app`, else a factory named `create_app` or `make_app` (called).
+/// Classes, modules and names starting with `_` are not apps.
+fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> {
+    let names: Vec<String> = module.dir().ok()?.extract().ok()?;
+    let apps: Vec<(String, bool)> = names
+        .into_iter()
+        .filter(|n| !n.starts_with('_'))
+        .filter_map(|n| {
+            let v = module.getattr(n.as_str()).ok()?;
+            let plain = v.is_callable()
+                && !v.is_instance_of::<pyo3::types::PyType>()
+                && !v.is_instance_of::<PyModule>();
+            let function = v.hasattr("__code__").unwrap_or(false);
+            plain.then_some((n, function))
+        })
+        .collect();
+    let form = |name: &str, factory: bool| {
+        format!("{}:{name}{}", spec.module, if factory { "()" } else { "" })
+    };
+    // A typo first, then the names apps are usually given.
+    if let Some((_, name)) = apps
+        .iter()
+        .map(|(n, _)| (edit_distance(n, &spec.attr), n))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+    {
+        return Some(form(name, spec.factory));
+    }
+    for known in ["application", "app"] {
+        if apps.iter().any(|(n, _)| n == known) {
+            return Some(form(known, false));
+        }
+    }
+    ["create_app", "make_app"]
+        .into_iter()
+        .find(|known| apps.iter().any(|(n, function)| n == known && *function))
+        .map(|known| form(known, true))
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(here + 1);
+            prev = here;
+        }
+    }
+    row[b.len()]
 }
 
 /// `--timeout`: registers `faulthandler` on `sys::signals::stack_dump()` (all threads).
@@ -356,6 +428,29 @@ pub fn drop_deferred_refs(_py: Python<'_>) {
     Python::attach(|_| {});
 }
 
+/// The app's `print()` reaches a pipe (a container's log, systemd's journal) line by line:
+/// when `sys.stdout` is not a terminal, Python buffers it in blocks, so it is switched to
+/// line buffering (`sys.stderr` is line-buffered already). Nothing changes on a terminal,
+/// and a stream that cannot be reconfigured is left as it is.
+pub fn line_buffer_stdout(py: Python<'_>) {
+    let Ok(stdout) = py.import("sys").and_then(|sys| sys.getattr("stdout")) else {
+        return;
+    };
+    if stdout.is_none() {
+        return;
+    }
+    let tty = stdout
+        .call_method0("isatty")
+        .and_then(|t| t.is_truthy())
+        .unwrap_or(true);
+    if !tty {
+        let kwargs = pyo3::types::PyDict::new(py);
+        if kwargs.set_item("line_buffering", true).is_ok() {
+            let _ = stdout.call_method("reconfigure", (), Some(&kwargs));
+        }
+    }
+}
+
 pub fn flush_stdio(py: Python<'_>) {
     if let Ok(sys) = py.import("sys") {
         for name in ["stdout", "stderr"] {
@@ -369,6 +464,16 @@ pub fn flush_stdio(py: Python<'_>) {
 #[cfg(test)]
 mod tests {
     use super::AppSpec;
+
+    #[test]
+    fn edit_distance_counts_single_character_edits() {
+        use super::edit_distance;
+        assert_eq!(edit_distance("app", "app"), 0);
+        assert_eq!(edit_distance("ap", "app"), 1);
+        assert_eq!(edit_distance("aplication", "application"), 1);
+        assert_eq!(edit_distance("wsgi", "app"), 4);
+        assert_eq!(edit_distance("", "abc"), 3);
+    }
 
     #[test]
     fn app_spec_forms() {

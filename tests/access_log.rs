@@ -218,3 +218,37 @@ fn a_request_whose_client_left_before_the_app_ran_is_logged_as_499() {
     let line = log.lines().find(|l| l.contains("m0test-left")).unwrap();
     assert!(line.contains("\" 499 "), "{line}");
 }
+
+#[test]
+fn gunicorns_other_atoms_response_headers_environment_pid_and_fractional_seconds() {
+    let s = Server::builder("regress:app")
+        .args(&[
+            "--access-log",
+            "--access-log-format",
+            "m0test L=%(L)s p=%(p)s ct=%({Content-Type}o)s none=%({X-Not-Sent}o)s env=%({M0TEST_LOG_ENV}e)s unset=%({M0TEST_UNSET_ENV}e)s",
+        ])
+        .env("M0TEST_LOG_ENV", "from-env")
+        .start();
+    assert_eq!(s.request(&request_with("/hello", "")).status, 200);
+    assert!(s.wait_for_log("m0test L=", PROMPT), "{}", s.log_text());
+    let log = s.log_text();
+    let line = log.lines().find(|l| l.contains("m0test L=")).unwrap();
+    let field = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{k}=")))
+            .unwrap_or_else(|| panic!("{k} in {line}"))
+            .to_string()
+    };
+    let secs = field("L");
+    assert_eq!(secs.split('.').nth(1).map(str::len), Some(6), "{line}");
+    assert!(secs.parse::<f64>().unwrap() < 5.0, "{line}");
+    let workers = s.worker_pids();
+    assert!(
+        workers.iter().any(|p| field("p") == format!("<{p}>")),
+        "{line} not one of {workers:?}"
+    );
+    assert_eq!(field("ct"), "text/plain", "{line}");
+    assert_eq!(field("none"), "-");
+    assert_eq!(field("env"), "from-env");
+    assert_eq!(field("unset"), "-");
+}

@@ -575,3 +575,100 @@ fn docs_configuration_md_is_what_the_binary_generates() {
          `target/debug/m0serve --print-flags-markdown > docs/configuration.md`"
     );
 }
+
+#[test]
+fn an_app_that_cannot_boot_is_said_first_and_no_signal_is_invented() {
+    let out = run_to_exit(
+        &["broken_import:app", "--port", "0", "--app-dir", &apps()],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_clean_failure(&out, "module raising at import");
+    // After the traceback and the worker's error, the master's first word is the failure;
+    // nobody sent a signal, so none is reported.
+    assert!(!out.stderr.contains("received signal"), "{}", out.stderr);
+    let master_lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("[ERROR]") && !l.contains("cannot import module"))
+        .collect();
+    assert_eq!(
+        master_lines.len(),
+        2,
+        "the failure, then the stop:\n{}",
+        out.stderr
+    );
+    assert!(
+        master_lines[0].contains("failed to boot")
+            && master_lines[0].contains("the application cannot start"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .trim_end()
+            .ends_with("stopped: the application cannot start"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_missing_attribute_suggests_the_likely_one_once() {
+    for (app, want) in [
+        ("hello:ap", "did you mean hello:app?"),
+        ("hello:application", "did you mean hello:app?"),
+        ("pep3333:factroy()", "did you mean pep3333:factory()?"),
+    ] {
+        let out = run_to_exit(
+            &[app, "--check-config", "--app-dir", &apps()],
+            &[],
+            EXIT_TIMEOUT,
+        );
+        assert_eq!(out.status.code(), Some(1), "{app}: {}", out.stderr);
+        assert!(out.stderr.contains(want), "{app}: {}", out.stderr);
+        // Said once: no traceback repeating the same line.
+        assert_eq!(
+            out.stderr.matches("has no attribute").count(),
+            1,
+            "{app}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("Traceback"), "{app}: {}", out.stderr);
+    }
+}
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `m0serve --print-config | head -1`: the reader is gone before the first line.
+    for args in [
+        vec!["hello:app", "--print-config"],
+        vec!["--print-flags-markdown"],
+        vec!["hello:app", "--check-config", "--app-dir", &apps()],
+        vec!["--version"],
+        vec!["--help"],
+    ] {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors were just created and are owned here once.
+        let (read, write) = unsafe {
+            use std::os::fd::FromRawFd;
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        drop(read);
+        let out = std::process::Command::new(bin())
+            .args(&args)
+            .current_dir(apps())
+            .stdout(std::process::Stdio::from(write))
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains(PANIC_MARKER), "{args:?}: {stderr}");
+        assert!(stderr.trim().is_empty(), "{args:?}: {stderr}");
+    }
+}

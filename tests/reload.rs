@@ -88,15 +88,22 @@ fn an_edited_module_is_served_after_a_reload() {
         server.log_text()
     );
     assert_eq!(body(&server), "v22+h");
-    // Seven failed boots: the next retry would wait 6.4 s (the backoff doubles from 0.1 s).
-    let failures = |s: &Server| s.log_text().matches("failed to boot").count();
-    assert!(
-        wait_until(Duration::from_secs(30), || failures(&server) >= 7),
-        "{}",
-        server.log_text()
+    // One failed boot, one traceback: no worker starts again until the next change.
+    std::thread::sleep(Duration::from_secs(3));
+    let log = server.log_text();
+    assert_eq!(log.matches("failed to boot").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("waiting for a change under").count(),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("SyntaxError: ").count(),
+        2,
+        "the traceback's last line and the error line, once each:\n{log}"
     );
     assert_eq!(body(&server), "v22+h", "the old workers still serve");
-    // The fix is picked up at once: a reload starts its workers without that backoff.
+    // The fix is picked up at once.
     let fixed = std::time::Instant::now();
     write_app(&dir, "v333");
     wait_for_body(&server, "v333+h");
@@ -108,4 +115,36 @@ fn an_edited_module_is_served_after_a_reload() {
     );
     server.assert_no_panic();
     drop(server);
+}
+
+#[test]
+fn an_app_broken_at_start_waits_for_the_fix_instead_of_exiting() {
+    let tmp = TempDir::new("reload-broken-start");
+    let dir = tmp.path.clone();
+    std::fs::write(dir.join("helper.py"), "SUFFIX = ''\n").unwrap();
+    std::fs::write(dir.join("live.py"), "def app(:\n").unwrap();
+    let builder = Server::builder("live:app").without_app_dir_flag().args(&[
+        "--app-dir",
+        dir.to_str().unwrap(),
+        "--reload",
+    ]);
+    // The fix comes two seconds after the start; until then the master waits.
+    let fixer = {
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(2));
+            write_app(&dir, "fixed");
+        })
+    };
+    let server = builder.start();
+    fixer.join().unwrap();
+    assert_eq!(body(&server), "fixed");
+    let log = server.log_text();
+    assert_eq!(log.matches("failed to boot").count(), 1, "{log}");
+    assert_eq!(
+        log.matches("SyntaxError: ").count(),
+        2,
+        "the traceback and the error line, once:\n{log}"
+    );
+    server.assert_no_panic();
 }

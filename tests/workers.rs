@@ -814,7 +814,7 @@ fn a_graceful_timeout_that_cuts_a_stream_still_closes_its_body() {
 fn is_log_line(line: &str) -> bool {
     let fields: Vec<&str> = line.splitn(5, "] ").collect();
     fields.len() == 5
-        && fields[0].len() == "[2026-01-01 00:00:00".len()
+        && fields[0].len() == "[2026-01-01 00:00:00 +0000".len()
         && fields[0].starts_with('[')
         && fields[1]
             .strip_prefix('[')

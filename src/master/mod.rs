@@ -120,6 +120,9 @@ pub struct Master {
     boot_failures: u32,
     /// No worker is started before this (boot backoff).
     spawn_after: Option<Instant>,
+    /// `--reload`: the current generation failed to boot; no worker starts until a file
+    /// changes (the traceback is not printed again and again meanwhile).
+    awaiting_change: bool,
     /// Stopping: the instant after which the workers left are killed.
     stop_deadline: Option<Instant>,
     /// A boot failure before anything ever served: why the master gives up.
@@ -241,6 +244,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         announced: false,
         boot_failures: 0,
         spawn_after: None,
+        awaiting_change: false,
         stop_deadline: None,
         fatal: None,
         notifier,
@@ -359,7 +363,7 @@ impl Master {
             self.next_rss_check = now + RSS_CHECK_EVERY;
             self.check_rss();
         }
-        if self.spawn_after.is_some_and(|t| now < t) {
+        if self.spawn_after.is_some_and(|t| now < t) || self.awaiting_change {
             return;
         }
         self.spawn_after = None;
@@ -439,7 +443,7 @@ impl Master {
 
     fn on_signals(&mut self, got: Received) {
         if let Some(sig) = got.stop {
-            self.begin_stop(sig);
+            self.begin_stop(Some(sig));
         }
         if got.quit {
             if self.stop_deadline.is_none() {
@@ -470,6 +474,7 @@ impl Master {
             self.signal_all(libc::SIGUSR2);
         }
         if got.reopen {
+            log::reopen();
             log::info!("received SIGUSR1: the workers reopen their log files");
             self.signal_all(libc::SIGUSR1);
         }
@@ -484,6 +489,7 @@ impl Master {
         // under `--reload`) does not make the next one wait out its backoff.
         self.boot_failures = 0;
         self.spawn_after = None;
+        self.awaiting_change = false;
         self.notify(&format!(
             "RELOADING=1\nMONOTONIC_USEC={}\nSTATUS=reloading",
             systemd::monotonic_usec()
@@ -508,14 +514,18 @@ impl Master {
         }
     }
 
-    fn begin_stop(&mut self, sig: i32) {
+    /// A graceful stop: `sig` received, or (`None`) the master's own decision, already
+    /// logged with its reason.
+    fn begin_stop(&mut self, sig: Option<i32>) {
         if self.stop_deadline.is_some() {
             return;
         }
-        log::info!(
-            "received signal {sig}: stopping {} worker(s) gracefully",
-            self.workers.len()
-        );
+        if let Some(sig) = sig {
+            log::info!(
+                "received signal {sig}: stopping {} worker(s) gracefully",
+                self.workers.len()
+            );
+        }
         self.notify("STOPPING=1\nSTATUS=stopping");
         self.signal_all(libc::SIGTERM);
         self.stop_deadline = Some(Instant::now() + self.config.graceful_timeout + KILL_MARGIN);
@@ -672,13 +682,26 @@ impl Master {
                 log::warning!("worker {pid} died ({how}); starting a replacement");
                 continue;
             }
+            if self.watcher.is_some() {
+                // --reload (development): the code is broken until the next edit.
+                if !self.awaiting_change {
+                    self.awaiting_change = true;
+                    log::error!(
+                        "worker {pid} failed to boot ({how}): its error is above; --reload: \
+                         waiting for a change under {} to try again",
+                        self.config.app_dir.display()
+                    );
+                }
+                continue;
+            }
             if !self.ever_ready {
-                let why = format!(
+                // Said first, plainly; the stop that follows is the master's own.
+                log::error!(
                     "worker {pid} failed to boot ({how}): the application cannot start \
                      (its error is above)"
                 );
-                self.fatal = Some(why);
-                self.begin_stop(libc::SIGTERM);
+                self.fatal = Some("stopped: the application cannot start".into());
+                self.begin_stop(None);
                 continue;
             }
             log::warning!("worker {pid} failed to boot ({how}); retrying after a backoff");

@@ -219,6 +219,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // imports the app, then releases it for good while the worker runs.
     Python::attach(|py| {
         let interp = python::describe(py, &interpreter);
+        python::line_buffer_stdout(py);
         log::info!("importing {} with {interp}", config.app);
         let app = python::load_app(py, &config.app, &config.app_dir, &interp)?;
         if config.timeout.is_some() {
@@ -264,15 +265,10 @@ fn serve(
         waker,
     });
     let access_log = match &config.access_log {
-        Some((path, format)) => Some(Arc::new(crate::access_log::AccessLog {
+        Some((target, format)) => Some(Arc::new(crate::access_log::AccessLog {
             format: format.clone(),
-            sink: crate::access_log::LogFile::open(path.as_deref()).map_err(|e| {
-                format!(
-                    "--access-log-file {}: {e}",
-                    path.as_ref()
-                        .map_or("-".into(), |p| p.display().to_string())
-                )
-            })?,
+            sink: crate::access_log::LogFile::open(target)
+                .map_err(|e| format!("--access-log-file {}: {e}", target.describe()))?,
         })),
         None => None,
     };

@@ -275,7 +275,13 @@ impl Bridge {
         }
         let now = std::time::Instant::now();
         let (code, body_bytes) = self.ex.outcome(py);
-        self.log_response(now, code, body_bytes);
+        let response_headers = match &self.log {
+            Some(log) if !log.response_header_names().is_empty() => {
+                self.ex.response_headers(py, log.response_header_names())
+            }
+            _ => Vec::new(),
+        };
+        self.log_response(now, code, body_bytes, &response_headers);
         self.count_response(now, code);
     }
 
@@ -293,7 +299,13 @@ impl Bridge {
     }
 
     /// Writes the access log line of the request just ended.
-    fn log_response(&mut self, now: std::time::Instant, code: u16, body_bytes: u64) {
+    fn log_response(
+        &mut self,
+        now: std::time::Instant,
+        code: u16,
+        body_bytes: u64,
+        response_headers: &[Option<Vec<u8>>],
+    ) {
         let (Some(log), Some(ctx)) = (self.log.as_mut(), self.current.take()) else {
             return;
         };
@@ -305,6 +317,7 @@ impl Bridge {
             status: if ctx.cancelled { 499 } else { code },
             body_bytes,
             duration: now.saturating_duration_since(ctx.started),
+            response_headers,
         });
     }
 

@@ -291,6 +291,36 @@ impl Exchange {
         (inner.st.code, inner.st.body_bytes)
     }
 
+    /// The current response's values of the headers `names` (lowercase), for the access
+    /// log's `%({name}o)s`: the first of each name the app gave, or `None`.
+    pub fn response_headers(&self, py: Python<'_>, names: &[String]) -> Vec<Option<Vec<u8>>> {
+        let mut out = vec![None; names.len()];
+        let headers = {
+            let inner = self.lock(py);
+            match &inner.st.headers {
+                Some(h) => h.clone_ref(py),
+                None => return out,
+            }
+        };
+        for item in headers.bind(py).iter() {
+            let Ok(pair) = item.cast::<PyTuple>() else {
+                continue;
+            };
+            let (Ok(name), Ok(value)) = (pair.get_item(0), pair.get_item(1)) else {
+                continue;
+            };
+            let (Ok(name), Ok(value)) = (latin1(&name, "name"), latin1(&value, "value")) else {
+                continue;
+            };
+            for (slot, want) in out.iter_mut().zip(names) {
+                if slot.is_none() && name.eq_ignore_ascii_case(want.as_bytes()) {
+                    *slot = Some(value.to_vec());
+                }
+            }
+        }
+        out
+    }
+
     /// `start_response(status, headers, exc_info)`, PEP 3333 "The start_response()
     /// Callable", for request `id`.
     pub fn start(

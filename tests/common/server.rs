@@ -13,6 +13,8 @@ pub struct ServerBuilder {
     wrapper: Vec<String>,
     /// Another copy of the binary to run (one installed in a virtualenv).
     binary: Option<String>,
+    /// A file the server logs to (`--error-log-file`), searched for the listening line too.
+    log_file: Option<PathBuf>,
 }
 
 impl ServerBuilder {
@@ -25,6 +27,13 @@ impl ServerBuilder {
     /// Runs the server under `cmd` (the binary and its arguments follow it).
     pub fn wrapped(mut self, cmd: &[&str]) -> Self {
         self.wrapper = cmd.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// The server logs to `path` (`--error-log-file`): its listening line is looked for
+    /// there as well.
+    pub fn log_file(mut self, path: &Path) -> Self {
+        self.log_file = Some(path.to_path_buf());
         self
     }
 
@@ -137,8 +146,12 @@ impl ServerBuilder {
         loop {
             // The contract is a line on stderr; stdout is searched too so that a
             // server logging there still gets tested for everything else.
-            let found =
-                find_listening_addr(&stderr.text()).or_else(|| find_listening_addr(&stdout.text()));
+            let found = find_listening_addr(&stderr.text())
+                .or_else(|| find_listening_addr(&stdout.text()))
+                .or_else(|| {
+                    let text = std::fs::read_to_string(self.log_file.as_ref()?).ok()?;
+                    find_listening_addr(&text)
+                });
             if let Some(addr) = found {
                 return Ok(Server {
                     child: Some(child),
@@ -178,7 +191,7 @@ pub fn find_listening_addr(text: &str) -> Option<SocketAddr> {
         if let Some(i) = line.find(NEEDLE) {
             let rest = &line[i + NEEDLE.len()..];
             let end = rest
-                .find(|c: char| c.is_whitespace() || c == '/' || c == ',' || c == ')')
+                .find(|c: char| c.is_whitespace() || matches!(c, '/' | ',' | ')' | '"'))
                 .unwrap_or(rest.len());
             if let Ok(a) = rest[..end].parse::<SocketAddr>() {
                 return Some(a);
@@ -232,6 +245,7 @@ impl Server {
             app_dir_flag: true,
             wrapper: vec![],
             binary: None,
+            log_file: None,
         }
     }
 

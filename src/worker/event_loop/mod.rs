@@ -455,9 +455,11 @@ impl EventLoop {
                         self.report();
                     }
                     if got.reopen {
+                        log::reopen();
                         if let Some(log) = &self.access_log {
                             log.sink.reopen();
                         }
+                        log::info!("received SIGUSR1: log files reopened");
                     }
                     if let Some(sig) = got.stop {
                         self.begin_shutdown(sig);
