@@ -194,6 +194,7 @@ fn main() {
         multithread: false,
         multiprocess: false,
         trusted: Default::default(),
+        root_path: None,
     };
     Python::attach(|py| {
         let mut env = EnvBuilder::new(py, &info).expect("the environ builder");

@@ -11,6 +11,14 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::log::{Format as LogFormat, Level};
 
+/// `--root-path-outside`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Outside {
+    #[value(name = "404")]
+    NotFound,
+    App,
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "m0serve",
@@ -27,7 +35,7 @@ pub struct Cli {
     #[arg(env = "M0SERVE_APP", value_name = "APP")]
     pub app: String,
 
-    /// Host address to bind.
+    /// Host address (or name) to bind.
     #[arg(long, env = "M0SERVE_HOST", default_value = "127.0.0.1")]
     pub host: String,
 
@@ -35,9 +43,12 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_PORT", default_value_t = 8000)]
     pub port: u16,
 
-    /// Where to listen, repeatable (instead of --host/--port/--uds): `HOST:PORT`,
-    /// `[V6]:PORT`, `unix:PATH`, or `fd://N` for a socket already open as descriptor N.
+    /// Where to listen, repeatable (instead of --host/--port/--uds): `HOST:PORT` (HOST an
+    /// address or a name: every address it resolves to), `[V6]:PORT`, `:PORT` (every IPv4
+    /// interface), `HOST` (port 8000), `unix:PATH`, or `fd://N` for a socket already open as
+    /// descriptor N.
     #[arg(
+        short = 'b',
         long,
         env = "M0SERVE_BIND",
         value_name = "ADDRESS",
@@ -55,13 +66,20 @@ pub struct Cli {
 
     /// Worker processes, each with its own Python interpreter, loop and handler threads,
     /// sharing the listening socket; a master process supervises them.
-    #[arg(long, env = "M0SERVE_WORKERS", default_value_t = 1)]
+    #[arg(short = 'w', long, env = "M0SERVE_WORKERS", default_value_t = 1)]
     pub workers: usize,
+
+    /// gunicorn's worker class, for command lines brought over: `sync` and `gthread` are
+    /// accepted with a warning (m0serve's workers are its own: a loop thread and
+    /// --blocking-threads handler threads); any other is refused.
+    #[arg(short = 'k', long, env = "M0SERVE_WORKER_CLASS", value_name = "CLASS")]
+    pub worker_class: Option<String>,
 
     /// Seconds a request may run in the app; past it, its handler thread's Python stack is
     /// written to the log and the worker is recycled gracefully (0: no limit). Not in
     /// inline mode.
     #[arg(
+        short = 't',
         long,
         env = "M0SERVE_TIMEOUT",
         default_value_t = 0.0,
@@ -148,6 +166,46 @@ pub struct Cli {
     /// Directory put first on `sys.path` before the app is imported.
     #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
     pub app_dir: PathBuf,
+
+    /// Change to DIR before anything else (the app's relative paths, and a relative
+    /// --app-dir, start there).
+    #[arg(long, env = "M0SERVE_CHDIR", value_name = "DIR")]
+    pub chdir: Option<PathBuf>,
+
+    /// More directories for `sys.path`, after --app-dir, in order; comma-separated or
+    /// repeated.
+    #[arg(
+        long,
+        env = "M0SERVE_PYTHONPATH",
+        value_name = "DIRS",
+        value_delimiter = ','
+    )]
+    pub pythonpath: Vec<PathBuf>,
+
+    /// Set an environment variable for the app, `KEY=VALUE`; repeatable.
+    #[arg(long = "env", value_name = "KEY=VALUE")]
+    pub env_vars: Vec<String>,
+
+    /// Set the app's environment variables from FILE: `KEY=VALUE` lines (`export ` and
+    /// quotes allowed, `#` comments); --env wins over it.
+    #[arg(long, env = "M0SERVE_ENV_FILE", value_name = "FILE")]
+    pub env_file: Option<PathBuf>,
+
+    /// Serve the app under this URL prefix (a proxy passes `/prefix/...` on unchanged): a
+    /// request under it gets SCRIPT_NAME=PREFIX and PATH_INFO the rest. Default: the
+    /// SCRIPT_NAME environment variable, as gunicorn reads it.
+    #[arg(long, env = "M0SERVE_ROOT_PATH", value_name = "PREFIX")]
+    pub root_path: Option<String>,
+
+    /// With --root-path, a request outside the prefix: `404` (answered by the server) or
+    /// `app` (passed on as it is, with SCRIPT_NAME empty).
+    #[arg(
+        long,
+        env = "M0SERVE_ROOT_PATH_OUTSIDE",
+        value_enum,
+        default_value = "404"
+    )]
+    pub root_path_outside: Outside,
 
     /// Longest request line, in bytes (longer: 414).
     #[arg(
@@ -317,7 +375,7 @@ pub struct Cli {
 
     /// Read more flags from FILE: one per line as on the command line (`--workers 4`,
     /// `--access-log`); blank lines and lines starting with `#` are skipped.
-    #[arg(long, env = "M0SERVE_CONFIG", value_name = "FILE")]
+    #[arg(short = 'c', long, env = "M0SERVE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
     /// Print the resolved configuration, each value with where it came from (default,
@@ -395,10 +453,91 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
     Ok(cli)
 }
 
+/// gunicorn's settings (`gunicorn.conf.py`) and the m0serve flag for each; `None` where
+/// m0serve has none.
+const GUNICORN_SETTINGS: &[(&str, Option<&str>)] = &[
+    ("bind", Some("--bind")),
+    ("workers", Some("--workers")),
+    ("threads", Some("--blocking-threads")),
+    ("worker_class", Some("--worker-class")),
+    ("timeout", Some("--timeout")),
+    ("graceful_timeout", Some("--graceful-timeout")),
+    ("keepalive", Some("--keep-alive-timeout")),
+    ("max_requests", Some("--max-requests")),
+    ("max_requests_jitter", Some("--max-requests-jitter")),
+    ("backlog", Some("--backlog")),
+    ("worker_connections", Some("--max-connections")),
+    ("limit_request_line", Some("--max-request-line")),
+    ("limit_request_fields", Some("--max-headers")),
+    ("limit_request_field_size", Some("--max-header-size")),
+    ("accesslog", Some("--access-log-file")),
+    ("access_log_format", Some("--access-log-format")),
+    ("errorlog", Some("--error-log-file")),
+    ("loglevel", Some("--log-level")),
+    ("pidfile", Some("--pid-file")),
+    ("chdir", Some("--chdir")),
+    ("pythonpath", Some("--pythonpath")),
+    ("raw_env", Some("--env")),
+    ("forwarded_allow_ips", Some("--forwarded-allow-ips")),
+    ("reload", Some("--reload")),
+    ("wsgi_app", Some("APP (the first argument)")),
+    ("daemon", None),
+    ("preload_app", None),
+    ("statsd_host", Some("--metrics-port (Prometheus, pulled)")),
+];
+
+/// The message for a gunicorn Python configuration given to `--config`: each setting it
+/// assigns at the top level, with the flag to move it to (or that m0serve has none).
+fn gunicorn_config_advice(text: &str) -> String {
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        if line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let Some((name, value)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            continue;
+        }
+        let value = value.split(" #").next().unwrap_or("").trim();
+        let shown = value
+            .trim_matches(|c| c == '[' || c == ']')
+            .split(',')
+            .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
+            .filter(|v| !v.is_empty())
+            .collect::<Vec<_>>()
+            .join(",");
+        let to = match GUNICORN_SETTINGS.iter().find(|(g, _)| *g == name) {
+            Some((_, Some(flag))) if flag.starts_with("--") => format!("{flag} {shown}"),
+            Some((_, Some(other))) => other.to_string(),
+            Some((_, None)) => "no m0serve equivalent".to_string(),
+            None => "not a setting m0serve knows".to_string(),
+        };
+        lines.push(format!("  {name} = {value}  ->  {to}"));
+    }
+    let mut msg = String::from(
+        "this is a gunicorn configuration (Python), which m0serve does not run. A --config \
+         file holds m0serve flags, one per line (`--workers 4`). Its settings, moved:",
+    );
+    if lines.is_empty() {
+        msg.push_str("\n  (no top-level settings found)");
+    }
+    for l in lines {
+        msg.push('\n');
+        msg.push_str(&l);
+    }
+    msg
+}
+
 /// The flags in a `--config` file, without those the environment or the command line set
 /// (per `first`, the matches without the file).
 fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    if path.extension().is_some_and(|e| e == "py") {
+        return Err(gunicorn_config_advice(&text));
+    }
     let cmd = Cli::command();
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {

@@ -74,6 +74,14 @@ pub struct Config {
     /// `--access-log`: where and in which format.
     pub access_log: Option<(crate::access_log::Target, crate::access_log::Format)>,
     pub app_dir: PathBuf,
+    /// `--pythonpath`, absolute, after `app_dir` on `sys.path`.
+    pub pythonpath: Vec<PathBuf>,
+    /// `--root-path` (or SCRIPT_NAME): `/prefix`, without a trailing slash.
+    pub root_path: Option<String>,
+    /// `--root-path-outside app`: a request outside the prefix goes to the app.
+    pub root_path_app: bool,
+    /// What the flags accept but warn about (logged once, by the master).
+    pub warnings: Vec<String>,
     pub log_level: Level,
     pub log_format: crate::log::Format,
     /// `--error-log-file` (`None`: standard error, also for `-`).
@@ -86,6 +94,84 @@ pub struct Config {
     pub reload: Option<Vec<String>>,
     /// `--venv`, made absolute.
     pub venv: Option<PathBuf>,
+}
+
+/// `--root-path`: `/prefix` (a trailing slash dropped); `/` or empty is no prefix.
+fn root_path(r: &str) -> Result<Option<String>, String> {
+    let r = r.trim().trim_end_matches('/');
+    if r.is_empty() {
+        return Ok(None);
+    }
+    if !r.starts_with('/') || r.contains(['?', '#']) || r.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!(
+            "--root-path {r:?}: expected a path such as /app (it starts with /, without a \
+             query or spaces)"
+        ));
+    }
+    Ok(Some(r.to_string()))
+}
+
+/// `--env-file` lines: `KEY=VALUE`, optionally `export KEY=VALUE`, the value optionally in
+/// single or double quotes; blank lines and `#` comments skipped.
+pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line).trim_start();
+        out.push(parse_env_pair(line).map_err(|e| format!("line {}: {e}", n + 1))?);
+    }
+    Ok(out)
+}
+
+/// `KEY=VALUE` (the value optionally quoted).
+pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected KEY=VALUE"))?;
+    let k = k.trim();
+    if k.is_empty()
+        || k.starts_with(|c: char| c.is_ascii_digit())
+        || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return Err(format!("{s:?}: {k:?} is not a variable name"));
+    }
+    let v = v.trim();
+    let v = match (v.chars().next(), v.chars().last()) {
+        (Some(q @ ('"' | '\'')), Some(e)) if q == e && v.len() >= 2 => &v[1..v.len() - 1],
+        _ => v,
+    };
+    if v.contains('\0') {
+        return Err(format!("{s:?}: the value contains a NUL byte"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// What the master does to its own process before the configuration is read (a worker
+/// inherits both): `--chdir`, then `--env-file` and `--env` into the environment, which the
+/// workers, and so the app, inherit.
+pub fn prepare_process(cli: &Cli) -> Result<(), String> {
+    if let Some(dir) = &cli.chdir {
+        std::env::set_current_dir(dir).map_err(|e| format!("--chdir {}: {e}", dir.display()))?;
+    }
+    let mut vars = Vec::new();
+    if let Some(path) = &cli.env_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--env-file {}: {e}", path.display()))?;
+        vars.extend(
+            parse_env_file(&text).map_err(|e| format!("--env-file {}: {e}", path.display()))?,
+        );
+    }
+    for pair in &cli.env_vars {
+        vars.push(parse_env_pair(pair).map_err(|e| format!("--env {e}"))?);
+    }
+    for (k, v) in vars {
+        // The master is single-threaded here: nothing reads the environment meanwhile.
+        std::env::set_var(k, v);
+    }
+    Ok(())
 }
 
 impl Config {
@@ -101,19 +187,40 @@ impl Config {
             if cli.bind.len() > MAX_LISTENERS {
                 return Err(format!("--bind: at most {} addresses", MAX_LISTENERS));
             }
-            cli.bind
-                .iter()
-                .map(|b| ListenSpec::parse(b.trim()))
-                .collect::<Result<Vec<_>, _>>()?
-        } else {
-            vec![match cli.uds {
-                Some(path) => ListenSpec::Unix(path),
-                None => {
-                    let ip = parse_ip("--host", &cli.host)?;
-                    ListenSpec::Tcp(SocketAddr::new(ip, cli.port))
+            let mut all = Vec::new();
+            for b in &cli.bind {
+                for spec in ListenSpec::parse(b.trim())? {
+                    if !all
+                        .iter()
+                        .any(|s: &ListenSpec| s.describe() == spec.describe())
+                    {
+                        all.push(spec);
+                    }
                 }
-            }]
+            }
+            all
+        } else {
+            match cli.uds {
+                Some(path) => vec![ListenSpec::Unix(path)],
+                None => {
+                    let host = cli
+                        .host
+                        .trim()
+                        .trim_start_matches('[')
+                        .trim_end_matches(']');
+                    crate::sys::listen::resolve("--host", host, cli.port)?
+                        .into_iter()
+                        .map(ListenSpec::Tcp)
+                        .collect()
+                }
+            }
         };
+        if listen.len() > MAX_LISTENERS {
+            return Err(format!(
+                "--bind: {} addresses, at most {MAX_LISTENERS}",
+                listen.len()
+            ));
+        }
         let uds_permissions = match &cli.uds_permissions {
             Some(m) => Some(
                 u32::from_str_radix(m.trim(), 8)
@@ -233,6 +340,40 @@ impl Config {
         if !app_dir.is_dir() {
             return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
         }
+        let mut warnings = Vec::new();
+        if let Some(class) = &cli.worker_class {
+            match class.trim() {
+                "sync" | "gthread" => warnings.push(format!(
+                    "--worker-class {class}: ignored; m0serve's workers each run a loop \
+                     thread and --blocking-threads handler threads (--workers and \
+                     --blocking-threads set their numbers)"
+                )),
+                other => {
+                    return Err(format!(
+                        "--worker-class {other}: not supported; m0serve serves WSGI apps with \
+                         its own workers (a loop thread and --blocking-threads handler \
+                         threads), not gunicorn's worker classes"
+                    ))
+                }
+            }
+        }
+        let mut pythonpath = Vec::new();
+        for dir in cli.pythonpath.iter().filter(|d| !d.as_os_str().is_empty()) {
+            let abs = std::path::absolute(dir)
+                .map_err(|e| format!("--pythonpath {}: {e}", dir.display()))?;
+            if !abs.is_dir() {
+                return Err(format!("--pythonpath {}: not a directory", dir.display()));
+            }
+            pythonpath.push(abs);
+        }
+        let root_path = match cli
+            .root_path
+            .clone()
+            .or_else(|| std::env::var("SCRIPT_NAME").ok().filter(|v| !v.is_empty()))
+        {
+            Some(r) => root_path(&r)?,
+            None => None,
+        };
         Ok(Config {
             app,
             listen,
@@ -267,6 +408,10 @@ impl Config {
             pid_file: cli.pid_file,
             check_only: cli.check_config,
             app_dir,
+            pythonpath,
+            root_path,
+            root_path_app: cli.root_path_outside == crate::cli::Outside::App,
+            warnings,
             log_level: cli.log_level,
             log_format: cli.log_format,
             error_log_file: cli.error_log_file.filter(|p| p.as_os_str() != "-"),

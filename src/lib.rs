@@ -41,7 +41,13 @@ fn check(config: &config::Config) -> Result<String, String> {
     let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
         let interp = python::describe(py, &interpreter);
-        let app = python::load_app(py, &config.app, &config.app_dir, &interp)?;
+        let app = python::load_app(
+            py,
+            &config.app,
+            &config.app_dir,
+            &config.pythonpath,
+            &interp,
+        )?;
         if !app.bind(py).is_callable() {
             return Err(format!(
                 "{}: the application object is not callable",
@@ -179,6 +185,14 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    // The master changes directory and sets the app's environment; a worker inherits both.
+    let is_worker = std::env::var_os(sys::ipc::WORKER_ENV).is_some();
+    if !is_worker {
+        if let Err(e) = config::prepare_process(&cli) {
+            eprintln!("m0serve: error: {e}");
+            return 2;
+        }
+    }
     let config = match config::Config::from_cli(cli).and_then(|c| host.check(&c).map(|()| c)) {
         Ok(c) => c,
         Err(e) => {
@@ -211,6 +225,9 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     let result = match worker::Inherited::from_env() {
         Ok(Some(inherited)) => worker::run(config, inherited),
         Ok(None) => {
+            for w in &config.warnings {
+                log::warning!("{w}");
+            }
             host.warn_other_venv();
             host.worker_command(argv)
                 .and_then(|command| master::run(config, command))

@@ -275,11 +275,13 @@ pub fn describe(py: Python<'_>, interpreter: &Interpreter) -> String {
 
 /// Imports `spec` with `app_dir` first on `sys.path`. On failure the Python traceback has
 /// been written to stderr and the error names the module or attribute at fault.
-/// `interp` (from [`describe`]) is named when the module cannot be imported.
+/// `interp` (from [`describe`]) is named when the module cannot be imported;
+/// `pythonpath` (`--pythonpath`) follows `app_dir` at the front of `sys.path`.
 pub fn load_app(
     py: Python<'_>,
     spec: &AppSpec,
     app_dir: &Path,
+    pythonpath: &[PathBuf],
     interp: &str,
 ) -> Result<Py<PyAny>, String> {
     let fail = |what: String, err: PyErr| -> String {
@@ -299,8 +301,13 @@ pub fn load_app(
         .getattr("path")
         .and_then(|p| p.cast_into::<PyList>().map_err(Into::into))
         .map_err(|e| fail("cannot read sys.path".into(), e))?;
-    path.insert(0, app_dir.to_string_lossy().as_ref())
-        .map_err(|e| fail("cannot change sys.path".into(), e))?;
+    for (i, dir) in std::iter::once(app_dir)
+        .chain(pythonpath.iter().map(PathBuf::as_path))
+        .enumerate()
+    {
+        path.insert(i, dir.to_string_lossy().as_ref())
+            .map_err(|e| fail("cannot change sys.path".into(), e))?;
+    }
     let module = py.import(spec.module.as_str()).map_err(|e| {
         fail(
             format!(

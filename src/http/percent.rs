@@ -43,6 +43,18 @@ fn hex_value(b: u8) -> u8 {
 /// - authority-form `host:443` (CONNECT) and anything else -> the whole target as the path,
 ///   split at `?` if there is one.
 pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
+    split_target_inner(target)
+}
+
+/// A request path under the URL prefix `root` (`--root-path`, `/app`): the rest after it
+/// (`/app/x` -> `/x`, `/app` -> ``), or `None` outside it (`/apple`, `/`). Compared as sent,
+/// before percent-decoding.
+pub fn under_root<'a>(path: &'a [u8], root: &[u8]) -> Option<&'a [u8]> {
+    let rest = path.strip_prefix(root)?;
+    (rest.is_empty() || rest[0] == b'/').then_some(rest)
+}
+
+fn split_target_inner(target: &[u8]) -> (&[u8], &[u8]) {
     let target = match target.iter().position(|&b| b == b'#') {
         Some(i) => &target[..i],
         None => target,

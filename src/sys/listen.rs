@@ -22,26 +22,45 @@ pub enum ListenSpec {
     Fd(i32),
 }
 
+/// The port a `--bind` without one listens on (gunicorn's).
+pub const DEFAULT_PORT: u16 = 8000;
+
 impl ListenSpec {
-    /// `HOST:PORT`, `[V6]:PORT`, `unix:PATH` or `fd://N` (`--bind`).
-    pub fn parse(s: &str) -> Result<ListenSpec, String> {
+    /// One `--bind` value, as gunicorn reads them: `HOST:PORT` (HOST an address or a name,
+    /// which listens on every address it resolves to), `[V6]:PORT`, `:PORT` (every IPv4
+    /// interface), `HOST` (port 8000), `unix:PATH` or `fd://N`.
+    pub fn parse(s: &str) -> Result<Vec<ListenSpec>, String> {
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(format!("--bind {s:?}: no path after unix:"));
             }
-            return Ok(ListenSpec::Unix(PathBuf::from(path)));
+            return Ok(vec![ListenSpec::Unix(PathBuf::from(path))]);
         }
         if let Some(n) = s.strip_prefix("fd://") {
             return n
                 .parse::<i32>()
                 .ok()
                 .filter(|&fd| fd >= 0)
-                .map(ListenSpec::Fd)
+                .map(|fd| vec![ListenSpec::Fd(fd)])
                 .ok_or_else(|| format!("--bind {s:?}: not a descriptor number"));
         }
-        s.parse::<SocketAddr>().map(ListenSpec::Tcp).map_err(|_| {
-            format!("--bind {s:?}: expected HOST:PORT, [V6]:PORT, unix:PATH or fd://N")
-        })
+        if let Ok(addr) = s.parse::<SocketAddr>() {
+            return Ok(vec![ListenSpec::Tcp(addr)]);
+        }
+        let bad = || {
+            format!("--bind {s:?}: expected HOST:PORT, [V6]:PORT, :PORT, HOST, unix:PATH or fd://N")
+        };
+        let (host, port) = match s.rsplit_once(':') {
+            // A bare IPv6 address has colons of its own: it needs its brackets.
+            Some((h, _)) if h.contains(':') && !h.starts_with('[') => return Err(bad()),
+            Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad())?),
+            None => (s, DEFAULT_PORT),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        Ok(resolve("--bind", host, port)?
+            .into_iter()
+            .map(ListenSpec::Tcp)
+            .collect())
     }
 
     pub fn describe(&self) -> String {
@@ -51,6 +70,34 @@ impl ListenSpec {
             ListenSpec::Fd(fd) => format!("fd://{fd}"),
         }
     }
+}
+
+/// Every address `host` (an IP address, a name, or empty for 0.0.0.0) stands for, with
+/// `port`, without duplicates, in the resolver's order.
+pub fn resolve(flag: &str, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+    if host.is_empty() {
+        return Ok(vec![SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            port,
+        )]);
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    let found = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{flag} {host:?}: cannot resolve it: {e}"))?;
+    let mut out: Vec<SocketAddr> = Vec::new();
+    for a in found {
+        if !out.contains(&a) {
+            out.push(a);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!("{flag} {host:?}: resolves to no address"));
+    }
+    Ok(out)
 }
 
 pub enum Listener {

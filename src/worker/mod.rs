@@ -214,6 +214,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         multithread: config.blocking_threads > 1,
         multiprocess: config.workers > 1,
         trusted: config.trusted.clone(),
+        root_path: config.root_path.clone(),
     });
     // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
     // imports the app, then releases it for good while the worker runs.
@@ -221,7 +222,13 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         let interp = python::describe(py, &interpreter);
         python::line_buffer_stdout(py);
         log::info!("importing {} with {interp}", config.app);
-        let app = python::load_app(py, &config.app, &config.app_dir, &interp)?;
+        let app = python::load_app(
+            py,
+            &config.app,
+            &config.app_dir,
+            &config.pythonpath,
+            &interp,
+        )?;
         if config.timeout.is_some() {
             python::register_stack_dump(py).map_err(|e| {
                 format!("--timeout: cannot register faulthandler for stack dumps: {e}")
@@ -331,6 +338,7 @@ fn serve(
         stats: config.stats,
         static_response: config.static_response,
         graceful_timeout: config.graceful_timeout,
+        root_path: config.root_path.clone().filter(|_| !config.root_path_app),
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.

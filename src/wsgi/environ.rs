@@ -44,6 +44,8 @@ pub struct ServerInfo {
     pub multiprocess: bool,
     /// `--forwarded-allow-ips`.
     pub trusted: super::proxy::Trusted,
+    /// `--root-path`: SCRIPT_NAME, taken off the front of PATH_INFO.
+    pub root_path: Option<String>,
 }
 
 /// Header positions remembered from the previous request.
@@ -81,6 +83,7 @@ impl Hasher for Fnv {
 struct Keys {
     request_method: Py<PyString>,
     path_info: Py<PyString>,
+    script_name: Py<PyString>,
     query_string: Py<PyString>,
     server_protocol: Py<PyString>,
     remote_addr: Py<PyString>,
@@ -119,6 +122,8 @@ pub struct EnvBuilder {
     trusted: super::proxy::Trusted,
     https: Py<PyString>,
     scratch: Vec<u8>,
+    /// `--root-path`.
+    root: Option<String>,
     /// `SERVER_NAME` and `SERVER_PORT` of listeners after the first (whose are in `base`).
     other_listeners: Vec<(Py<PyString>, Py<PyString>)>,
     /// The client a trusted proxy named for the last request built (its `REMOTE_ADDR`),
@@ -166,7 +171,7 @@ impl EnvBuilder {
         // b"" (the input_terminated extension).
         base.set_item(i("wsgi.input_terminated"), true)?;
         base.set_item(i("wsgi.file_wrapper"), py.get_type::<FileWrapper>())?;
-        base.set_item(i("SCRIPT_NAME"), i(""))?;
+        base.set_item(i("SCRIPT_NAME"), i(info.root_path.as_deref().unwrap_or("")))?;
         // RFC 3875 §4.1.17; apps read it (httpbin refuses chunked uploads without it).
         base.set_item(
             i("SERVER_SOFTWARE"),
@@ -185,6 +190,7 @@ impl EnvBuilder {
             keys: Keys {
                 request_method: i("REQUEST_METHOD"),
                 path_info: i("PATH_INFO"),
+                script_name: i("SCRIPT_NAME"),
                 query_string: i("QUERY_STRING"),
                 server_protocol: i("SERVER_PROTOCOL"),
                 remote_addr: i("REMOTE_ADDR"),
@@ -209,6 +215,7 @@ impl EnvBuilder {
             trusted: info.trusted.clone(),
             https: i("https"),
             scratch: Vec::with_capacity(256),
+            root: info.root_path.clone(),
             other_listeners: info
                 .other_listeners
                 .iter()
@@ -249,6 +256,18 @@ impl EnvBuilder {
         }
 
         let (path, query) = percent::split_target(head.target.get(data));
+        // Under --root-path the prefix is SCRIPT_NAME (in the base environ); a request
+        // outside it reaches the app only with `--root-path-outside app`, as it came.
+        let path = match &self.root {
+            Some(root) => match percent::under_root(path, root.as_bytes()) {
+                Some(rest) => rest,
+                None => {
+                    env.set_item(k.script_name.bind(py), self.empty.bind(py))?;
+                    path
+                }
+            },
+            None => path,
+        };
         self.scratch.clear();
         percent::percent_decode_into(path, &mut self.scratch);
         env.set_item(k.path_info.bind(py), latin1_str(py, &self.scratch)?)?;

@@ -26,6 +26,12 @@ def item(n):
     return jsonify(n=n, double=n * 2)
 
 
+@app.get("/url-for/<int:n>")
+def url_for_item(n):
+    # Under --root-path the app's own URLs carry the prefix (SCRIPT_NAME).
+    return jsonify(path=flask.url_for("item", n=n), external=flask.url_for("item", n=n, _external=True))
+
+
 @app.post("/form")
 def form():
     return jsonify(form=request.form.to_dict(flat=False), mimetype=request.mimetype)

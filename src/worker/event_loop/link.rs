@@ -86,7 +86,7 @@ impl HandlerLink {
 }
 
 /// How the loop runs, from the configuration.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LoopOptions {
     /// Other workers accept from the same socket.
     pub shared_listener: bool,
@@ -109,4 +109,6 @@ pub struct LoopOptions {
     pub static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
     pub graceful_timeout: Duration,
+    /// `--root-path` when requests outside it get 404 from the loop.
+    pub root_path: Option<String>,
 }

@@ -124,6 +124,8 @@ pub struct EventLoop {
     stats: bool,
     /// `--static-response`: the loop answers every request itself (its ceiling).
     static_response: bool,
+    /// `--root-path`, when the loop answers requests outside it with 404.
+    root_path: Option<String>,
     graceful_timeout: Duration,
     /// Inline mode, until `run` builds it on this thread.
     inline_setup: Option<InlineSetup>,
@@ -208,6 +210,7 @@ impl EventLoop {
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
+            root_path: opts.root_path.clone(),
             graceful_timeout: opts.graceful_timeout,
             inline_setup: inline,
             inline: None,
@@ -588,6 +591,8 @@ impl EventLoop {
                         self.answer_static(conn, &req);
                     } else if conn.is_metrics() {
                         self.answer_metrics(conn, &req);
+                    } else if !self.within_root(&req) {
+                        self.answer_outside_root(conn, &req);
                     } else {
                         // Handed on at the top of the loop (or kept, if every ring is full).
                         conn.park(req);
@@ -613,6 +618,32 @@ impl EventLoop {
             self.date.get(),
         );
         self.counters.requests += 1;
+        conn.answer(out);
+        self.dirty.push(conn.me().slot);
+    }
+
+    /// Whether `req` is for the app under `--root-path` (always, without one; `OPTIONS *`
+    /// too).
+    fn within_root(&self, req: &Request) -> bool {
+        let Some(root) = &self.root_path else {
+            return true;
+        };
+        let (path, _) = crate::http::percent::split_target(req.head.target.get(&req.data));
+        path == b"*" || crate::http::percent::under_root(path, root.as_bytes()).is_some()
+    }
+
+    /// A request outside `--root-path`: 404, from the loop.
+    fn answer_outside_root(&mut self, conn: &mut Conn, req: &Request) {
+        let out = crate::http::encode::simple_response(
+            404,
+            "Not Found",
+            "text/plain",
+            b"Not Found",
+            req.head.keep_alive,
+            req.head.method.get(&req.data) == b"HEAD",
+            self.date.get(),
+        );
+        self.count_loop_answer(false, 404);
         conn.answer(out);
         self.dirty.push(conn.me().slot);
     }

@@ -10,6 +10,13 @@ def index(request):
     return HttpResponse("django ok", content_type="text/plain")
 
 
+def reverse_item(request, n):
+    # Under --root-path Django's reverse() carries the prefix (SCRIPT_NAME).
+    from django.urls import reverse
+
+    return JsonResponse({"path": reverse("item", args=[n]), "full": request.build_absolute_uri(reverse("item", args=[n]))})
+
+
 def item(request, n):
     return JsonResponse(
         {"n": n, "double": n * 2, "python": sys.prefix, "django_file": django.__file__}

@@ -1,0 +1,27 @@
+"""For tests/parity.rs: answers JSON with what the process and the request look like from
+the app: the working directory, M0TEST_* environment variables, the head of sys.path,
+SCRIPT_NAME and PATH_INFO, and the contents of ./data.txt if there is one."""
+
+import json
+import os
+import sys
+
+
+def app(environ, start_response):
+    try:
+        with open("data.txt") as f:
+            data = f.read()
+    except OSError:
+        data = None
+    body = json.dumps(
+        {
+            "cwd": os.getcwd(),
+            "env": {k: v for k, v in os.environ.items() if k.startswith("M0TEST_")},
+            "sys_path": sys.path[:4],
+            "script_name": environ["SCRIPT_NAME"],
+            "path_info": environ["PATH_INFO"],
+            "data": data,
+        }
+    ).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
