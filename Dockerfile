@@ -3,7 +3,7 @@
 # to its `module:attr` (docs/deploy/README.md, "A container").
 FROM python:3.12-slim
 # The wheel for this image's Python (cp312, manylinux2014) from dist/; nothing is compiled.
-# Once m0serve is on PyPI this is `pip install m0serve`.
+# `--no-index`: the name m0serve on PyPI belongs to another project.
 COPY dist /tmp/dist
 RUN pip install --no-cache-dir --no-index --find-links /tmp/dist m0serve \
     && rm -rf /tmp/dist

@@ -23,7 +23,8 @@ pub enum Outside {
 #[command(
     name = "m0serve",
     version,
-    about = "A WSGI (PEP 3333) application server: Rust event loop, embedded CPython",
+    about = "A WSGI (PEP 3333) application server: a Rust event loop, the app on CPython \
+             handler threads",
     after_help = "Every option can also be set through an environment variable named \
                   M0SERVE_<OPTION> (e.g. M0SERVE_PORT=9000), or in a --config file (one \
                   flag per line); the command line wins over both, the environment over \
@@ -621,7 +622,7 @@ fn print_config(matches: &ArgMatches, first: &ArgMatches) {
     let cmd = Cli::command();
     for arg in cmd.get_arguments() {
         let id = arg.get_id().as_str();
-        if matches!(id, "help" | "version" | "print_config") {
+        if matches!(id, "help" | "version" | "print_config") || arg.is_hide_set() {
             continue;
         }
         let name = arg

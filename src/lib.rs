@@ -76,8 +76,10 @@ pub enum Host {
     Package {
         /// `sys.executable`.
         python: std::path::PathBuf,
-        /// The interpreter's own flags (`-X`, `-W`, `-O`...) to pass on to workers.
-        flags: Vec<std::ffi::OsString>,
+        /// What follows the interpreter in a worker's command line, before the master's
+        /// arguments: its own flags (`-X`, `-W`, `-O`...) and the code that starts the
+        /// worker (`-c ...`).
+        worker_args: Vec<std::ffi::OsString>,
         /// `sys.prefix`: the environment the package is installed in.
         prefix: std::path::PathBuf,
     },
@@ -97,7 +99,11 @@ impl Host {
                     argv: argv.to_vec(),
                 })
             }
-            Host::Package { python, flags, .. } => {
+            Host::Package {
+                python,
+                worker_args,
+                ..
+            } => {
                 if python.as_os_str().is_empty() {
                     return Err(
                         "cannot start workers: Python does not know its own executable \
@@ -106,8 +112,7 @@ impl Host {
                     );
                 }
                 let mut all = vec![python.as_os_str().to_owned()];
-                all.extend(flags.iter().cloned());
-                all.extend(["-m".into(), "m0serve".into()]);
+                all.extend(worker_args.iter().cloned());
                 all.extend(argv.iter().skip(1).cloned());
                 Ok(master::WorkerCommand {
                     program: python.clone(),
@@ -126,7 +131,8 @@ impl Host {
                 Some(venv) if !same_dir(venv, prefix) => Err(format!(
                     "--venv {}: this m0serve is the Python package installed in {}, and runs \
                      with that environment's interpreter. To serve from {0}, install m0serve \
-                     there (`{0}/bin/python -m pip install m0serve`) and run `{0}/bin/m0serve`",
+                     there (its wheel: `{0}/bin/python -m pip install --no-index --find-links DIST \
+                     m0serve`) and run `{0}/bin/m0serve`",
                     venv.display(),
                     prefix.display()
                 )),
@@ -176,6 +182,7 @@ pub fn run() -> i32 {
 /// returns the exit code.
 #[cfg(not(loom))]
 pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
+    sys::open_standard_descriptors();
     // Until the server sets up its own handling (it ignores SIGPIPE), output to a closed
     // pipe (`m0serve --print-config | head`) ends the process quietly, as it does any Unix
     // tool, instead of failing a print. (Rust and Python both start with it ignored.)

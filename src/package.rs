@@ -15,8 +15,9 @@ use crate::Host;
 
 /// Runs m0serve with `argv` (`argv[0]` first) and ends the process with its exit code.
 ///
-/// `python`, `flags` and `prefix` are `sys.executable`, the interpreter's own flags
-/// (`subprocess._args_from_interpreter_flags()`) and `sys.prefix`. The process exits from
+/// `python`, `worker_args` and `prefix` are `sys.executable`, what a worker's command line
+/// has between the interpreter and the master's arguments (the interpreter's flags and
+/// `-c` with the code that starts a worker), and `sys.prefix`. The process exits from
 /// here, as the binary does, without finalising Python: a worker's handler threads and any
 /// thread the app started would otherwise be waited for, or torn down mid-call.
 #[pyfunction]
@@ -24,12 +25,12 @@ fn serve(
     py: Python<'_>,
     argv: Vec<OsString>,
     python: PathBuf,
-    flags: Vec<OsString>,
+    worker_args: Vec<OsString>,
     prefix: PathBuf,
 ) -> i32 {
     let host = Host::Package {
         python,
-        flags,
+        worker_args,
         prefix,
     };
     let code = py.detach(|| crate::run_with(&argv, host));

@@ -201,7 +201,8 @@ pub fn check_venv_version(venv: Option<&Path>) -> Result<(), String> {
         (Some(t), Some(o)) if t != o => Err(format!(
             "{dir} ({chosen}) is a virtualenv of Python {t}, but this m0serve binary embeds \
              Python {o}, which cannot use its packages. Install m0serve into that environment \
-             (`{dir}/bin/python -m pip install m0serve`) and run `{dir}/bin/m0serve`",
+             (its wheel: `{dir}/bin/python -m pip install --no-index --find-links DIST m0serve`) \
+             and run `{dir}/bin/m0serve`",
             dir = dir.display(),
             chosen = interpreter.chosen,
         )),
@@ -285,7 +286,15 @@ pub fn load_app(
     interp: &str,
 ) -> Result<Py<PyAny>, String> {
     let fail = |what: String, err: PyErr| -> String {
-        err.print(py);
+        if err.is_instance_of::<pyo3::exceptions::PySystemExit>(py) {
+            let code = err
+                .value(py)
+                .getattr("code")
+                .map(|c| c.to_string())
+                .unwrap_or_default();
+            return format!("{what}: the module called sys.exit({code}) while it was imported");
+        }
+        print_exception(py, &err);
         let ty = err
             .get_type(py)
             .name()
@@ -412,6 +421,25 @@ fn edit_distance(a: &str, b: &str) -> usize {
         }
     }
     row[b.len()]
+}
+
+/// Writes `err`'s traceback to standard error in one write. Unlike `PyErr::print` (Python's
+/// `PyErr_Print`), a `SystemExit` is printed, not obeyed: it must not end the process.
+pub fn print_exception(py: Python<'_>, err: &PyErr) {
+    use std::io::Write;
+    let text = py
+        .import("traceback")
+        .and_then(|m| {
+            m.call_method1(
+                "format_exception",
+                (err.get_type(py), err.value(py), err.traceback(py)),
+            )
+        })
+        .and_then(|lines| lines.extract::<Vec<String>>())
+        .map(|lines| lines.concat())
+        .unwrap_or_else(|_| format!("{err}\n"));
+    flush_stdio(py);
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// `--timeout`: registers `faulthandler` on `sys::signals::stack_dump()` (all threads).

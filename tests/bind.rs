@@ -80,7 +80,13 @@ fn a_socket_passed_as_a_descriptor_is_served() {
 
 #[test]
 fn bad_binds_are_refused_naming_the_flag() {
-    for bad in ["nowhere.invalid", "unix:", "fd://x", "1.2.3.4:99999", "::1:80"] {
+    for bad in [
+        "nowhere.invalid",
+        "unix:",
+        "fd://x",
+        "1.2.3.4:99999",
+        "::1:80",
+    ] {
         let out = run_to_exit(&["hello:app", "--bind", bad], &[], Duration::from_secs(5));
         assert_eq!(out.status.code(), Some(2), "{bad}: {}", out.stderr);
         assert!(out.stderr.contains("--bind"), "{bad}: {}", out.stderr);

@@ -672,3 +672,32 @@ fn output_into_a_closed_pipe_ends_quietly() {
         assert!(stderr.trim().is_empty(), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn an_app_that_calls_sys_exit_at_import_fails_the_check_and_the_start() {
+    // SystemExit must not be obeyed by the server while it reports the error.
+    let out = run_to_exit(
+        &[
+            "exits_at_import:app",
+            "--check-config",
+            "--app-dir",
+            &apps(),
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the module called sys.exit(0) while it was imported"),
+        "{}",
+        out.stderr
+    );
+    let out = run_to_exit(
+        &["exits_at_import:app", "--port", "0", "--app-dir", &apps()],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_clean_failure(&out, "sys.exit at import");
+    assert!(out.stderr.contains("called sys.exit(0)"), "{}", out.stderr);
+}

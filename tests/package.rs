@@ -233,7 +233,7 @@ fn cmdline(pid: u32) -> Vec<String> {
 }
 
 #[test]
-fn the_master_is_the_python_process_and_its_workers_run_python_dash_m_m0serve() {
+fn the_master_is_the_python_process_and_its_workers_run_the_same_python() {
     let Some(venv) = wheel_venv() else { return };
     let mut s = start_script(&venv, "hello:app", &["--workers", "2"]);
     // The console script runs the master in the interpreter its `#!` names: no second
@@ -255,13 +255,14 @@ fn the_master_is_the_python_process_and_its_workers_run_python_dash_m_m0serve() 
                 Some(python.clone()),
                 "{argv:?}"
             );
-            let m = argv.iter().position(|a| a == "-m").expect("-m");
-            assert_eq!(
-                argv.get(m + 1).map(String::as_str),
-                Some("m0serve"),
+            // `python -c WORKER_BOOT ARGS...`: the code imports m0serve and serves.
+            let c = argv.iter().position(|a| a == "-c").expect("-c");
+            assert!(
+                argv.get(c + 1)
+                    .is_some_and(|code| code.contains("import m0serve")),
                 "{argv:?}"
             );
-            assert_eq!(argv[m + 2..], master[2..], "the master's arguments follow");
+            assert_eq!(argv[c + 2..], master[2..], "the master's arguments follow");
         }
     };
     let first = s.wait_for_workers(2, Duration::from_secs(20));
@@ -331,7 +332,7 @@ fn the_package_serves_only_from_its_own_environment_and_says_so() {
             other.display(),
             venv.display()
         )) && stderr.contains(&format!(
-            "{}/bin/python -m pip install m0serve",
+            "{}/bin/python -m pip install --no-index --find-links DIST m0serve",
             other.display()
         )),
         "{stderr}"
@@ -469,4 +470,186 @@ fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
     );
     assert_eq!(s.stop().code(), Some(0), "{}", s.log_text());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Runs `sh -c SCRIPT` in `dir`, the venv unactivated; its output.
+fn sh_in(venv: &Path, dir: &Path, script: &str) -> std::process::Output {
+    Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .env_remove("VIRTUAL_ENV")
+        .env("PATH", path_without(venv))
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_local_m0serve_module_does_not_shadow_the_package_and_sys_path_is_the_same_everywhere() {
+    let Some(venv) = wheel_venv() else { return };
+    let tmp = TempDir::new("shadow");
+    let cwd = tmp.path.join("cwd");
+    let app_dir = tmp.path.join("appdir");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(&app_dir).unwrap();
+    // A module named m0serve where the server is started, and a module the app imports
+    // that only the current directory has.
+    std::fs::write(
+        cwd.join("m0serve.py"),
+        "raise SystemExit('the local m0serve.py was imported')\n",
+    )
+    .unwrap();
+    std::fs::write(cwd.join("helper_in_cwd.py"), "X = 1\n").unwrap();
+    std::fs::copy(apps_dir().join("hello.py"), app_dir.join("hello.py")).unwrap();
+    std::fs::write(
+        app_dir.join("needs_cwd.py"),
+        "import helper_in_cwd\napp = None\n",
+    )
+    .unwrap();
+    let script = installed_script(&venv);
+    let python = venv.join("bin/python");
+    let p = free_port();
+    // Workers boot (they import the package, not ./m0serve.py) and serve.
+    let child = Command::new(&script)
+        .args(["hello:app", "--workers", "2", "--port", &p.to_string()])
+        .arg("--app-dir")
+        .arg(&app_dir)
+        .current_dir(&cwd)
+        .env_remove("VIRTUAL_ENV")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ok = wait_until(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(("127.0.0.1", p)).is_ok()
+    });
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{p}").parse().unwrap();
+    let served = ok && {
+        let mut c = Conn::connect(addr);
+        c.send(&get("/"));
+        c.read_response().status == 200
+    };
+    // SAFETY: kill(2) on a child we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(served, "{stderr}");
+    assert!(!stderr.contains("local m0serve.py"), "{stderr}");
+    // --check-config, with the console script or python -m, sees what the workers see:
+    // the current directory is not on sys.path unless it is --app-dir. (`python -m
+    // m0serve` typed by the user imports a local m0serve.py by Python's own rule: gone.)
+    std::fs::remove_file(cwd.join("m0serve.py")).unwrap();
+    for cmd in [
+        format!(
+            "'{}' needs_cwd:app --check-config --app-dir '{}'",
+            script.display(),
+            app_dir.display()
+        ),
+        format!(
+            "'{}' -m m0serve needs_cwd:app --check-config --app-dir '{}'",
+            python.display(),
+            app_dir.display()
+        ),
+    ] {
+        let out = sh_in(&venv, &cwd, &cmd);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {stderr}");
+        assert!(
+            stderr.contains("No module named 'helper_in_cwd'"),
+            "{cmd}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn closed_standard_descriptors_are_not_taken_by_the_listener() {
+    let Some(venv) = wheel_venv() else { return };
+    let script = installed_script(&venv);
+    for redirect in ["<&-", ">&-", "2>&-", "<&- >&- 2>&-"] {
+        let p = free_port();
+        let cmd = format!(
+            "exec '{}' hello:app --workers 2 --port {p} {redirect}",
+            script.display()
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &cmd])
+            .current_dir(apps_dir())
+            .env_remove("VIRTUAL_ENV")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let up = wait_until(Duration::from_secs(20), || {
+            std::net::TcpStream::connect(("127.0.0.1", p)).is_ok()
+        });
+        let status = up.then(|| {
+            let mut c = Conn::connect(format!("127.0.0.1:{p}").parse().unwrap());
+            c.send(&get("/"));
+            c.read_response().status
+        });
+        // SAFETY: kill(2) on a child we spawned and have not reaped.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let exit = child.wait().unwrap();
+        assert_eq!(status, Some(200), "{redirect}: {exit:?}");
+        assert_eq!(exit.code(), Some(0), "{redirect}");
+    }
+}
+
+#[test]
+fn python_dash_u_reaches_the_workers() {
+    let Some(venv) = wheel_venv() else { return };
+    let python = venv.join("bin/python");
+    let s = Server::builder("logs_app:app")
+        .binary("m0serve")
+        .wrapped(&[python.to_str().unwrap(), "-u", "-m"])
+        .env("PYTHONUNBUFFERED", "")
+        .start();
+    let workers = s.worker_pids();
+    assert!(
+        workers
+            .iter()
+            .all(|&p| cmdline(p).iter().any(|a| a == "-u")),
+        "{:?}",
+        workers.iter().map(|&p| cmdline(p)).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn ctrl_c_while_workers_start_prints_no_python_traceback() {
+    let Some(venv) = wheel_venv() else { return };
+    let script = installed_script(&venv);
+    for _ in 0..3 {
+        // Its own process group, as a shell gives a foreground job; SIGINT to all of it.
+        use std::os::unix::process::CommandExt;
+        let mut child = Command::new(&script)
+            .args(["hello:app", "--workers", "3", "--port", "0"])
+            .current_dir(apps_dir())
+            .env_remove("VIRTUAL_ENV")
+            .process_group(0)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pgid = child.id() as libc::pid_t;
+        let mut stderr = child.stderr.take().unwrap();
+        // The master's first line: the workers are being started now.
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        use std::io::Read;
+        while !String::from_utf8_lossy(&seen).contains("master starting") {
+            if stderr.read(&mut byte).unwrap_or(0) == 0 {
+                break;
+            }
+            seen.push(byte[0]);
+        }
+        std::thread::sleep(Duration::from_millis(15));
+        // SAFETY: kill(2) on the process group of a child we spawned.
+        unsafe { libc::kill(-pgid, libc::SIGINT) };
+        let mut rest = String::new();
+        let _ = stderr.read_to_string(&mut rest);
+        let status = child.wait().unwrap();
+        let all = format!("{}{rest}", String::from_utf8_lossy(&seen));
+        assert!(!all.contains("Traceback"), "{all}");
+        assert!(!all.contains("KeyboardInterrupt"), "{all}");
+        assert_eq!(status.code(), Some(0), "{all}");
+    }
 }

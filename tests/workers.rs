@@ -851,3 +851,56 @@ fn log_lines_of_many_workers_starting_at_once_never_interleave() {
     );
     assert!(log.lines().count() > 6 * 4 * 2, "{log}");
 }
+
+#[test]
+fn an_app_that_takes_sigterm_cannot_keep_its_worker_from_draining() {
+    // Taken at import: the worker puts its own handler back (and says so), so a reload
+    // replaces it as usual.
+    let mut s = Server::start("own_sigterm:app", &["--graceful-timeout", "1"]);
+    assert!(
+        s.stderr_text().lines().any(|l| l.contains("[WARN]")
+            && l.contains("installed its own handler for SIGTERM while it was imported")),
+        "{}",
+        s.stderr_text()
+    );
+    let first = s.get("/").body_text();
+    s.signal(libc::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            let w = s.worker_pids();
+            w.len() == 1 && w[0].to_string() != first
+        }),
+        "the old worker {first} is still there: {:?}\n{}",
+        s.worker_pids(),
+        s.log_text()
+    );
+
+    // Taken while serving (m0serve cannot see it): the master kills the worker once
+    // --graceful-timeout and its 5 s margin have passed.
+    let second = s.get("/install").body_text();
+    let t0 = Instant::now();
+    s.signal(libc::SIGHUP);
+    assert!(
+        wait_until(Duration::from_secs(12), || !s
+            .worker_pids()
+            .iter()
+            .any(|p| p.to_string() == second)),
+        "worker {second} was never killed\n{}",
+        s.log_text()
+    );
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_secs(5) && took < Duration::from_secs(9),
+        "{took:?}\n{}",
+        s.log_text()
+    );
+    assert!(
+        s.log_text().contains(&format!(
+            "worker {second} still runs 6 s after it was told to drain"
+        )),
+        "{}",
+        s.log_text()
+    );
+    assert_eq!(s.get("/").status, 200);
+    assert_eq!(s.stop().code(), Some(0), "{}", s.log_text());
+}

@@ -2,7 +2,7 @@
 //!
 //! The master never runs Python code and never starts a thread. Each worker is a fork that
 //! at once executes the [`WorkerCommand`] (the binary itself, or the package's interpreter
-//! with `-m m0serve`, and the master's own arguments) with the listener's descriptor and
+//! with its flags and `-c` code that starts m0serve, and the master's own arguments) with the listener's descriptor and
 //! the write end of a "ready" pipe left open across the exec, named in [`WORKER_ENV`]. So a worker starts from a clean
 //! process image (no inherited master state, signal handlers or locks), starts Python,
 //! imports the app and writes one byte to its ready pipe once its loop serves.
@@ -102,6 +102,8 @@ struct Worker {
     generation: u64,
     /// Its slot in the shared metrics (`--metrics-port`).
     metrics_slot: Option<usize>,
+    /// Told to drain (not as part of a stop): killed if it is still running at this time.
+    drain_deadline: Option<Instant>,
 }
 
 pub struct Master {
@@ -162,7 +164,8 @@ impl Drop for PidFile {
 
 /// What a worker process executes: a program and its whole argument list (`argv[0]`
 /// first). The binary runs itself again (`/proc/self/exe` as it was at start); the Python
-/// package runs the interpreter it is installed in with `-m m0serve`. Either way the
+/// package runs the interpreter it is installed in, with its flags, on code that starts
+/// m0serve (python/m0serve/__init__.py, `WORKER_BOOT`). Either way the
 /// master's own arguments follow, and the worker tells it is one from [`WORKER_ENV`].
 #[derive(Clone, Debug)]
 pub struct WorkerCommand {
@@ -303,6 +306,7 @@ impl Master {
     /// Starts, retires and announces workers so that `target` of the current generation
     /// run.
     fn converge(&mut self) {
+        let grace = self.config.graceful_timeout + KILL_MARGIN;
         let current = |w: &&Worker| w.generation == self.generation && w.life.counts();
         let running = self.workers.iter().filter(current).count();
         let ready = self
@@ -317,7 +321,7 @@ impl Master {
                 w.generation == self.generation
                     && matches!(w.life, Life::Booting | Life::Serving | Life::Recycling)
             }) {
-                retire(w, "one worker fewer", true);
+                retire(w, "one worker fewer", true, grace);
             }
         }
         // A reload: an old worker still starting serves nothing and goes at once; a
@@ -329,7 +333,7 @@ impl Master {
             .iter_mut()
             .filter(|w| w.generation < generation && w.life == Life::Booting)
         {
-            retire(w, "reload: it was still starting", false);
+            retire(w, "reload: it was still starting", false, grace);
         }
         let old_serving = |w: &&mut Worker| {
             w.generation < generation && matches!(w.life, Life::Serving | Life::Recycling)
@@ -338,7 +342,7 @@ impl Master {
         if old > 0 && ready + old > self.target {
             let excess = (ready + old - self.target).min(old);
             for w in self.workers.iter_mut().filter(old_serving).take(excess) {
-                retire(w, "reload: its replacement is ready", false);
+                retire(w, "reload: its replacement is ready", false, grace);
             }
         }
         // Recycling: a worker that asked goes once the others and its replacement serve.
@@ -348,7 +352,7 @@ impl Master {
                 .iter_mut()
                 .filter(|w| w.life == Life::Recycling)
             {
-                retire(w, "recycled: its replacement is ready", false);
+                retire(w, "recycled: its replacement is ready", false, grace);
             }
         }
         let now = Instant::now();
@@ -359,6 +363,7 @@ impl Master {
             }
         }
         self.kill_silent(now);
+        self.kill_overdue_drains(now);
         if self.config.workers_max_rss > 0 && now >= self.next_rss_check {
             self.next_rss_check = now + RSS_CHECK_EVERY;
             self.check_rss();
@@ -468,6 +473,8 @@ impl Master {
             if self.target > 1 {
                 self.target -= 1;
                 log::info!("received SIGTTOU: {} worker(s)", self.target);
+            } else {
+                log::info!("received SIGTTOU: already at one worker, the fewest");
             }
         }
         if got.stats {
@@ -610,6 +617,25 @@ impl Master {
             w.life = Life::Killed;
             // SAFETY: kill(2) on our own unreaped child; SIGKILL ends a stopped process too.
             unsafe { libc::kill(w.pid, libc::SIGKILL) };
+        }
+    }
+
+    /// A worker told to drain that still runs past `--graceful-timeout` and the margin: its
+    /// SIGTERM did not stop it. Killed (SIGKILL), as a stop's leftovers are.
+    fn kill_overdue_drains(&mut self, now: Instant) {
+        for w in self.workers.iter_mut() {
+            if w.drain_deadline.is_some_and(|d| now >= d) {
+                w.drain_deadline = None;
+                log::warning!(
+                    "worker {} still runs {:.0} s after it was told to drain (--graceful-timeout \
+                     and {} s): killing it (did the app install its own SIGTERM handler?)",
+                    w.pid,
+                    (self.config.graceful_timeout + KILL_MARGIN).as_secs_f64(),
+                    KILL_MARGIN.as_secs()
+                );
+                // SAFETY: kill(2) on our own unreaped child.
+                unsafe { libc::kill(w.pid, libc::SIGKILL) };
+            }
         }
     }
 
@@ -820,6 +846,7 @@ impl Master {
             alive_at: Instant::now(),
             generation: self.generation,
             metrics_slot,
+            drain_deadline: None,
         });
         Ok(())
     }
@@ -887,11 +914,14 @@ fn rss_kib(pid: libc::pid_t) -> u64 {
 }
 
 /// Tells a worker to drain (`scaled_down`: because fewer are wanted).
-fn retire(w: &mut Worker, why: &str, scaled_down: bool) {
+/// Tells `w` to drain (SIGTERM); it is killed if it still runs `grace` from now (an app
+/// that installed its own SIGTERM handler while serving can keep it from stopping).
+fn retire(w: &mut Worker, why: &str, scaled_down: bool, grace: Duration) {
     w.life = Life::Draining {
         served: w.life.served(),
         scaled_down,
     };
+    w.drain_deadline = Some(Instant::now() + grace);
     log::info!("worker {} drains: {why}", w.pid);
     // SAFETY: kill(2) on our own unreaped child.
     unsafe { libc::kill(w.pid, libc::SIGTERM) };
@@ -919,6 +949,11 @@ unsafe fn exec_worker(
         for &sig in MASTER_SIGNALS {
             libc::signal(sig, libc::SIG_DFL);
         }
+        // SIGINT is ignored until the worker installs its own handlers: a Ctrl-C to the
+        // terminal's process group reaches the master, which stops the workers, and a
+        // Python started by the package installs no KeyboardInterrupt handler over an
+        // ignored SIGINT (it would print a traceback from the middle of its start).
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
         // A worker whose master is gone (killed) must not serve on: it gets SIGTERM.
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);

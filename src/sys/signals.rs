@@ -14,6 +14,49 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::sys::syscall;
 
+/// The signals a worker handles (`SignalPipe::install`).
+const WORKER_SIGNALS: &[libc::c_int] = &[
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+/// A worker's handlers that the app replaced (Python's `signal.signal` while the app was
+/// imported) are put back; the names of those signals. Without this, an app's SIGTERM
+/// handler would keep the worker from draining when the master asks.
+pub fn reclaim() -> Vec<&'static str> {
+    let mut taken = Vec::new();
+    for &sig in WORKER_SIGNALS {
+        // SAFETY: a zeroed sigaction is a valid out-buffer; sigaction with a NULL new
+        // action only reads the current one.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 {
+            continue;
+        }
+        if old.sa_sigaction == on_signal as extern "C" fn(libc::c_int) as usize {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: as in `with_handlers`: a handler that only writes to the self-pipe.
+        if unsafe { libc::sigaction(sig, &sa, std::ptr::null_mut()) } == 0 {
+            taken.push(match sig {
+                libc::SIGINT => "SIGINT",
+                libc::SIGTERM => "SIGTERM",
+                libc::SIGQUIT => "SIGQUIT",
+                libc::SIGUSR1 => "SIGUSR1",
+                _ => "SIGUSR2",
+            });
+        }
+    }
+    taken
+}
+
 /// The signals the master handles (`SignalPipe::install_master`).
 pub const MASTER_SIGNALS: &[libc::c_int] = &[
     libc::SIGINT,
@@ -78,13 +121,7 @@ impl SignalPipe {
     pub fn install() -> io::Result<SignalPipe> {
         // Relaxed: set before the handlers are installed (sigaction is the fence).
         EXIT_ON_STOP.store(true, Ordering::Relaxed);
-        let pipe = SignalPipe::with_handlers(&[
-            libc::SIGINT,
-            libc::SIGTERM,
-            libc::SIGQUIT,
-            libc::SIGUSR1,
-            libc::SIGUSR2,
-        ])?;
+        let pipe = SignalPipe::with_handlers(WORKER_SIGNALS)?;
         for sig in [libc::SIGHUP, libc::SIGTTIN, libc::SIGTTOU] {
             // SAFETY: setting a disposition to SIG_IGN has no preconditions.
             unsafe { libc::signal(sig, libc::SIG_IGN) };

@@ -62,7 +62,7 @@ fn run(setup: HandlerSetup) {
             Ok(b) => b,
             Err(e) => {
                 crate::log::error!("cannot set up the WSGI bridge: {e}");
-                e.print(py);
+                crate::python::print_exception(py, &e);
                 return;
             }
         };

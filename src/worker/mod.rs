@@ -229,6 +229,15 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             &config.pythonpath,
             &interp,
         )?;
+        let taken = crate::sys::signals::reclaim();
+        if !taken.is_empty() {
+            log::warning!(
+                "{} installed its own handler for {} while it was imported; m0serve's is \
+                 back (the worker stops as the master asks; the app's handler does not run)",
+                config.app,
+                taken.join(", ")
+            );
+        }
         if config.timeout.is_some() {
             python::register_stack_dump(py).map_err(|e| {
                 format!("--timeout: cannot register faulthandler for stack dumps: {e}")

@@ -269,7 +269,7 @@ impl EventLoop {
                     self.inline = Some(inline);
                 }
                 Err(e) => {
-                    e.print(py);
+                    crate::python::print_exception(py, &e);
                     ready(Err(format!("cannot set up the WSGI bridge: {e}")));
                     return;
                 }
