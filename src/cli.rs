@@ -154,7 +154,7 @@ pub struct Cli {
     pub backlog: u32,
 
     /// Write the master's process id to PATH (removed at exit).
-    #[arg(long, env = "M0SERVE_PID_FILE", value_name = "PATH")]
+    #[arg(short = 'p', long, env = "M0SERVE_PID_FILE", value_name = "PATH")]
     pub pid_file: Option<PathBuf>,
 
     /// The standalone binary's virtualenv, whose site-packages the app imports from
@@ -183,8 +183,14 @@ pub struct Cli {
     )]
     pub pythonpath: Vec<PathBuf>,
 
-    /// Set an environment variable for the app, `KEY=VALUE`; repeatable.
-    #[arg(long = "env", value_name = "KEY=VALUE")]
+    /// Set an environment variable for the app, `KEY=VALUE`; repeatable (one from the
+    /// environment variable).
+    #[arg(
+        short = 'e',
+        long = "env",
+        env = "M0SERVE_ENV",
+        value_name = "KEY=VALUE"
+    )]
     pub env_vars: Vec<String>,
 
     /// Set the app's environment variables from FILE: `KEY=VALUE` lines (`export ` and
@@ -592,10 +598,16 @@ pub fn flags_markdown() -> String {
             continue;
         }
         let name = match arg.get_long() {
-            Some(l) => match arg.get_value_names() {
-                Some(v) if arg.get_action().takes_values() => format!("`--{l} {}`", v[0]),
-                _ => format!("`--{l}`"),
-            },
+            Some(l) => {
+                let long = match arg.get_value_names() {
+                    Some(v) if arg.get_action().takes_values() => format!("`--{l} {}`", v[0]),
+                    _ => format!("`--{l}`"),
+                };
+                match arg.get_short() {
+                    Some(c) => format!("`-{c}`, {long}"),
+                    None => long,
+                }
+            }
             None => format!("`{}` (positional)", arg.get_id().as_str().to_uppercase()),
         };
         let env = arg
