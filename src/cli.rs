@@ -164,6 +164,23 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_VENV", value_name = "PATH")]
     pub venv: Option<PathBuf>,
 
+    /// After binding, run as this user (a name or a numeric id): the master switches before
+    /// it starts a worker, so the app is imported as it. Its supplementary groups come with
+    /// it. Needs m0serve started as root; a switch that fails stops the start.
+    #[arg(short = 'u', long, env = "M0SERVE_USER", value_name = "USER")]
+    pub user: Option<String>,
+
+    /// After binding, run as this group (a name or a numeric id); the default with --user
+    /// is that user's primary group.
+    #[arg(short = 'g', long, env = "M0SERVE_GROUP", value_name = "GROUP")]
+    pub group: Option<String>,
+
+    /// File mode creation mask, in octal (e.g. 027), set before anything is bound or
+    /// written: Unix sockets (unless --uds-permissions), the pid file, and files the app
+    /// creates.
+    #[arg(short = 'm', long, env = "M0SERVE_UMASK", value_name = "MASK")]
+    pub umask: Option<String>,
+
     /// Directory put first on `sys.path` before the app is imported.
     #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
     pub app_dir: PathBuf,

@@ -68,6 +68,8 @@ pub struct Config {
     pub max_requests_jitter: u64,
     pub workers_max_rss: u64,
     pub pid_file: Option<PathBuf>,
+    /// `--user` and `--group`, resolved.
+    pub identity: crate::sys::privileges::Identity,
     /// `--check-config`: check, import the app, exit.
     pub check_only: bool,
     pub trusted: crate::wsgi::proxy::Trusted,
@@ -150,9 +152,12 @@ pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
 }
 
 /// What the master does to its own process before the configuration is read (a worker
-/// inherits both): `--chdir`, then `--env-file` and `--env` into the environment, which the
+/// inherits all of it): `--umask`, `--chdir`, then `--env-file` and `--env` into the environment, which the
 /// workers, and so the app, inherit.
 pub fn prepare_process(cli: &Cli) -> Result<(), String> {
+    if let Some(mask) = &cli.umask {
+        crate::sys::privileges::set_umask(crate::sys::privileges::parse_umask(mask)?);
+    }
     if let Some(dir) = &cli.chdir {
         std::env::set_current_dir(dir).map_err(|e| format!("--chdir {}: {e}", dir.display()))?;
     }
@@ -406,6 +411,10 @@ impl Config {
                 None
             },
             pid_file: cli.pid_file,
+            identity: crate::sys::privileges::Identity::resolve(
+                cli.user.as_deref(),
+                cli.group.as_deref(),
+            )?,
             check_only: cli.check_config,
             app_dir,
             pythonpath,

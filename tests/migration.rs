@@ -97,6 +97,9 @@ fn sample(long: &str, name: &str, tmp: &TempDir) -> String {
             v.display().to_string()
         }
         "--reload-ignore" => "tests/*".into(),
+        "--user" => "nobody".into(),
+        "--group" => "nogroup".into(),
+        "--umask" => "027".into(),
         _ => match name {
             "N" | "J" | "MIB" | "WORKERS" | "BLOCKING_THREADS" => "2".into(),
             "SECS" => "7".into(),

@@ -233,6 +233,13 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         Some(path) => Some(PidFile::write(path)?),
         None => None,
     };
+    // Everything that needs root is done: the sockets are bound, the pid file written,
+    // the counters created. The workers are started as the identity, so the app is
+    // imported as it.
+    if !config.identity.is_empty() {
+        config.identity.assume()?;
+        log::info!("running as {}", config.identity.describe);
+    }
     let signals =
         SignalPipe::install_master().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let mut m = Master {

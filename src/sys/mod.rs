@@ -4,6 +4,7 @@
 
 pub mod ipc;
 pub mod listen;
+pub mod privileges;
 pub mod signals;
 pub mod spool;
 

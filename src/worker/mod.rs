@@ -138,6 +138,9 @@ impl Metrics {
 }
 
 pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
+    // The master switched before it started this process; this checks that the switch
+    // held (and makes it, should a worker ever start as root).
+    config.identity.assume()?;
     tune_malloc();
     let listeners = inherited
         .listener_fds

@@ -1,0 +1,291 @@
+//! `--user`, `--group` and `--umask`, as root with the real unprivileged user `nobody`:
+//! the master binds a port under 1024, then it and its workers run as the user (real,
+//! effective and saved ids, the user's own supplementary groups only) before the app is
+//! imported; a switch that cannot be made stops the start; the mask reaches Unix sockets
+//! and the app's files. The app is tests/apps/identity.py.
+//!
+//! The interpreter lives under /root (pyenv), which only root may enter; each server runs
+//! in a mount namespace where /root is a world-readable directory holding that tree, so
+//! that `nobody` can load it. Needs root and `unshare` (as CI has): without them each test
+//! says it was skipped and why.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+const NOBODY: u32 = 65534;
+
+/// Why these tests cannot run here, if they cannot.
+fn cannot_run() -> Option<&'static str> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("they need root");
+    }
+    let unshare = std::process::Command::new("unshare")
+        .args(["-m", "true"])
+        .status();
+    if !unshare.map(|s| s.success()).unwrap_or(false) {
+        return Some("`unshare -m` does not work here");
+    }
+    None
+}
+
+macro_rules! needs_root {
+    () => {
+        if let Some(why) = cannot_run() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+}
+
+/// A script that makes /root enterable by anyone in a fresh mount namespace (a
+/// world-readable directory with the real /root's pyenv tree bound inside), then runs
+/// its arguments.
+fn open_root(tmp: &TempDir) -> String {
+    let fake = tmp.path.join("fakeroot");
+    std::fs::create_dir_all(fake.join(".pyenv")).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = tmp.path.join("open-root.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "set -e\nif [ -d /root/.pyenv ]; then mount --rbind /root/.pyenv {f}/.pyenv; fi\n\
+             mount --rbind {f} /root\nexec \"$@\"\n",
+            f = fake.display()
+        ),
+    )
+    .unwrap();
+    script.to_string_lossy().into_owned()
+}
+
+/// A directory anyone may write in, for the app's files.
+fn writable_dir(tmp: &TempDir) -> std::path::PathBuf {
+    let d = tmp.path.join("out");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}
+
+/// A free TCP port under 1024 on 127.0.0.1 (only root may bind one).
+fn low_port() -> u16 {
+    (600..1000)
+        .find(|&p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .expect("no free port under 1024")
+}
+
+/// `Uid:`, `Gid:` and `Groups:` of a process, from /proc.
+fn ids_of(pid: u32) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> Vec<u32> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or("")
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect()
+    };
+    (field("Uid:"), field("Gid:"), field("Groups:"))
+}
+
+/// What the app reports: the ids at "import" and "now", and the mode of the file it made
+/// (`made`), if any.
+fn reported(s: &Server, target: &str) -> Json {
+    let r = s.get(target);
+    assert_eq!(r.status, 200, "{}\n{}", r.body_text(), s.log_text());
+    Json::parse(&r.body_text()).unwrap()
+}
+
+fn num(j: &Json, path: &[&str]) -> f64 {
+    let mut v = j;
+    for p in path {
+        v = &v[*p];
+    }
+    v.as_f64()
+        .unwrap_or_else(|| panic!("no number at {path:?} in {j:?}"))
+}
+
+fn groups(j: &Json, when: &str) -> Vec<f64> {
+    j[when]["groups"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {when}.groups in {j:?}"))
+        .iter()
+        .map(|g| g.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_low_port_is_bound_then_master_and_workers_run_as_the_user_before_the_import() {
+    needs_root!();
+    let tmp = TempDir::new("user");
+    let script = open_root(&tmp);
+    let port = low_port();
+    // The server starts as root with a supplementary group it must not keep (disk, 6).
+    let s = Server::builder("identity:application")
+        .without_port_flag()
+        .wrapped(&[
+            "unshare", "-m", "sh", &script, "setpriv", "--groups", "6", "--",
+        ])
+        .args(&[
+            "-b",
+            &format!("127.0.0.1:{port}"),
+            "--user",
+            "nobody",
+            "--workers",
+            "2",
+        ])
+        .start();
+    assert_eq!(s.port(), port);
+    assert!(
+        s.log_text().contains("running as user nobody"),
+        "{}",
+        s.log_text()
+    );
+    let workers = s.wait_for_workers(2, Duration::from_secs(10));
+    for pid in std::iter::once(s.pid()).chain(workers) {
+        let (uid, gid, groups) = ids_of(pid);
+        assert_eq!(uid, vec![NOBODY; 4], "process {pid}");
+        assert_eq!(gid, vec![NOBODY; 4], "process {pid}");
+        assert_eq!(
+            groups,
+            vec![NOBODY],
+            "process {pid}: root's groups were kept"
+        );
+    }
+    let j = reported(&s, "/");
+    for when in ["import", "now"] {
+        for key in ["uid", "euid", "gid", "egid"] {
+            assert_eq!(
+                num(&j, &[when, key]),
+                f64::from(NOBODY),
+                "{when} {key}: {j:?}"
+            );
+        }
+        assert_eq!(groups(&j, when), vec![f64::from(NOBODY)], "{when}: {j:?}");
+    }
+}
+
+#[test]
+fn numeric_ids_the_user_database_does_not_know_are_used_as_given() {
+    needs_root!();
+    let tmp = TempDir::new("numeric");
+    let script = open_root(&tmp);
+    let s = Server::builder("identity:application")
+        .wrapped(&["unshare", "-m", "sh", &script])
+        .args(&["--user", "3999999", "--group", "3999998"])
+        .start();
+    let j = reported(&s, "/");
+    assert_eq!(num(&j, &["import", "uid"]), 3999999.0, "{j:?}");
+    assert_eq!(num(&j, &["import", "gid"]), 3999998.0, "{j:?}");
+    assert_eq!(groups(&j, "import"), vec![3999998.0], "{j:?}");
+}
+
+#[test]
+fn group_alone_changes_the_group_and_keeps_the_user() {
+    needs_root!();
+    let s = Server::start("identity:application", &["--group", "nogroup"]);
+    let j = reported(&s, "/");
+    assert_eq!(num(&j, &["import", "uid"]), 0.0, "{j:?}");
+    assert_eq!(num(&j, &["import", "gid"]), f64::from(NOBODY), "{j:?}");
+    assert_eq!(num(&j, &["import", "egid"]), f64::from(NOBODY), "{j:?}");
+    assert_eq!(groups(&j, "import"), vec![f64::from(NOBODY)], "{j:?}");
+}
+
+#[test]
+fn a_switch_that_cannot_be_made_stops_the_start_before_any_import() {
+    needs_root!();
+    let tmp = TempDir::new("refused");
+    let script = open_root(&tmp);
+    // Started as nobody, it cannot become root.
+    let e = Server::builder("identity:application")
+        .wrapped(&[
+            "unshare",
+            "-m",
+            "sh",
+            &script,
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ])
+        .args(&["--user", "root"])
+        .try_start()
+        .map(|_| ())
+        .expect_err("started although it could not switch");
+    assert!(e.contains("exited with exit status: 1"), "{e}");
+    assert!(
+        e.contains("cannot switch to user root: only root can, and m0serve runs as uid 65534"),
+        "{e}"
+    );
+    assert!(!e.contains("importing"), "a worker started: {e}");
+}
+
+#[test]
+fn unknown_names_and_bad_masks_are_refused_at_start() {
+    for (args, says) in [
+        (
+            &["--user", "no-such-user-m0s"][..],
+            "--user no-such-user-m0s: no such user",
+        ),
+        (
+            &["--group", "no-such-group-m0s"][..],
+            "--group no-such-group-m0s: no such group",
+        ),
+        (&["--user", "3999999"][..], "give --group too"),
+        (&["--umask", "8"][..], "--umask 8: expected an octal mask"),
+        (
+            &["--umask", "1000"][..],
+            "--umask 1000: expected an octal mask",
+        ),
+    ] {
+        let mut all = vec!["identity:application", "--check-config"];
+        all.extend_from_slice(args);
+        let out = run_to_exit(&all, &[], Duration::from_secs(20));
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+    }
+}
+
+/// The mode of a file, as `0o...` bits.
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn umask_reaches_the_unix_socket_and_the_apps_files() {
+    let tmp = TempDir::new("umask");
+    let out = writable_dir(&tmp);
+    for (mask, expect_socket, expect_file) in [(None, 0o755, 0o644), (Some("077"), 0o700, 0o600)] {
+        let sock = out.join(format!("s-{}.sock", mask.unwrap_or("default")));
+        let mut b = Server::builder("identity:application")
+            .without_port_flag()
+            .args(&[
+                "-b",
+                &format!("unix:{}", sock.display()),
+                "-b",
+                "127.0.0.1:0",
+            ]);
+        if let Some(m) = mask {
+            b = b.args(&["--umask", m]);
+        }
+        // Without --umask the server keeps the mask it was started with: 022 here.
+        let s = b
+            .wrapped(&["sh", "-c", "umask 022 && exec \"$@\"", "sh"])
+            .start();
+        assert_eq!(mode(&sock), expect_socket, "socket, --umask {mask:?}");
+        let made = out.join(format!("made-{}", mask.unwrap_or("default")));
+        let j = reported(&s, &format!("/?{}", made.display()));
+        assert_eq!(
+            num(&j, &["made"]) as u32,
+            expect_file,
+            "app's file, --umask {mask:?}"
+        );
+        drop(s);
+    }
+}
