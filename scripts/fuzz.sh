@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs each cargo-fuzz target (fuzz/fuzz_targets: head, chunked, conn) for a set time.
+# Runs each cargo-fuzz target (fuzz/fuzz_targets: head, chunked, conn,
+# proxy_protocol) for a set time.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]      (default: 60 s each, all three)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]      (default: 60 s each, all four)
 #
 # Needs a nightly toolchain (`rustup toolchain install nightly`) and cargo-fuzz (installed
 # here when missing). The corpus (fuzz/corpus/TARGET, not committed) is seeded from
@@ -14,7 +15,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(head chunked conn)
+    targets=(head chunked conn proxy_protocol)
 fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 # The fuzz binaries link libpython (through m0serve) without the server's rpath.

@@ -12,6 +12,7 @@ pub mod encode;
 pub mod limits;
 pub mod parse;
 pub mod percent;
+pub mod proxy_protocol;
 
 #[cfg(test)]
 mod tests;
