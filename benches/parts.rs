@@ -173,6 +173,8 @@ fn main() {
             peer,
             queued_at,
             listener: 0,
+            secure: false,
+            client_dn: None,
         }
     };
     rows.push(bench(

@@ -57,6 +57,47 @@ pub struct Cli {
     )]
     pub bind: Vec<String>,
 
+    /// Serve HTTPS with this certificate chain (PEM, the server's certificate first) on
+    /// every TCP address of --bind/--host (Unix sockets, and --insecure-bind, stay plain).
+    /// Re-read by the new workers at each SIGHUP.
+    #[arg(
+        long,
+        env = "M0SERVE_CERTFILE",
+        value_name = "FILE",
+        alias = "ssl-certificate"
+    )]
+    pub certfile: Option<PathBuf>,
+
+    /// The private key of --certfile (PEM: PKCS #8, RSA or EC; not encrypted).
+    #[arg(
+        long,
+        env = "M0SERVE_KEYFILE",
+        value_name = "FILE",
+        alias = "ssl-keyfile"
+    )]
+    pub keyfile: Option<PathBuf>,
+
+    /// Certificate authorities (PEM) that sign the clients' certificates: asks clients for
+    /// one (mutual TLS); see --client-cert.
+    #[arg(long, env = "M0SERVE_CA_CERTS", value_name = "FILE")]
+    pub ca_certs: Option<PathBuf>,
+
+    /// With --ca-certs: `required` (the default) refuses a client without a valid
+    /// certificate at the handshake; `optional` serves it too. A verified certificate's
+    /// subject is the environ's SSL_CLIENT_S_DN.
+    #[arg(long, env = "M0SERVE_CLIENT_CERT", value_name = "MODE", value_enum)]
+    pub client_cert: Option<crate::tls::ClientCert>,
+
+    /// Also listen, without TLS, here (repeatable; the --bind forms): a plain port beside
+    /// the HTTPS ones, for a health check or a redirect.
+    #[arg(
+        long,
+        env = "M0SERVE_INSECURE_BIND",
+        value_name = "ADDRESS",
+        value_delimiter = ','
+    )]
+    pub insecure_bind: Vec<String>,
+
     /// Permissions of the Unix sockets m0serve binds, in octal (e.g. 660).
     #[arg(long, env = "M0SERVE_UDS_PERMISSIONS", value_name = "MODE")]
     pub uds_permissions: Option<String>,

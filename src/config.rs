@@ -49,6 +49,10 @@ fn within(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
 pub struct Config {
     pub app: AppSpec,
     pub listen: Vec<ListenSpec>,
+    /// How many of `listen` come from --bind/--host (the rest: --insecure-bind).
+    pub secure_listeners: usize,
+    /// `--certfile` and the rest, read into a rustls configuration.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// `--uds-permissions`.
     pub uds_permissions: Option<u32>,
     pub workers: usize,
@@ -186,6 +190,12 @@ impl Config {
         all.join(", ")
     }
 
+    /// Whether TLS covers the `i`th listening socket, `tcp` if it is a TCP one: every TCP
+    /// socket of --bind/--host (or passed by systemd) when --certfile is given.
+    pub fn is_tls(&self, i: usize, tcp: bool) -> bool {
+        self.tls.is_some() && tcp && !(i >= self.secure_listeners && i < self.listen.len())
+    }
+
     pub fn from_cli(cli: Cli) -> Result<Config, String> {
         let app = AppSpec::parse(&cli.app)?;
         let listen = if !cli.bind.is_empty() {
@@ -220,6 +230,62 @@ impl Config {
                 }
             }
         };
+        // `--insecure-bind`: after the others, so `listen[..secure_listeners]` are the ones
+        // TLS covers.
+        let mut listen = listen;
+        let secure_listeners = listen.len();
+        for b in &cli.insecure_bind {
+            for spec in ListenSpec::parse(b.trim())
+                .map_err(|e| format!("--insecure-bind: {}", e.trim_start_matches("--bind ")))?
+            {
+                let any_port = matches!(&spec, ListenSpec::Tcp(a) if a.port() == 0);
+                if !any_port && listen.iter().any(|s| s.describe() == spec.describe()) {
+                    return Err(format!(
+                        "--insecure-bind {}: also given to --bind",
+                        spec.describe()
+                    ));
+                }
+                listen.push(spec);
+            }
+        }
+        let tls = match (&cli.certfile, &cli.keyfile) {
+            (Some(certfile), Some(keyfile)) => {
+                Some(crate::tls::server_config(&crate::tls::Options {
+                    certfile: certfile.clone(),
+                    keyfile: keyfile.clone(),
+                    ca_certs: cli.ca_certs.clone(),
+                    client_cert: cli.client_cert.unwrap_or(if cli.ca_certs.is_some() {
+                        crate::tls::ClientCert::Required
+                    } else {
+                        crate::tls::ClientCert::None
+                    }),
+                })?)
+            }
+            (None, None) => {
+                if cli.ca_certs.is_some() || cli.client_cert.is_some() {
+                    return Err("--ca-certs and --client-cert need --certfile and --keyfile".into());
+                }
+                if !cli.insecure_bind.is_empty() {
+                    return Err("--insecure-bind is for a plain port beside HTTPS ones: without --certfile every \
+                         --bind is plain already"
+                        .into());
+                }
+                None
+            }
+            (Some(_), None) => return Err("--certfile needs --keyfile".into()),
+            (None, Some(_)) => return Err("--keyfile needs --certfile".into()),
+        };
+        if tls.is_some()
+            && !listen[..secure_listeners]
+                .iter()
+                .any(|l| !matches!(l, ListenSpec::Unix(_)))
+        {
+            return Err(
+                "--certfile: no TCP address to serve HTTPS on (TLS covers the TCP \
+                        addresses of --bind/--host; Unix sockets stay plain)"
+                    .into(),
+            );
+        }
         if listen.len() > MAX_LISTENERS {
             return Err(format!(
                 "--bind: {} addresses, at most {MAX_LISTENERS}",
@@ -411,6 +477,8 @@ impl Config {
                 None
             },
             pid_file: cli.pid_file,
+            secure_listeners,
+            tls,
             identity: crate::sys::privileges::Identity::resolve(
                 cli.user.as_deref(),
                 cli.group.as_deref(),

@@ -29,6 +29,8 @@ pub mod python;
 #[cfg(not(loom))]
 pub mod sys;
 #[cfg(not(loom))]
+pub mod tls;
+#[cfg(not(loom))]
 pub mod worker;
 #[cfg(not(loom))]
 pub mod wsgi;

@@ -78,6 +78,38 @@ impl Histogram {
     }
 }
 
+/// Why a connection was closed before its first request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Plain HTTP to a TLS port (answered 400 in plain text first).
+    TlsPlainHttp,
+    /// A TLS handshake that failed.
+    TlsHandshake,
+    /// `--proxy-protocol`: a peer not in `--forwarded-allow-ips`.
+    ProxyUntrusted,
+    /// `--proxy-protocol`: no valid PROXY header first.
+    ProxyMalformed,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 4] = [
+        Refused::TlsPlainHttp,
+        Refused::TlsHandshake,
+        Refused::ProxyUntrusted,
+        Refused::ProxyMalformed,
+    ];
+
+    /// Its label in the metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Refused::TlsPlainHttp => "tls_plain_http",
+            Refused::TlsHandshake => "tls_handshake",
+            Refused::ProxyUntrusted => "proxy_untrusted",
+            Refused::ProxyMalformed => "proxy_malformed",
+        }
+    }
+}
+
 /// What one thread writes. 64-byte aligned, so two threads never share a cache line.
 #[repr(C, align(64))]
 pub struct Section {
@@ -88,6 +120,8 @@ pub struct Section {
     busy_ns: AtomicU64,
     /// The loop's section only: open client connections (a gauge).
     connections: AtomicU64,
+    /// The loop's section only: connections closed before a request, by [`Refused`].
+    refused: [AtomicU64; Refused::ALL.len()],
 }
 
 impl Section {
@@ -113,6 +147,12 @@ impl Section {
             &self.busy_ns,
             u64::try_from(app.as_nanos()).unwrap_or(u64::MAX),
         );
+    }
+
+    /// The loop's section: a connection closed before its first request.
+    #[inline]
+    pub fn count_refused(&self, why: Refused) {
+        bump(&self.refused[why as usize], 1);
     }
 
     /// The loop's section: the open connections now.
@@ -166,7 +206,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"m0smetrx");
 /// What a section looks like: a version to bump when fields change meaning, the
 /// section's size and the bucket count.
 fn layout() -> u64 {
-    const VERSION: u64 = 1;
+    const VERSION: u64 = 2;
     (VERSION << 48) | ((NB as u64) << 32) | std::mem::size_of::<Section>() as u64
 }
 
@@ -348,6 +388,7 @@ impl Region {
         let mut hists = [[0u64; NB]; 3];
         let mut sums = [0u64; 3];
         let mut connections = 0;
+        let mut refused = [0u64; Refused::ALL.len()];
         let mut workers = 0;
         let mut busy = Vec::new();
         for slot in 0..self.slots {
@@ -369,6 +410,9 @@ impl Region {
                 }
                 if i == 0 {
                     connections += load(&s.connections);
+                    for (acc, r) in refused.iter_mut().zip(&s.refused) {
+                        *acc += load(r);
+                    }
                 } else {
                     busy.push((slot, i - 1, load(&s.busy_ns)));
                 }
@@ -431,9 +475,23 @@ impl Region {
                 ns as f64 / 1e9
             ));
         }
+        let refused_lines: String = Refused::ALL
+            .iter()
+            .zip(refused)
+            .map(|(r, n)| {
+                format!(
+                    "m0serve_connections_refused_total{{reason=\"{}\"}} {n}\n",
+                    r.name()
+                )
+            })
+            .collect();
         w(format_args!(
             "# HELP m0serve_connections Open client connections, all workers.\n\
              # TYPE m0serve_connections gauge\nm0serve_connections {connections}\n\
+             # HELP m0serve_connections_refused_total Connections closed before any request \
+             (TLS handshakes that failed, plain HTTP to a TLS port, PROXY protocol refusals).\n\
+             # TYPE m0serve_connections_refused_total counter\n\
+             {refused_lines}\
              # HELP m0serve_workers Worker processes running.\n\
              # TYPE m0serve_workers gauge\nm0serve_workers {workers}\n\
              # HELP m0serve_worker_restarts_total Workers that exited and were replaced.\n\

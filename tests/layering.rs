@@ -23,12 +23,14 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("python", &["sys", "log"][..]),
         ("access_log", &["http", "pipeline", "sys", "log"][..]),
         ("metrics", &["http", "pipeline", "sys", "log"][..]),
+        // The TLS settings read into a rustls configuration (the records are the loop's).
+        ("tls", &["sys", "log"][..]),
         (
             "wsgi",
             &["pipeline", "http", "sys", "log", "access_log", "metrics"][..],
         ),
         // Layer 3: the configuration, read by the entry points only.
-        ("cli", &["log", "http", "access_log"][..]),
+        ("cli", &["log", "http", "access_log", "tls"][..]),
         // (Of wsgi, only `proxy`: the trusted-proxy list it parses.)
         (
             "config",
@@ -40,6 +42,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "python",
                 "wsgi::proxy",
                 "access_log",
+                "tls",
             ][..],
         ),
         // Layer 4: the two process roles, which never import each other.
@@ -55,6 +58,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "python",
                 "access_log",
                 "metrics",
+                "tls",
             ][..],
         ),
         ("master", &["config", "sys", "log", "metrics"][..]),
@@ -72,6 +76,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "python",
                 "access_log",
                 "metrics",
+                "tls",
                 "worker",
                 "master",
             ][..],
@@ -89,7 +94,7 @@ const CONFIG_READERS: &[&str] = &["src/lib.rs", "src/master/mod.rs", "src/worker
 
 /// Parts that never touch Python (the master never runs the app; http, sys and the
 /// lock-free core are plain Rust).
-const NO_PYTHON: &[&str] = &["master", "http", "sys", "log", "cli", "config"];
+const NO_PYTHON: &[&str] = &["master", "http", "sys", "log", "cli", "config", "tls"];
 
 fn part_of(file: &Path) -> String {
     let rel = file.strip_prefix("src").unwrap_or(file);

@@ -100,6 +100,9 @@ fn sample(long: &str, name: &str, tmp: &TempDir) -> String {
         "--user" => "nobody".into(),
         "--group" => "nogroup".into(),
         "--umask" => "027".into(),
+        "--certfile" | "--keyfile" | "--ca-certs" => file("some.pem", "not read here\n"),
+        "--client-cert" => "optional".into(),
+        "--insecure-bind" => "127.0.0.1:0".into(),
         _ => match name {
             "N" | "J" | "MIB" | "WORKERS" | "BLOCKING_THREADS" => "2".into(),
             "SECS" => "7".into(),

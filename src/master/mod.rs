@@ -388,8 +388,8 @@ impl Master {
         }
         if !self.announced && ready >= self.target {
             self.announced = true;
-            for l in &self.listeners {
-                log::info!("listening on {}", l.describe());
+            for i in 0..self.listeners.len() {
+                log::info!("listening on {}", self.describe_listener(i));
             }
             if let Some((_, l)) = &self.metrics {
                 log::info!("metrics on {}/metrics", l.describe());
@@ -555,8 +555,22 @@ impl Master {
     }
 
     fn describe_listeners(&self) -> String {
-        let all: Vec<String> = self.listeners.iter().map(Listener::describe).collect();
+        let all: Vec<String> = (0..self.listeners.len())
+            .map(|i| self.describe_listener(i))
+            .collect();
         all.join(", ")
+    }
+
+    /// `http://ADDRESS`, `https://ADDRESS` where TLS covers it, or `unix:PATH`.
+    fn describe_listener(&self, i: usize) -> String {
+        let l = &self.listeners[i];
+        let plain = l.describe();
+        match plain.strip_prefix("http://") {
+            Some(rest) if self.config.is_tls(i, matches!(l, Listener::Tcp(_))) => {
+                format!("https://{rest}")
+            }
+            _ => plain,
+        }
     }
 
     fn notify(&self, state: &str) {

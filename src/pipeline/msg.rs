@@ -58,6 +58,10 @@ pub struct Request {
     pub queued_at: std::time::Instant,
     /// The index of the listener that accepted its connection.
     pub listener: u8,
+    /// It came over TLS (`wsgi.url_scheme` https).
+    pub secure: bool,
+    /// The subject of the client's verified TLS certificate (RFC 4514), if it sent one.
+    pub client_dn: Option<std::sync::Arc<str>>,
 }
 
 impl Request {

@@ -15,8 +15,10 @@ use crate::http::encode;
 use crate::http::limits::{Limits, Timeouts};
 use crate::http::parse::{self, BodyFraming, Head, HeadError};
 use crate::log;
+use crate::metrics::Refused;
 use crate::pipeline::msg::{Buf, ConnRef, FileBody, Part, Peer, Request, Response, StreamCredit};
 use crate::sys::spool::Spool;
+use crate::worker::tls::{Failure as TlsFailure, TlsStream};
 
 /// First size of a connection's read buffer: a browser's request head fits.
 pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
@@ -47,12 +49,16 @@ const SENDFILE_MAX_BYTES: u64 = 1024 * 1024;
 /// Once a body spools, bytes gathered in memory before each write to its file.
 const SPOOL_BATCH_BYTES: usize = 256 * 1024;
 
+/// Most bytes of a file read for one TLS write (no `sendfile(2)` under TLS).
+const TLS_FILE_CHUNK_BYTES: u64 = 64 * 1024;
+
 /// Most iovecs handed to one `writev`.
 const WRITEV_MAX_SLICES: usize = 16;
 
 pub enum Sock {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
+    Tls(Box<TlsStream>),
 }
 
 impl Sock {
@@ -60,6 +66,7 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s,
             Sock::Unix(s) => s,
+            Sock::Tls(t) => t.tcp_mut(),
         }
     }
 
@@ -67,6 +74,16 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s.read(buf),
             Sock::Unix(s) => s.read(buf),
+            Sock::Tls(t) => t.read(buf),
+        }
+    }
+
+    /// Reads the socket itself, under any TLS (a lingering close drops what comes).
+    fn read_raw(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+            Sock::Tls(t) => t.tcp_mut().read(buf),
         }
     }
 
@@ -74,6 +91,7 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s.write_vectored(bufs),
             Sock::Unix(s) => s.write_vectored(bufs),
+            Sock::Tls(t) => t.write_vectored(bufs),
         }
     }
 
@@ -81,7 +99,26 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s.write(buf),
             Sock::Unix(s) => s.write(buf),
+            Sock::Tls(t) => t.write(buf),
         }
+    }
+
+    /// Bytes encrypted but not yet taken by the socket (TLS only).
+    fn has_pending(&self) -> bool {
+        matches!(self, Sock::Tls(t) if t.has_pending())
+    }
+
+    /// Writes what the transport itself still holds (TLS records); `Ok(true)` when done.
+    fn write_pending(&mut self) -> io::Result<bool> {
+        match self {
+            Sock::Tls(t) => t.write_pending(),
+            _ => Ok(true),
+        }
+    }
+
+    /// Bytes are read straight from the socket into a request's buffer only without TLS.
+    fn reads_direct(&self) -> bool {
+        !matches!(self, Sock::Tls(_))
     }
 
     /// `read(2)` into memory that is not initialised yet.
@@ -99,8 +136,28 @@ impl Sock {
     }
 
     /// One `sendfile(2)` of the rest of `file` (at most `SENDFILE_MAX_BYTES`), advancing it.
+    /// Under TLS the file is read (`pread`, at most `TLS_FILE_CHUNK_BYTES`) and encrypted.
     fn send_file(&mut self, file: Option<&mut FileBody>) -> io::Result<usize> {
         let Some(file) = file else { return Ok(0) };
+        if let Sock::Tls(t) = self {
+            let mut chunk = vec![0u8; file.len.min(TLS_FILE_CHUNK_BYTES) as usize];
+            // SAFETY: pread writes at most `chunk.len()` bytes into the live buffer.
+            let got = unsafe {
+                crate::sys::syscall!(pread(
+                    file.fd.as_raw_fd(),
+                    chunk.as_mut_ptr().cast::<libc::c_void>(),
+                    chunk.len(),
+                    file.offset as libc::off_t
+                ))
+            }? as usize;
+            if got == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let n = t.write(&chunk[..got])?;
+            file.offset += n as u64;
+            file.len -= n as u64;
+            return Ok(n);
+        }
         let mut offset = file.offset as libc::off_t;
         let count = file.len.min(SENDFILE_MAX_BYTES) as usize;
         // SAFETY: sendfile between two live descriptors, with a live offset it advances.
@@ -121,6 +178,7 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s.as_raw_fd(),
             Sock::Unix(s) => s.as_raw_fd(),
+            Sock::Tls(t) => t.tcp().as_raw_fd(),
         }
     }
 
@@ -133,12 +191,16 @@ impl Sock {
         got.ok().map(|_| n.max(0) as u64)
     }
 
-    pub fn shutdown_write(&self) {
+    pub fn shutdown_write(&mut self) {
         // A peer that is already gone makes this fail; the close that follows is all that
         // matters then.
         let _ = match self {
             Sock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
             Sock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+            Sock::Tls(t) => {
+                t.shutdown_write();
+                Ok(())
+            }
         };
     }
 }
@@ -296,6 +358,8 @@ pub struct Effects {
     pub client_gone: bool,
     /// The loop answered a request itself with this status (for the metrics).
     pub answered: Option<u16>,
+    /// It is closed before any request, and why (for the metrics).
+    pub refused: Option<Refused>,
 }
 
 /// What reading came to.
@@ -482,9 +546,9 @@ impl Conn {
         std::mem::take(&mut self.sendfile_bytes)
     }
 
-    /// Bytes are waiting for the socket.
+    /// Bytes are waiting for the socket (queued, or encrypted and held by TLS).
     pub fn has_output(&self) -> bool {
-        !self.wq.is_empty()
+        !self.wq.is_empty() || self.sock.has_pending()
     }
 
     /// In its lingering close.
@@ -506,7 +570,7 @@ impl Conn {
     pub fn is_idle(&self) -> bool {
         self.in_flight == 0
             && self.parked.is_none()
-            && self.wq.is_empty()
+            && !self.has_output()
             && matches!(self.reading, ReadState::Head)
             && !self.has_buffered_input()
             && self.takes_responses()
@@ -609,7 +673,7 @@ impl Conn {
                         // The peer stopped sending. A request cut short gets no answer; one
                         // in flight still does, then the connection closes.
                         if self.in_flight == 0 {
-                            if self.wq.is_empty() {
+                            if !self.has_output() {
                                 return Next::Close;
                             }
                             self.phase = Phase::Closing { reset: false };
@@ -643,7 +707,18 @@ impl Conn {
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(_) => return Next::Close,
+                        Err(e) => {
+                            if let Sock::Tls(t) = &self.sock {
+                                fx.refused = t.failure().map(|f| match f {
+                                    TlsFailure::PlainHttp => Refused::TlsPlainHttp,
+                                    TlsFailure::Handshake => Refused::TlsHandshake,
+                                });
+                                if fx.refused.is_some() {
+                                    log::debug!("TLS from {:?} failed: {e}", self.peer);
+                                }
+                            }
+                            return Next::Close;
+                        }
                     }
                 }
             }
@@ -777,7 +852,7 @@ impl Conn {
     /// writable edge until then), but it does take bytes from that buffer: that counts as
     /// progress for the write timeout too. One `ioctl` per such connection per sweep.
     pub fn note_kernel_progress(&mut self, now: Instant) {
-        if self.wq.is_empty() {
+        if !self.has_output() {
             self.clock.unsent = u64::MAX;
             return;
         }
@@ -795,7 +870,7 @@ impl Conn {
             return None;
         }
         let since = |at: Instant| now.saturating_duration_since(at);
-        if !self.wq.is_empty() {
+        if self.has_output() {
             return (since(self.clock.write_at) > t.write).then_some(Expiry::Write);
         }
         if self.in_flight > 0 || self.parked.is_some() || matches!(self.phase, Phase::Last { .. }) {
@@ -872,7 +947,9 @@ impl Conn {
             // A large body still to come, and nothing buffered: read it straight into the
             // request's own buffer, in large reads. This skips the copy out of the read
             // buffer and the many small reads its size would impose.
-            if let ReadState::Body { req, need } = &mut self.reading {
+            if let (ReadState::Body { req, need }, true) =
+                (&mut self.reading, self.sock.reads_direct())
+            {
                 if *need >= DIRECT_BODY_READ_MIN_BYTES {
                     let want = (*need).min(DIRECT_BODY_READ_MAX_BYTES) as usize;
                     req.data.reserve(want);
@@ -914,7 +991,7 @@ impl Conn {
         self.rpos = 0;
         self.rend = 0;
         loop {
-            match self.sock.read(&mut self.rbuf) {
+            match self.sock.read_raw(&mut self.rbuf) {
                 Ok(0) => return Ok(true),
                 Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -1045,6 +1122,11 @@ impl Conn {
             peer: self.peer,
             queued_at: self.clock.read_at,
             listener: self.listener(),
+            secure: matches!(self.sock, Sock::Tls(_)),
+            client_dn: match &self.sock {
+                Sock::Tls(t) => t.client_dn().cloned(),
+                _ => None,
+            },
         };
         match framing {
             BodyFraming::None => return Ok(Some(req)),
@@ -1129,7 +1211,8 @@ impl Conn {
             }
             let queued = self.wq.len();
             let Some(front) = self.wq.front_mut() else {
-                return Ok(true);
+                // Under TLS, the records of what was written may still wait for the socket.
+                return self.sock.write_pending();
             };
             if front.pos == front.data.len() {
                 // Only the file part is left.

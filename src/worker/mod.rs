@@ -6,6 +6,7 @@ pub mod conn;
 pub mod event_loop;
 pub mod handler;
 pub mod inline;
+pub mod tls;
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -351,6 +352,16 @@ fn serve(
         static_response: config.static_response,
         graceful_timeout: config.graceful_timeout,
         root_path: config.root_path.clone().filter(|_| !config.root_path_app),
+        tls: listeners
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                config
+                    .tls
+                    .clone()
+                    .filter(|_| config.is_tls(i, matches!(l, Listener::Tcp(_))))
+            })
+            .collect(),
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.

@@ -97,6 +97,7 @@ struct Keys {
     server_name: Py<PyString>,
     server_port: Py<PyString>,
     http_host: Py<PyString>,
+    ssl_client_s_dn: Py<PyString>,
 }
 
 /// One header position of the previous request: its name, key, and value.
@@ -204,6 +205,7 @@ impl EnvBuilder {
                 server_name: i("SERVER_NAME"),
                 server_port: i("SERVER_PORT"),
                 http_host: i("HTTP_HOST"),
+                ssl_client_s_dn: i("SSL_CLIENT_S_DN"),
             },
             methods,
             http10: i("HTTP/1.0"),
@@ -290,6 +292,14 @@ impl EnvBuilder {
             env.set_item(k.server_port.bind(py), port.bind(py))?;
         }
 
+        if req.secure {
+            env.set_item(k.url_scheme.bind(py), self.https.bind(py))?;
+            if let Some(dn) = &req.client_dn {
+                // The subject of the certificate the client proved it holds (mod_ssl's
+                // name for it, RFC 4514 form).
+                env.set_item(k.ssl_client_s_dn.bind(py), PyString::new(py, dn))?;
+            }
+        }
         match req.peer {
             Peer::Tcp(addr) => {
                 let ip = addr.ip();

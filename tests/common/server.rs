@@ -147,6 +147,7 @@ impl ServerBuilder {
             // The contract is a line on stderr; stdout is searched too so that a
             // server logging there still gets tested for everything else.
             let found = find_listening_addr(&stderr.text())
+                .or_else(|| find_listening_addr_of(&stderr.text(), "https"))
                 .or_else(|| find_listening_addr(&stdout.text()))
                 .or_else(|| {
                     let text = std::fs::read_to_string(self.log_file.as_ref()?).ok()?;
@@ -186,10 +187,15 @@ impl ServerBuilder {
 
 /// Parses `listening on http://127.0.0.1:PORT` (or `[::1]:PORT`) out of a log.
 pub fn find_listening_addr(text: &str) -> Option<SocketAddr> {
-    const NEEDLE: &str = "listening on http://";
+    find_listening_addr_of(text, "http")
+}
+
+/// Parses `listening on SCHEME://HOST:PORT` (the first such line) out of a log.
+pub fn find_listening_addr_of(text: &str, scheme: &str) -> Option<SocketAddr> {
+    let needle = format!("listening on {scheme}://");
     for line in text.lines() {
-        if let Some(i) = line.find(NEEDLE) {
-            let rest = &line[i + NEEDLE.len()..];
+        if let Some(i) = line.find(&needle) {
+            let rest = &line[i + needle.len()..];
             let end = rest
                 .find(|c: char| c.is_whitespace() || matches!(c, '/' | ',' | ')' | '"'))
                 .unwrap_or(rest.len());

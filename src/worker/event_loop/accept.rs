@@ -11,6 +11,7 @@ use crate::log;
 use crate::pipeline::msg::{ConnRef, Peer};
 use crate::sys::listen::Listener;
 use crate::worker::conn::{Conn, Sock};
+use crate::worker::tls::TlsStream;
 
 /// Connections one accept pass takes when other workers share the listening socket. Every
 /// worker is woken for a new connection; taking a few each per pass (and the rest on the
@@ -54,10 +55,14 @@ impl EventLoop {
                 return;
             }
             let accepted = match listener {
-                Listener::Tcp(l) => l.accept().map(|(s, addr)| {
+                Listener::Tcp(l) => l.accept().and_then(|(s, addr)| {
                     // Responses are written whole; Nagle would only delay them.
                     let _ = s.set_nodelay(true);
-                    (Sock::Tcp(s), Peer::Tcp(addr))
+                    let sock = match self.tls.get(i).and_then(Option::as_ref) {
+                        Some(config) => Sock::Tls(Box::new(TlsStream::new(s, config)?)),
+                        None => Sock::Tcp(s),
+                    };
+                    Ok((sock, Peer::Tcp(addr)))
                 }),
                 Listener::Unix(l, ..) => l.accept().map(|(s, _)| (Sock::Unix(s), Peer::Unix)),
             };

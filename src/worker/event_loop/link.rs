@@ -111,4 +111,6 @@ pub struct LoopOptions {
     pub graceful_timeout: Duration,
     /// `--root-path` when requests outside it get 404 from the loop.
     pub root_path: Option<String>,
+    /// Per listener (by index): the TLS configuration its connections speak, if any.
+    pub tls: Vec<Option<std::sync::Arc<rustls::ServerConfig>>>,
 }

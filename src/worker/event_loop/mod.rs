@@ -126,6 +126,8 @@ pub struct EventLoop {
     static_response: bool,
     /// `--root-path`, when the loop answers requests outside it with 404.
     root_path: Option<String>,
+    /// Per listener: the TLS configuration its connections speak, if any.
+    tls: Vec<Option<Arc<rustls::ServerConfig>>>,
     graceful_timeout: Duration,
     /// Inline mode, until `run` builds it on this thread.
     inline_setup: Option<InlineSetup>,
@@ -211,6 +213,7 @@ impl EventLoop {
             stats: opts.stats,
             static_response: opts.static_response,
             root_path: opts.root_path.clone(),
+            tls: opts.tls.clone(),
             graceful_timeout: opts.graceful_timeout,
             inline_setup: inline,
             inline: None,
@@ -584,6 +587,9 @@ impl EventLoop {
             }
             if let Some(status) = fx.answered {
                 self.count_loop_answer(conn.is_metrics(), status);
+            }
+            if let (Some(why), Some(m)) = (fx.refused, &self.metrics) {
+                m.section().count_refused(why);
             }
             match polled {
                 Next::Request(req) => {

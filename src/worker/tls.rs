@@ -1,0 +1,207 @@
+//! A TLS connection's transport on the loop thread: rustls (sans I/O) between the socket
+//! and the connection's buffers. Reads decrypt into the connection's read buffer; writes
+//! encrypt into rustls's own buffer (bounded: a write takes no more once a record batch
+//! waits for the socket), which is written out as the socket takes it. The handshake is
+//! driven by the same reads and writes, so it never blocks the loop.
+
+use std::io::{self, IoSlice, Read, Write};
+use std::sync::Arc;
+
+use rustls::ServerConnection;
+
+/// Plain HTTP answered on a TLS port, before the close: what curl or a browser shows to
+/// someone who typed `http://` for an `https://` address.
+const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+Content-Length: 50\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use an https:// address.\r\n";
+
+/// Why a TLS connection failed before its handshake completed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// Plain HTTP came to the TLS port.
+    PlainHttp,
+    /// The handshake failed (no common version or cipher, a client certificate refused,
+    /// an alert from the client, garbage).
+    Handshake,
+}
+
+pub struct TlsStream {
+    tcp: mio::net::TcpStream,
+    tls: ServerConnection,
+    /// The first byte the client sent, to tell plain HTTP from a broken handshake.
+    first_byte: Option<u8>,
+    /// The socket said end of stream.
+    eof: bool,
+    /// The handshake is complete (and the client's certificate, if any, read).
+    established: bool,
+    /// The verified client certificate's subject (RFC 4514), for every request's environ.
+    client_dn: Option<Arc<str>>,
+    /// How the handshake failed, once it has.
+    failure: Option<Failure>,
+}
+
+/// Reads from the socket for rustls, noting the first byte the client sent.
+struct Recording<'a> {
+    tcp: &'a mut mio::net::TcpStream,
+    first_byte: &'a mut Option<u8>,
+}
+
+impl Read for Recording<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.tcp.read(buf)?;
+        if n > 0 && self.first_byte.is_none() {
+            *self.first_byte = Some(buf[0]);
+        }
+        Ok(n)
+    }
+}
+
+impl TlsStream {
+    pub fn new(tcp: mio::net::TcpStream, config: &Arc<rustls::ServerConfig>) -> io::Result<Self> {
+        let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
+        Ok(TlsStream {
+            tcp,
+            tls,
+            first_byte: None,
+            eof: false,
+            established: false,
+            client_dn: None,
+            failure: None,
+        })
+    }
+
+    pub fn tcp(&self) -> &mio::net::TcpStream {
+        &self.tcp
+    }
+
+    pub fn tcp_mut(&mut self) -> &mut mio::net::TcpStream {
+        &mut self.tcp
+    }
+
+    pub fn client_dn(&self) -> Option<&Arc<str>> {
+        self.client_dn.as_ref()
+    }
+
+    pub fn failure(&self) -> Option<Failure> {
+        self.failure
+    }
+
+    /// Decrypted bytes into `buf`, as many as are there and the socket has without
+    /// blocking. A short count means the socket said `WouldBlock` (or end of stream): the
+    /// connection's "drained" rule holds as for a plain socket. `Ok(0)` is the end of the
+    /// stream (the client's close_notify, or its TCP close).
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        loop {
+            if n == buf.len() {
+                return Ok(n);
+            }
+            match self.tls.reader().read(&mut buf[n..]) {
+                // close_notify: the clean end.
+                Ok(0) => return Ok(n),
+                Ok(k) => {
+                    n += k;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The TCP stream ended without close_notify: an end of stream all the same
+                // (HTTP frames its own messages, so truncation is seen there).
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(n),
+                Err(e) => return Err(e),
+            }
+            if self.eof {
+                return Ok(n);
+            }
+            let got = self.tls.read_tls(&mut Recording {
+                tcp: &mut self.tcp,
+                first_byte: &mut self.first_byte,
+            });
+            match got {
+                Ok(0) => self.eof = true,
+                Ok(_) => self.process()?,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return if n > 0 { Ok(n) } else { Err(e) };
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs rustls over the records read: handshake messages are answered (written now,
+    /// or when the socket next takes them), a failure is classified and sent its alert.
+    fn process(&mut self) -> io::Result<()> {
+        if let Err(e) = self.tls.process_new_packets() {
+            let plain =
+                !self.established && self.first_byte.is_some_and(|b| b.is_ascii_uppercase());
+            if plain {
+                self.failure = Some(Failure::PlainHttp);
+                let _ = self.tcp.write(PLAIN_HTTP_ANSWER);
+            } else {
+                if !self.established {
+                    self.failure = Some(Failure::Handshake);
+                }
+                // The alert rustls queued for the client, as far as the socket takes it.
+                let _ = self.write_pending();
+            }
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        if !self.established && !self.tls.is_handshaking() {
+            self.established = true;
+            self.client_dn = self
+                .tls
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| crate::tls::subject_dn(c))
+                .map(Arc::from);
+        }
+        if self.tls.wants_write() {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the records rustls holds. `Ok(true)` when none is left.
+    pub fn write_pending(&mut self) -> io::Result<bool> {
+        while self.tls.wants_write() {
+            match self.tls.write_tls(&mut self.tcp) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Records are waiting for the socket.
+    pub fn has_pending(&self) -> bool {
+        self.tls.wants_write()
+    }
+
+    /// Encrypts what rustls's buffer takes of `bufs` and writes what the socket takes.
+    /// `WouldBlock` while earlier records still wait for the socket, so rustls holds at
+    /// most one batch.
+    pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if !self.write_pending()? {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        let n = self.tls.writer().write_vectored(bufs)?;
+        self.write_pending()?;
+        if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    /// close_notify, as far as the socket takes it, then the TCP half-close.
+    pub fn shutdown_write(&mut self) {
+        self.tls.send_close_notify();
+        let _ = self.write_pending();
+        let _ = self.tcp.shutdown(std::net::Shutdown::Write);
+    }
+}
