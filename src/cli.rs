@@ -395,6 +395,13 @@ pub struct Cli {
     )]
     pub forwarded_allow_ips: String,
 
+    /// Every connection starts with a PROXY protocol header (v1 or v2, as HAProxy and AWS
+    /// NLB send), whose source address becomes REMOTE_ADDR and REMOTE_PORT. Only peers in
+    /// --forwarded-allow-ips may connect; others, and connections without a valid
+    /// header, are closed (logged at debug, counted in the metrics).
+    #[arg(long, env = "M0SERVE_PROXY_PROTOCOL")]
+    pub proxy_protocol: bool,
+
     /// Serve Prometheus metrics (`/metrics`, and `/healthz`) on this port, answered by the
     /// workers' loops without the GIL and added up across workers (docs/operations.md).
     #[arg(long, env = "M0SERVE_METRICS_PORT", value_name = "PORT")]

@@ -77,6 +77,8 @@ pub struct Config {
     /// `--check-config`: check, import the app, exit.
     pub check_only: bool,
     pub trusted: crate::wsgi::proxy::Trusted,
+    /// `--proxy-protocol`.
+    pub proxy_protocol: bool,
     /// `--access-log`: where and in which format.
     pub access_log: Option<(crate::access_log::Target, crate::access_log::Format)>,
     pub app_dir: PathBuf,
@@ -468,6 +470,7 @@ impl Config {
             max_requests_jitter: cli.max_requests_jitter,
             workers_max_rss: cli.workers_max_rss,
             trusted: crate::wsgi::proxy::Trusted::parse(&cli.forwarded_allow_ips)?,
+            proxy_protocol: cli.proxy_protocol,
             access_log: if cli.access_log || cli.access_log_file.is_some() {
                 Some((
                     crate::access_log::Target::from_flag(cli.access_log_file),

@@ -620,3 +620,34 @@ fn a_certificate_swapped_and_sighup_under_keep_alive_load_fails_no_request() {
     );
     assert!(sent > 200, "only {sent} requests under load");
 }
+
+const PY_PROXY_TLS: &str = r#"
+import json, socket, ssl, sys
+port, ca = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.create_default_context(cafile=ca)
+raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+raw.sendall(b"PROXY TCP4 203.0.113.7 10.0.0.1 4711 443\r\n")
+with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+    s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        data += b
+print(data.split(b"\r\n\r\n", 1)[1].decode())
+"#;
+
+#[test]
+fn a_proxy_protocol_header_comes_before_the_tls_handshake() {
+    needs_tools!();
+    let pki = Pki::new("tls-proxy");
+    let s = tls_server(&pki, "tls_app:app", &["--proxy-protocol"]);
+    let j = python(
+        PY_PROXY_TLS,
+        &[&https_addr(&s).port().to_string(), &pki.arg("ca.pem")],
+    );
+    assert_eq!(j["remote_addr"].as_str(), Some("203.0.113.7"), "{j:?}");
+    assert_eq!(j["remote_port"].as_str(), Some("4711"), "{j:?}");
+    assert_eq!(j["scheme"].as_str(), Some("https"), "{j:?}");
+}

@@ -14,6 +14,7 @@ use crate::http::date::DateCache;
 use crate::http::encode;
 use crate::http::limits::{Limits, Timeouts};
 use crate::http::parse::{self, BodyFraming, Head, HeadError};
+use crate::http::proxy_protocol;
 use crate::log;
 use crate::metrics::Refused;
 use crate::pipeline::msg::{Buf, ConnRef, FileBody, Part, Peer, Request, Response, StreamCredit};
@@ -51,6 +52,9 @@ const SPOOL_BATCH_BYTES: usize = 256 * 1024;
 
 /// Most bytes of a file read for one TLS write (no `sendfile(2)` under TLS).
 const TLS_FILE_CHUNK_BYTES: u64 = 64 * 1024;
+
+/// The longest PROXY header accepted: v2's 16 bytes and its longest address block.
+const PROXY_HEADER_MAX_BYTES: usize = 16 + proxy_protocol::MAX_V2_LEN;
 
 /// Most iovecs handed to one `writev`.
 const WRITEV_MAX_SLICES: usize = 16;
@@ -114,6 +118,20 @@ impl Sock {
             Sock::Tls(t) => t.write_pending(),
             _ => Ok(true),
         }
+    }
+
+    /// `recv(2)` with `MSG_PEEK` on the socket itself: what has arrived, left in place.
+    fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: recv writes at most `buf.len()` bytes into the live buffer.
+        let n = unsafe {
+            crate::sys::syscall!(recv(
+                self.raw_fd(),
+                buf.as_mut_ptr().cast::<libc::c_void>(),
+                buf.len(),
+                libc::MSG_PEEK
+            ))
+        }?;
+        Ok(n as usize)
     }
 
     /// Bytes are read straight from the socket into a request's buffer only without TLS.
@@ -465,6 +483,8 @@ pub struct Conn {
     sendfile_bytes: u64,
     /// The current request's body, past `--body-buffer-size`, being spooled.
     spool: Option<Spool>,
+    /// `--proxy-protocol`: its PROXY header has not been read yet.
+    awaiting_proxy_header: bool,
     clock: Clock,
 }
 
@@ -495,6 +515,7 @@ impl Conn {
             stream: None,
             sendfile_bytes: 0,
             spool: None,
+            awaiting_proxy_header: false,
             clock: Clock {
                 ready_at: now,
                 head_at: now,
@@ -506,6 +527,47 @@ impl Conn {
                 unsent: u64::MAX,
             },
         }
+    }
+
+    /// `--proxy-protocol`: its first bytes must be a PROXY header, whose source address
+    /// becomes its peer.
+    pub fn expect_proxy_header(&mut self) {
+        self.awaiting_proxy_header = true;
+    }
+
+    /// Reads the PROXY header off the socket itself, before any TLS or HTTP byte: a peek
+    /// until the whole header has arrived, then a read of exactly its length, so what
+    /// follows it stays in the socket for the connection's own reads. `Ok(true)` once
+    /// read; `Ok(false)` to wait for more; `Err` to close.
+    fn read_proxy_header(&mut self) -> Result<bool, String> {
+        let mut buf = [0u8; PROXY_HEADER_MAX_BYTES];
+        let n = match self.sock.peek(&mut buf) {
+            Ok(0) => return Err("the connection closed before its PROXY header".into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(false),
+            Err(e) => return Err(e.to_string()),
+        };
+        let (len, source) = match proxy_protocol::parse(&buf[..n]) {
+            Ok(proxy_protocol::Parsed::Done { len, source }) => (len, source),
+            Ok(proxy_protocol::Parsed::Partial) => return Ok(false),
+            Err(e) => return Err(e.to_string()),
+        };
+        let mut left = len;
+        while left > 0 {
+            match self.sock.read_raw(&mut buf[..left]) {
+                Ok(0) => return Err("the connection closed in its PROXY header".into()),
+                Ok(k) => left -= k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // The peeked bytes are in the socket: nothing else can take them.
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        self.awaiting_proxy_header = false;
+        if let Some(addr) = source {
+            self.peer = Peer::Tcp(addr);
+        }
+        Ok(true)
     }
 
     pub fn me(&self) -> ConnRef {
@@ -634,6 +696,17 @@ impl Conn {
                     return Next::Wait;
                 }
                 Phase::Open => {}
+            }
+            if self.awaiting_proxy_header {
+                match self.read_proxy_header() {
+                    Ok(true) => {}
+                    Ok(false) => return Next::Wait,
+                    Err(why) => {
+                        log::debug!("--proxy-protocol: {:?}: {why}: closed", self.peer);
+                        fx.refused = Some(Refused::ProxyMalformed);
+                        return Next::Close;
+                    }
+                }
             }
             if self.in_flight >= MAX_PIPELINED_IN_FLIGHT || self.write_backed_up() {
                 self.read_stalled = true;

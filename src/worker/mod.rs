@@ -362,6 +362,7 @@ fn serve(
                     .filter(|_| config.is_tls(i, matches!(l, Listener::Tcp(_))))
             })
             .collect(),
+        proxy_protocol: config.proxy_protocol.then(|| config.trusted.clone()),
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.

@@ -1,7 +1,7 @@
-"""For tests/tls.rs: what the server told the app about the connection, and bodies of a
+"""For tests/tls.rs and tests/proxy_protocol.rs: what the server told the app about the connection, and bodies of a
 given size in each way a response can be sent.
 
-  /        JSON: wsgi.url_scheme, SSL_CLIENT_S_DN, REMOTE_ADDR, SERVER_PORT
+  /        JSON: wsgi.url_scheme, SSL_CLIENT_S_DN, REMOTE_ADDR, REMOTE_PORT, SERVER_PORT
   /big     ?n=BYTES, streamed in 64 KiB items (a generator)
   /file    ?n=BYTES, through wsgi.file_wrapper (sendfile(2) without TLS)
   /upload  the request body's length and SHA-256
@@ -48,6 +48,7 @@ def app(environ, start_response):
             "scheme": environ["wsgi.url_scheme"],
             "dn": environ.get("SSL_CLIENT_S_DN"),
             "remote_addr": environ.get("REMOTE_ADDR"),
+            "remote_port": environ.get("REMOTE_PORT"),
             "server_port": environ.get("SERVER_PORT"),
         })
     body = out.encode()

@@ -8,6 +8,7 @@ use mio::{Interest, Token};
 
 use super::{EventLoop, Slot, FIRST_CONN, METRICS_MAX_CONNECTIONS};
 use crate::log;
+use crate::metrics::Refused;
 use crate::pipeline::msg::{ConnRef, Peer};
 use crate::sys::listen::Listener;
 use crate::worker::conn::{Conn, Sock};
@@ -153,6 +154,22 @@ impl EventLoop {
     /// `listener`: the index of the listener that accepted it; `None` for the metrics port.
     pub(super) fn add_conn(&mut self, sock: Sock, peer: Peer, listener: Option<u8>) {
         let metrics = listener.is_none();
+        let proxy_header = !metrics && self.proxy_protocol.is_some();
+        if let (false, Some(trusted)) = (metrics, &self.proxy_protocol) {
+            // Only a trusted proxy may say who the client is; anyone else is closed now
+            // (dropping the socket), before a byte is read.
+            let allowed = match peer {
+                Peer::Tcp(addr) => trusted.contains(addr.ip()),
+                Peer::Unix => !trusted.is_empty(),
+            };
+            if !allowed {
+                log::debug!("--proxy-protocol: {peer:?} is not in --forwarded-allow-ips: closed");
+                if let Some(m) = &self.metrics {
+                    m.section().count_refused(Refused::ProxyUntrusted);
+                }
+                return;
+            }
+        }
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
@@ -168,6 +185,9 @@ impl EventLoop {
             listener,
             self.now,
         ));
+        if proxy_header {
+            conn.expect_proxy_header();
+        }
         let token = Token(slot as usize + FIRST_CONN);
         if let Err(e) = self.poll.registry().register(
             conn.source(),

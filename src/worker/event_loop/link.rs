@@ -113,4 +113,6 @@ pub struct LoopOptions {
     pub root_path: Option<String>,
     /// Per listener (by index): the TLS configuration its connections speak, if any.
     pub tls: Vec<Option<std::sync::Arc<rustls::ServerConfig>>>,
+    /// `--proxy-protocol`: the peers that may send the header (and so connect at all).
+    pub proxy_protocol: Option<crate::http::trusted::Trusted>,
 }

@@ -128,6 +128,8 @@ pub struct EventLoop {
     root_path: Option<String>,
     /// Per listener: the TLS configuration its connections speak, if any.
     tls: Vec<Option<Arc<rustls::ServerConfig>>>,
+    /// `--proxy-protocol`: the peers that may send the header.
+    proxy_protocol: Option<crate::http::trusted::Trusted>,
     graceful_timeout: Duration,
     /// Inline mode, until `run` builds it on this thread.
     inline_setup: Option<InlineSetup>,
@@ -214,6 +216,7 @@ impl EventLoop {
             static_response: opts.static_response,
             root_path: opts.root_path.clone(),
             tls: opts.tls.clone(),
+            proxy_protocol: opts.proxy_protocol.clone(),
             graceful_timeout: opts.graceful_timeout,
             inline_setup: inline,
             inline: None,
