@@ -11,6 +11,8 @@ connections per scenario (docs/bench-<scenario>.svg).
     scripts/bench.py --servers m0serve,m0serve:blocking-threads=0,granian,bjoern --scenario hello,64k,post1m,flask \\
         --connections 16,64,256 --duration 8 --rounds 3 --svg
 
+`--tls`: every server serves HTTPS with a certificate made for the run, and wrk speaks TLS.
+
 Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB POST
 echoed back; throughput reported in MiB/s each way), flask (a small Flask app, jsonify).
 
@@ -56,6 +58,8 @@ HEADERS = [
     "Connection: keep-alive",
 ]
 MIB = 1 << 20
+# --tls: (certfile, keyfile) every server is given, and the clients speak HTTPS.
+TLS = None
 
 # name -> app module in benches/apps, what is sent, what must come back.
 SCENARIOS = {
@@ -124,14 +128,17 @@ def server_cmd(srv, port, app, workers, threads):
         extra = ["--static-response"] if srv["opts"].get("static-response") else []
         if srv["opts"].get("metrics"):
             extra += ["--metrics-port", str(free_port())]
+        if TLS:
+            extra += ["--certfile", TLS[0], "--keyfile", TLS[1]]
         return [binary, f"{app}:app",
                 "--app-dir", APPS, "--port", str(port), "--workers", str(workers),
                 "--blocking-threads", str(threads), "--log-level", "warning"] + extra
     if srv["kind"] == "granian":
+        tls = ["--ssl-certificate", TLS[0], "--ssl-keyfile", TLS[1]] if TLS else []
         return [os.path.join(VENV_BIN, "granian"), "--interface", "wsgi",
                 "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-                "--blocking-threads", str(threads), "--no-ws", "--log-level", "warning",
-                f"{app}:app"]
+                "--blocking-threads", str(threads), "--no-ws", "--log-level", "warning"] \
+            + tls + [f"{app}:app"]
     if srv["kind"] == "gunicorn":
         # The threaded worker: `threads` app threads per process, like --blocking-threads.
         return [os.path.join(VENV_BIN, "gunicorn"), "--chdir", APPS,
@@ -287,7 +294,12 @@ def wait_ready(port, proc, timeout=30):
 
 def check_response(port, scen, timeout=30):
     """One request by hand: the server answers this scenario's request correctly."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    if TLS:
+        import ssl
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout,
+                                           context=ssl._create_unverified_context())
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         if scen.get("post_bytes"):
             conn.request("POST", "/", body=b"x" * scen["post_bytes"],
@@ -329,7 +341,7 @@ def wrk(port, conns, duration, script=None, path="/"):
         cmd += ["-H", h]
     if script:
         cmd += ["-s", script]
-    cmd.append(f"http://127.0.0.1:{port}{path}")
+    cmd.append(f"{'https' if TLS else 'http'}://127.0.0.1:{port}{path}")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     out = p.stdout
     if p.returncode != 0 or "Requests/sec" not in out:
@@ -480,7 +492,9 @@ def markdown(doc):
     lines.append(f"- **Shape**: `--workers {meta['workers']} --blocking-threads "
                  f"{meta['blocking_threads']}` (per-server overrides in the server names); "
                  f"wrk -t1, {meta['duration']} s per run after {meta['warmup']} s of warm-up, "
-                 f"{meta['rounds']} alternating rounds, medians shown.")
+                 f"{meta['rounds']} alternating rounds, medians shown"
+                 + ("; **HTTPS** (TLS 1.3, P-256 certificate, one handshake per connection)."
+                    if meta.get("tls") else "."))
     lines.append("")
     by_kind = {}
     for s in servers:
@@ -710,7 +724,20 @@ def main():
                     help="no run: rebuild the tables (and charts) from saved results")
     ap.add_argument("--no-install", action="store_true",
                     help="do not create or install into .venv; skip what is missing")
+    ap.add_argument("--tls", action="store_true",
+                    help="every server serves HTTPS (a P-256 certificate made with openssl "
+                         "for the run; m0serve --certfile, Granian --ssl-certificate), and "
+                         "wrk speaks TLS (one handshake per connection, then keep-alive)")
     args = ap.parse_args()
+    if args.tls:
+        global TLS
+        d = tempfile.mkdtemp(prefix="m0bench-tls-")
+        cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:prime256v1", "-nodes", "-subj", "/CN=localhost",
+                        "-days", "2", "-keyout", key, "-out", cert],
+                       check=True, capture_output=True)
+        TLS = (cert, key)
     if args.md is None:
         base = args.report or args.json
         args.md = os.path.splitext(base)[0] + ".md"
@@ -756,7 +783,7 @@ def main():
         "command": shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
         "servers": [s["spec"] for s in servers], "scenarios": scenarios,
         "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
-        "rounds": args.rounds, "workers": args.workers,
+        "rounds": args.rounds, "workers": args.workers, "tls": bool(args.tls),
         "blocking_threads": args.blocking_threads,
         "machine": machine(), "versions": versions(servers),
     }, "results": []}
