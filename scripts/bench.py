@@ -17,7 +17,8 @@ Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB 
 echoed back; throughput reported in MiB/s each way), flask (a small Flask app, jsonify).
 
 Servers: `m0serve` (target/release/m0serve), `m0serve@PATH` (another build, for an A/B of
-a change), `granian`, `bjoern` (through benches/run_bjoern.py). Any server may carry
+a change), `granian`, `bjoern` (through benches/run_bjoern.py), `fastwsgi` (through
+benches/run_fastwsgi.py), `uwsgi` (pyuwsgi, `--http11-socket`), `gunicorn` (gthread). Any server may carry
 option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
 (and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
@@ -73,10 +74,10 @@ SCENARIOS = {
               "body_contains": b"Hello, World!", "needs": ["flask"]},
 }
 DISPLAY = {"m0serve": "m0serve", "granian": "Granian", "bjoern": "bjoern",
-           "gunicorn": "gunicorn"}
+           "gunicorn": "gunicorn", "fastwsgi": "FastWSGI", "uwsgi": "uWSGI"}
 # Which pip package gives each importable module or console script in .venv.
 PIP = {"granian": "granian", "bjoern": "bjoern-binary", "flask": "flask",
-       "gunicorn": "gunicorn"}
+       "gunicorn": "gunicorn", "fastwsgi": "fastwsgi", "uwsgi": "pyuwsgi"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -89,7 +90,7 @@ def parse_server(spec):
     kind, _, binary = base.partition("@")
     if kind not in DISPLAY:
         raise SystemExit(f"unknown server {kind!r} in {spec!r} (m0serve, m0serve@PATH, "
-                         "granian, bjoern, gunicorn)")
+                         "granian, bjoern, gunicorn, fastwsgi, uwsgi)")
     if binary and kind != "m0serve":
         raise SystemExit(f"{spec}: only m0serve takes @PATH")
     overrides = {}
@@ -145,6 +146,15 @@ def server_cmd(srv, port, app, workers, threads):
                 "--bind", f"127.0.0.1:{port}", "--workers", str(workers),
                 "--worker-class", "gthread", "--threads", str(max(threads, 1)),
                 "--log-level", "warning", f"{app}:app"]
+    if srv["kind"] == "fastwsgi":
+        return [os.path.join(VENV_BIN, "python"),
+                os.path.join(ROOT, "benches", "run_fastwsgi.py"), app, "127.0.0.1", str(port)]
+    if srv["kind"] == "uwsgi":
+        # Its native HTTP/1.1 keep-alive socket, no master, `threads` app threads.
+        return [os.path.join(VENV_BIN, "uwsgi"), "--http11-socket", f"127.0.0.1:{port}",
+                "--module", f"{app}:app", "--pythonpath", APPS,
+                "--processes", str(workers), "--threads", str(max(threads, 1)),
+                "--disable-logging", "--die-on-term", "--need-app", "--lazy-apps"]
     if srv["kind"] == "bjoern":
         return [os.path.join(VENV_BIN, "python"), os.path.join(ROOT, "benches", "run_bjoern.py"),
                 app, "127.0.0.1", str(port)]
@@ -161,7 +171,7 @@ def server_env():
 
 
 def venv_has(module):
-    if module in ("granian", "gunicorn"):
+    if module in ("granian", "gunicorn", "uwsgi"):
         return os.access(os.path.join(VENV_BIN, module), os.X_OK)
     py = os.path.join(VENV_BIN, "python")
     return os.path.exists(py) and subprocess.run(
@@ -199,7 +209,7 @@ def versions(servers):
     v = {"wrk": w.split(" Copyright")[0] if w else None, "python": platform.python_version()}
     if os.path.exists(py):
         v["venv_python"] = out([py, "--version"])  # the CPython every server runs
-        for pkg in ("granian", "bjoern-binary", "flask", "gunicorn"):
+        for pkg in ("granian", "bjoern-binary", "flask", "gunicorn", "fastwsgi", "pyuwsgi"):
             v[pkg] = out([py, "-c", "import importlib.metadata as m, sys; "
                           f"print(m.version('{pkg}'))"])
     for srv in servers:
@@ -499,7 +509,9 @@ def markdown(doc):
     by_kind = {}
     for s in servers:
         by_kind.setdefault(parse_server(s)["kind"], s)
-    gran, bj = by_kind.get("granian"), by_kind.get("bjoern")
+    gran = by_kind.get("granian")
+    # Ratio columns: against each of these peers that was measured.
+    refs = [(by_kind[k], DISPLAY[k]) for k in ("granian", "bjoern", "fastwsgi") if k in by_kind]
     for scen in meta["scenarios"]:
         post = SCENARIOS.get(scen, {}).get("post_bytes")
         lines.append(f"#### {scen}: {SCENARIOS.get(scen, {}).get('title', scen)}")
@@ -507,10 +519,7 @@ def markdown(doc):
         head = ["conns", "server", "req/s"]
         if post:
             head.append("MiB/s each way")
-        if gran:
-            head.append("vs Granian")
-        if bj:
-            head.append("vs bjoern")
+        head += [f"vs {label}" for _, label in refs]
         head += ["lat avg ms", "p99 ms", "cores", "CPU µs/req"]
         if gran:
             head.append("CPU vs Granian")
@@ -520,7 +529,6 @@ def markdown(doc):
         conns_all = sorted({k[2] for k in summary if k[0] == scen})
         for conns in conns_all:
             ref_g = summary.get((scen, gran, conns))
-            ref_b = summary.get((scen, bj, conns))
             for s in servers:
                 e = summary.get((scen, s, conns))
                 if not e:
@@ -529,10 +537,10 @@ def markdown(doc):
                 row = [str(conns), display(s), fmt_int(e["rps_median"])]
                 if post:
                     row.append(f"{e['rps_median'] * post / MIB:.0f}")
-                for ref, name in ((ref_g, gran), (ref_b, bj)):
-                    if name:
-                        row.append("" if s == name or not ref
-                                   else f"{e['rps_median'] / ref['rps_median']:.2f}×")
+                for name, _ in refs:
+                    ref = summary.get((scen, name, conns))
+                    row.append("" if s == name or not ref
+                               else f"{e['rps_median'] / ref['rps_median']:.2f}×")
                 row += [f"{r['latency_avg_ms']:.2f}", f"{r['latency_p99_ms']:.2f}",
                         f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
                 if gran:
@@ -566,7 +574,7 @@ def markdown(doc):
 
 
 COLORS = {"m0serve": "#d62728", "granian": "#1f77b4", "bjoern": "#2ca02c",
-          "gunicorn": "#bcbd22"}
+          "gunicorn": "#bcbd22", "fastwsgi": "#9467bd", "uwsgi": "#8c564b"}
 EXTRA = ["#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
 
@@ -757,10 +765,12 @@ def main():
         raise SystemExit("a server is named twice")
 
     # Install what is needed and missing; skip bjoern (only) if it cannot be had.
-    needs = {k for k in (s["kind"] for s in servers) if k in ("granian", "bjoern", "gunicorn")}
+    needs = {k for k in (s["kind"] for s in servers)
+             if k in ("granian", "bjoern", "gunicorn", "fastwsgi", "uwsgi")}
     for s in scenarios:
         needs.update(SCENARIOS[s].get("needs", []))
-    order = [m for m in ("granian", "bjoern", "gunicorn", "flask") if m in needs]
+    order = [m for m in ("granian", "bjoern", "gunicorn", "fastwsgi", "uwsgi", "flask")
+             if m in needs]
     missing = [m for m in order if not venv_has(m)] if args.no_install else ensure_venv(order)
     if "bjoern" in missing:
         print("bjoern is not available in .venv (pip install bjoern-binary failed or "
