@@ -205,6 +205,18 @@ fn attribute_name(oid: &str) -> Option<&'static str> {
         "0.9.2342.19200300.100.1.25" => "DC",
         "0.9.2342.19200300.100.1.1" => "UID",
         "1.2.840.113549.1.9.1" => "emailAddress",
+        // OpenSSL's short names for the other X.520 attributes certificates carry.
+        "2.5.4.4" => "SN",
+        "2.5.4.5" => "serialNumber",
+        "2.5.4.12" => "title",
+        "2.5.4.15" => "businessCategory",
+        "2.5.4.17" => "postalCode",
+        "2.5.4.42" => "GN",
+        "2.5.4.43" => "initials",
+        "2.5.4.44" => "generationQualifier",
+        "2.5.4.46" => "dnQualifier",
+        "2.5.4.65" => "pseudonym",
+        "2.5.4.97" => "organizationIdentifier",
         _ => return None,
     })
 }
@@ -244,7 +256,11 @@ fn escape_value(v: &str, out: &mut String) {
                 out.push(c);
             }
             ' ' if i == last => out.push_str("\\ "),
-            '\0' => out.push_str("\\00"),
+            // Control characters as `\XX` (as OpenSSL's RFC 2253 output escapes them), so a
+            // subject logged or copied into a header cannot break its line.
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\{:02X}", c as u32));
+            }
             c => out.push(c),
         }
     }
@@ -277,8 +293,10 @@ pub fn subject_dn(cert: &[u8]) -> Option<String> {
         if tag != 0x31 {
             return None;
         }
-        let mut rdn = String::new();
+        // The attributes of one RDN, last first, as OpenSSL prints them.
+        let mut atvs: Vec<String> = Vec::new();
         while !set.is_empty() {
+            let mut rdn = String::new();
             let (_, atv, next) = der_element(set)?;
             set = next;
             let (tag, oid, value) = der_element(atv)?;
@@ -286,9 +304,6 @@ pub fn subject_dn(cert: &[u8]) -> Option<String> {
                 return None;
             }
             let oid = oid_dotted(oid)?;
-            if !rdn.is_empty() {
-                rdn.push('+');
-            }
             let (vtag, vbytes, _) = der_element(value)?;
             match (attribute_name(&oid), string_value(vtag, vbytes)) {
                 (Some(short), Some(text)) => {
@@ -307,8 +322,10 @@ pub fn subject_dn(cert: &[u8]) -> Option<String> {
                     }
                 }
             }
+            atvs.push(rdn);
         }
-        rdns.push(rdn);
+        atvs.reverse();
+        rdns.push(atvs.join("+"));
     }
     rdns.reverse();
     Some(rdns.join(","))
@@ -381,6 +398,27 @@ mod tests {
             subject_dn(&cert).as_deref(),
             Some("CN=hi,1.2.3=#0c0178,CN=\\ #lead\\+trail\\ ")
         );
+    }
+
+    #[test]
+    fn multi_valued_rdns_controls_and_openssl_names_read_as_openssl_prints_them() {
+        let ou: &[u8] = &[0x55, 0x04, 0x0b];
+        let serial: &[u8] = &[0x55, 0x04, 0x05];
+        let multi = el(
+            0x31,
+            &[
+                el(0x30, &[el(0x06, CN), el(0x0c, b"x")].concat()),
+                el(0x30, &[el(0x06, ou), el(0x0c, b"y")].concat()),
+            ]
+            .concat(),
+        );
+        let cert = cert_with_subject(&[atv(serial, 0x13, b"123"), multi]);
+        assert_eq!(
+            subject_dn(&cert).as_deref(),
+            Some("OU=y+CN=x,serialNumber=123")
+        );
+        let cert = cert_with_subject(&[atv(CN, 0x0c, b"a\r\nb\x7f")]);
+        assert_eq!(subject_dn(&cert).as_deref(), Some("CN=a\\0D\\0Ab\\7F"));
     }
 
     #[test]

@@ -590,6 +590,28 @@ fn clients_reading_slowly_are_served_at_their_pace_while_others_are_served_at_on
 }
 
 #[test]
+fn a_last_response_queued_whole_is_still_cut_at_the_write_timeout() {
+    // `Connection: close` and a body the app returns as one 20 MB buffer: the whole
+    // response is queued at once and the connection is closing. A client that then reads
+    // nothing must still be cut at --write-timeout, not hold the connection and its 20 MB
+    // for ever.
+    const SIZE: usize = 20_000_000;
+    let s = Server::start("regress:app", &["--write-timeout", "1", "--log-level", "debug"]);
+    let mut c = Conn::connect_small(s.addr(), 4096);
+    c.send(
+        format!("GET /big-list?size={SIZE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    );
+    assert!(
+        s.wait_for_log("write timeout", Duration::from_secs(6)),
+        "not cut after 6 s\n{}",
+        s.log_text()
+    );
+    let (got, _) = c.read_until_close(PROMPT);
+    assert!(got.len() < SIZE, "the whole {} bytes still came", got.len());
+}
+
+#[test]
 fn a_client_reading_steadily_but_slower_than_the_kernel_buffer_drains_is_not_dropped() {
     // 100 KB/s against a body of several MiB: the loop's queue waits for the kernel's
     // buffer (no writable edge for seconds), but the client takes bytes all the while, so

@@ -89,6 +89,13 @@ impl Pki {
             "client.ext",
             "ca",
         );
+        // A multi-valued RDN and attributes outside RFC 4514's short list.
+        pki.signed(
+            "client2",
+            "/serialNumber=123/OU=y+CN=x/title=Dr/GN=Ann",
+            "client.ext",
+            "ca",
+        );
         // A client certificate signed by nobody the server trusts.
         run(Command::new("openssl")
             .current_dir(&pki.dir.path)
@@ -126,7 +133,12 @@ impl Pki {
                 "-pkeyopt",
                 "ec_paramgen_curve:prime256v1",
             ])
-            .args(["-nodes", "-keyout", &format!("{name}.key")])
+            .args([
+                "-nodes",
+                "-multivalue-rdn",
+                "-keyout",
+                &format!("{name}.key"),
+            ])
             .args(["-out", &format!("{name}.csr"), "-subj", subject]));
         run(Command::new("openssl")
             .current_dir(&self.dir.path)
@@ -388,6 +400,13 @@ fn a_required_client_certificate_is_checked_and_its_subject_reaches_the_app() {
             Some(expected_dn.as_str()),
             "{mode}"
         );
+        let (rc, code, body) = with("client2");
+        assert_eq!((rc, code.as_str()), (0, "200"), "{mode}: {body}");
+        assert_eq!(
+            Json::parse(&body).unwrap()["dn"].as_str(),
+            Some(pki.subject("client2").as_str()),
+            "{mode}"
+        );
         let (rc, code, body) = with("rogue");
         assert_ne!(
             rc, 0,
@@ -401,7 +420,7 @@ fn a_required_client_certificate_is_checked_and_its_subject_reaches_the_app() {
             assert!(Json::parse(&body).unwrap()["dn"].is_null(), "{body}");
         }
         assert!(
-            s.wait_for_log("[DEBUG] [m0s-loop] TLS from", PROMPT),
+            s.wait_for_log("[DEBUG] [m0s-loop] TLS handshake from", PROMPT),
             "{mode}: the refused handshakes were not logged at debug\n{}",
             s.log_text()
         );
@@ -650,4 +669,60 @@ fn a_proxy_protocol_header_comes_before_the_tls_handshake() {
     assert_eq!(j["remote_addr"].as_str(), Some("203.0.113.7"), "{j:?}");
     assert_eq!(j["remote_port"].as_str(), Some("4711"), "{j:?}");
     assert_eq!(j["scheme"].as_str(), Some("https"), "{j:?}");
+}
+
+const PY_ENDINGS: &str = r#"
+import json, socket, ssl, sys, time
+port, ca = int(sys.argv[1]), sys.argv[2]
+out = {}
+# An HTTP/1.0 body delimited by the close, read slowly through a small buffer: it must end
+# with close_notify (a ragged end would read as a truncation).
+ctx = ssl.create_default_context(cafile=ca)
+raw = socket.create_connection(("127.0.0.1", port), timeout=20)
+raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+s = ctx.wrap_socket(raw, server_hostname="localhost", suppress_ragged_eofs=False)
+s.sendall(b"GET /big?n=3000000 HTTP/1.0\r\nHost: localhost\r\n\r\n")
+time.sleep(0.5)
+parts = []
+try:
+    while True:
+        b = s.recv(65536)
+        if not b:
+            break
+        parts.append(b)
+    data = b"".join(parts)
+    out["http10"] = len(data.split(b"\r\n\r\n", 1)[1])
+except ssl.SSLEOFError as e:
+    out["http10"] = "ragged end: " + str(e)
+# Plain HTTP with a body to the TLS port: the 400, then a clean end (no reset).
+p = socket.create_connection(("127.0.0.1", port), timeout=20)
+p.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n" + b"x" * 200000)
+parts = []
+try:
+    while True:
+        b = p.recv(65536)
+        if not b:
+            break
+        parts.append(b)
+    out["plain"] = b"".join(parts).decode("latin-1")
+except ConnectionResetError:
+    out["plain"] = "reset after " + repr(b"".join(parts)[:60])
+print(json.dumps(out))
+"#;
+
+#[test]
+fn a_close_delimited_body_ends_with_close_notify_and_plain_http_gets_its_400_whole() {
+    needs_tools!();
+    let pki = Pki::new("tls-endings");
+    let s = tls_server(&pki, "tls_app:app", &[]);
+    let p = python(
+        PY_ENDINGS,
+        &[&https_addr(&s).port().to_string(), &pki.arg("ca.pem")],
+    );
+    assert_eq!(p["http10"].as_f64(), Some(3_000_000.0), "{p:?}");
+    let plain = p["plain"].as_str().unwrap();
+    assert!(
+        plain.starts_with("HTTP/1.1 400 ") && plain.contains("This port speaks HTTPS"),
+        "{plain}"
+    );
 }

@@ -221,6 +221,15 @@ impl Sock {
             }
         };
     }
+
+    /// Before the half-close: TLS's close_notify written (`Ok(false)`: not yet, wait for
+    /// the socket). Nothing to do without TLS.
+    fn prepare_close(&mut self) -> io::Result<bool> {
+        match self {
+            Sock::Tls(t) => t.close_notify(),
+            _ => Ok(true),
+        }
+    }
 }
 
 /// Bytes waiting to be written, and whose they are.
@@ -400,6 +409,9 @@ pub enum Written {
     /// Its lingering close began: the loop closes it when the client does, or at a
     /// deadline.
     Lingering,
+    /// TLS's close_notify waits for the socket: the next writable edge flushes it, and
+    /// the close goes on from there.
+    Flushing,
 }
 
 /// A timeout that ran out (docs/security.md).
@@ -781,14 +793,27 @@ impl Conn {
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) => {
-                            if let Sock::Tls(t) = &self.sock {
-                                fx.refused = t.failure().map(|f| match f {
-                                    TlsFailure::PlainHttp => Refused::TlsPlainHttp,
-                                    TlsFailure::Handshake => Refused::TlsHandshake,
-                                });
-                                if fx.refused.is_some() {
-                                    log::debug!("TLS from {:?} failed: {e}", self.peer);
+                            let failure = match &self.sock {
+                                Sock::Tls(t) => t.failure(),
+                                _ => None,
+                            };
+                            match failure {
+                                Some(TlsFailure::PlainHttp) => {
+                                    log::debug!(
+                                        "plain HTTP from {:?} to a TLS port: answered 400",
+                                        self.peer
+                                    );
+                                    fx.refused = Some(Refused::TlsPlainHttp);
+                                    fx.queued = true;
+                                    self.queue(crate::worker::tls::PLAIN_HTTP_ANSWER.to_vec());
+                                    self.phase = Phase::Closing { reset: false };
+                                    return Next::Wait;
                                 }
+                                Some(TlsFailure::Handshake) => {
+                                    log::debug!("TLS handshake from {:?} failed: {e}", self.peer);
+                                    fx.refused = Some(Refused::TlsHandshake);
+                                }
+                                None => {}
                             }
                             return Next::Close;
                         }
@@ -885,6 +910,11 @@ impl Conn {
                 if self.eof || reset {
                     return Written::Close;
                 }
+                match self.sock.prepare_close() {
+                    Ok(true) => {}
+                    Ok(false) => return Written::Flushing,
+                    Err(_) => return Written::Close,
+                }
                 // RFC 9112 §9.6: close the sending side first and read until the peer
                 // closes, so input it already sent does not turn our close into a reset.
                 self.sock.shutdown_write();
@@ -939,12 +969,15 @@ impl Conn {
 
     /// The timeout it has run past, if any (docs/security.md).
     pub fn expired(&self, now: Instant, t: &Timeouts) -> Option<Expiry> {
+        let since = |at: Instant| now.saturating_duration_since(at);
+        // The write timeout holds in every phase but the lingering close (which has its
+        // own deadline): a last response queued whole, then a client that stops reading,
+        // must not hold its connection and buffers for ever.
+        if self.has_output() && !self.is_lingering() {
+            return (since(self.clock.write_at) > t.write).then_some(Expiry::Write);
+        }
         if !self.takes_responses() {
             return None;
-        }
-        let since = |at: Instant| now.saturating_duration_since(at);
-        if self.has_output() {
-            return (since(self.clock.write_at) > t.write).then_some(Expiry::Write);
         }
         if self.in_flight > 0 || self.parked.is_some() || matches!(self.phase, Phase::Last { .. }) {
             return None;

@@ -11,7 +11,7 @@ use rustls::ServerConnection;
 
 /// Plain HTTP answered on a TLS port, before the close: what curl or a browser shows to
 /// someone who typed `http://` for an `https://` address.
-const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
+pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
 Content-Length: 50\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use an https:// address.\r\n";
 
 /// Why a TLS connection failed before its handshake completed.
@@ -37,6 +37,11 @@ pub struct TlsStream {
     client_dn: Option<Arc<str>>,
     /// How the handshake failed, once it has.
     failure: Option<Failure>,
+    /// Plain HTTP came: from here bytes go to the socket as they are (the plain-text
+    /// answer, then a lingering close), with no TLS.
+    plain: bool,
+    /// close_notify is queued (`close_notify`).
+    closing: bool,
 }
 
 /// Reads from the socket for rustls, noting the first byte the client sent.
@@ -66,6 +71,8 @@ impl TlsStream {
             established: false,
             client_dn: None,
             failure: None,
+            plain: false,
+            closing: false,
         })
     }
 
@@ -134,8 +141,11 @@ impl TlsStream {
             let plain =
                 !self.established && self.first_byte.is_some_and(|b| b.is_ascii_uppercase());
             if plain {
+                // The connection queues the plain-text answer and closes as any refusal,
+                // lingering so the request's unread bytes do not turn the close into a
+                // reset that destroys the answer.
                 self.failure = Some(Failure::PlainHttp);
-                let _ = self.tcp.write(PLAIN_HTTP_ANSWER);
+                self.plain = true;
             } else {
                 if !self.established {
                     self.failure = Some(Failure::Handshake);
@@ -162,7 +172,7 @@ impl TlsStream {
 
     /// Writes the records rustls holds. `Ok(true)` when none is left.
     pub fn write_pending(&mut self) -> io::Result<bool> {
-        while self.tls.wants_write() {
+        while !self.plain && self.tls.wants_write() {
             match self.tls.write_tls(&mut self.tcp) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(_) => {}
@@ -176,13 +186,16 @@ impl TlsStream {
 
     /// Records are waiting for the socket.
     pub fn has_pending(&self) -> bool {
-        self.tls.wants_write()
+        !self.plain && self.tls.wants_write()
     }
 
     /// Encrypts what rustls's buffer takes of `bufs` and writes what the socket takes.
     /// `WouldBlock` while earlier records still wait for the socket, so rustls holds at
     /// most one batch.
     pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.plain {
+            return self.tcp.write_vectored(bufs);
+        }
         if !self.write_pending()? {
             return Err(io::ErrorKind::WouldBlock.into());
         }
@@ -198,10 +211,20 @@ impl TlsStream {
         self.write_vectored(&[IoSlice::new(buf)])
     }
 
-    /// close_notify, as far as the socket takes it, then the TCP half-close.
+    /// Queues close_notify (once) and writes what the socket takes: `Ok(true)` once all of
+    /// it is written and the TCP half-close may follow, `Ok(false)` to wait for the socket
+    /// (so that a full send buffer does not lose the alert: without it a strict client
+    /// takes a body delimited by the close for a truncated one).
+    pub fn close_notify(&mut self) -> io::Result<bool> {
+        if !self.plain && !self.closing {
+            self.closing = true;
+            self.tls.send_close_notify();
+        }
+        self.write_pending()
+    }
+
+    /// The TCP half-close, after `close_notify`.
     pub fn shutdown_write(&mut self) {
-        self.tls.send_close_notify();
-        let _ = self.write_pending();
         let _ = self.tcp.shutdown(std::net::Shutdown::Write);
     }
 }

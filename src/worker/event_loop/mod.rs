@@ -900,6 +900,8 @@ impl EventLoop {
                 }
             }
             Written::Close => self.close(slot),
+            // The writable edge that takes the rest comes back here through `flush_one`.
+            Written::Flushing => {}
             Written::Lingering => {
                 let me = conn.me();
                 // A lingering connection is on its way out (within LINGER_TIMEOUT): it
