@@ -596,7 +596,10 @@ fn a_last_response_queued_whole_is_still_cut_at_the_write_timeout() {
     // nothing must still be cut at --write-timeout, not hold the connection and its 20 MB
     // for ever.
     const SIZE: usize = 20_000_000;
-    let s = Server::start("regress:app", &["--write-timeout", "1", "--log-level", "debug"]);
+    let s = Server::start(
+        "regress:app",
+        &["--write-timeout", "1", "--log-level", "debug"],
+    );
     let mut c = Conn::connect_small(s.addr(), 4096);
     c.send(
         format!("GET /big-list?size={SIZE} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")

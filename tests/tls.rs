@@ -726,3 +726,38 @@ fn a_close_delimited_body_ends_with_close_notify_and_plain_http_gets_its_400_who
         "{plain}"
     );
 }
+
+#[test]
+fn one_worker_serves_https_on_tcp_and_plain_http_on_a_unix_socket() {
+    needs_tools!();
+    use std::io::{Read, Write};
+    let pki = Pki::new("tls-uds");
+    let sock = pki.path("plain.sock");
+    let s = tls_server(
+        &pki,
+        "tls_app:app",
+        &["-b", &format!("unix:{}", sock.display())],
+    );
+    let url = format!("https://localhost:{}/", https_addr(&s).port());
+    let (rc, code, body) = curl(&["--cacert", &pki.arg("ca.pem"), &url]);
+    assert_eq!((rc, code.as_str()), (0, "200"), "{body}");
+    assert_eq!(
+        Json::parse(&body).unwrap()["scheme"].as_str(),
+        Some("https")
+    );
+    let mut u = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+    u.set_read_timeout(Some(PROMPT)).unwrap();
+    u.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    u.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200 "), "{out}");
+    let j = Json::parse(out.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(j["scheme"].as_str(), Some("http"), "{out}");
+    assert!(
+        s.log_text()
+            .contains(&format!("listening on unix:{}", sock.display())),
+        "{}",
+        s.log_text()
+    );
+}
