@@ -209,12 +209,23 @@ fn curl(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// What every script below may use: `read_all(sock, got)`, which appends what `sock`
+/// sends until its end to the list `got` (so a reset still leaves what came before it).
+const PY_PRELUDE: &str = r#"
+def read_all(sock, got):
+    while True:
+        b = sock.recv(65536)
+        if not b:
+            return b"".join(got)
+        got.append(b)
+"#;
+
 /// Runs a Python script (standard library only) with `args`; its standard output, parsed
 /// as JSON.
 fn python(script: &str, args: &[&str]) -> Json {
     let out = Command::new("python3")
         .arg("-c")
-        .arg(script)
+        .arg(format!("{PY_PRELUDE}{script}"))
         .args(args)
         .output()
         .unwrap();
@@ -241,12 +252,7 @@ def attempt(name, **kw):
         with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
             with ctx.wrap_socket(raw, server_hostname="localhost") as s:
                 s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-                data = b""
-                while True:
-                    b = s.recv(65536)
-                    if not b:
-                        break
-                    data += b
+                data = read_all(s, [])
                 out[name] = {"ok": True, "version": s.version(), "alpn": s.selected_alpn_protocol(),
                              "status": data.split(b" ")[1].decode()}
     except (ssl.SSLError, OSError) as e:
@@ -648,12 +654,7 @@ raw = socket.create_connection(("127.0.0.1", port), timeout=10)
 raw.sendall(b"PROXY TCP4 203.0.113.7 10.0.0.1 4711 443\r\n")
 with ctx.wrap_socket(raw, server_hostname="localhost") as s:
     s.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        data += b
+    data = read_all(s, [])
 print(data.split(b"\r\n\r\n", 1)[1].decode())
 "#;
 
@@ -683,14 +684,8 @@ raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
 s = ctx.wrap_socket(raw, server_hostname="localhost", suppress_ragged_eofs=False)
 s.sendall(b"GET /big?n=3000000 HTTP/1.0\r\nHost: localhost\r\n\r\n")
 time.sleep(0.5)
-parts = []
 try:
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        parts.append(b)
-    data = b"".join(parts)
+    data = read_all(s, [])
     out["http10"] = len(data.split(b"\r\n\r\n", 1)[1])
 except ssl.SSLEOFError as e:
     out["http10"] = "ragged end: " + str(e)
@@ -699,12 +694,7 @@ p = socket.create_connection(("127.0.0.1", port), timeout=20)
 p.sendall(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 200000\r\n\r\n" + b"x" * 200000)
 parts = []
 try:
-    while True:
-        b = p.recv(65536)
-        if not b:
-            break
-        parts.append(b)
-    out["plain"] = b"".join(parts).decode("latin-1")
+    out["plain"] = read_all(p, parts).decode("latin-1")
 except ConnectionResetError:
     out["plain"] = "reset after " + repr(b"".join(parts)[:60])
 print(json.dumps(out))
