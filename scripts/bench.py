@@ -373,6 +373,46 @@ def wrk(port, conns, duration, script=None, path="/"):
     }
 
 
+def oha(port, conns, duration, rate, script=None, path="/"):
+    """A fixed-rate run: oha sends `rate` requests a second over `conns` keep-alive
+    connections and measures each from when it was due to be sent
+    (`--latency-correction`), so a stall is charged to every request it delays (no
+    coordinated omission, which wrk's closed loop has)."""
+    if script:
+        raise RuntimeError("--rate runs GET scenarios only")
+    cmd = ["oha", "-z", f"{duration}s", "-q", str(rate), "-c", str(conns),
+           "--latency-correction", "--no-tui", "--output-format", "json"]
+    for h in HEADERS:
+        cmd += ["-H", h]
+    cmd.append(f"{'https' if TLS else 'http'}://127.0.0.1:{port}{path}")
+    if TLS:
+        cmd.insert(1, "--insecure")
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    try:
+        d = json.loads(p.stdout)
+    except ValueError:
+        raise RuntimeError(f"oha failed (exit {p.returncode}): {(p.stdout + p.stderr)[-500:]}")
+    codes = {int(k): v for k, v in d.get("statusCodeDistribution", {}).items()}
+    lat = d["latencyPercentiles"]
+    return {
+        "rps": d["summary"]["requestsPerSec"],
+        "requests": sum(codes.values()),
+        "latency_avg_ms": d["summary"]["average"] * 1e3,
+        "latency_p50_ms": lat["p50"] * 1e3,
+        "latency_p99_ms": lat["p99"] * 1e3,
+        "latency_p999_ms": lat["p99.9"] * 1e3,
+        "non_2xx": sum(v for k, v in codes.items() if not 200 <= k < 400),
+        "socket_errors": d.get("errorDistribution", {}),
+    }
+
+
+def load(port, conns, duration, args, script=None):
+    """One measured run: wrk at saturation, or oha at `--rate`."""
+    if args.rate:
+        return oha(port, conns, duration, args.rate, script)
+    return wrk(port, conns, duration, script)
+
+
 def stop(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)
@@ -403,10 +443,10 @@ def run_one(srv, scen_name, app, conns, args, script):
             wait_ready(port, proc)
             check_response(port, scen)
             if args.warmup > 0:
-                wrk(port, conns, args.warmup, script)
+                load(port, conns, args.warmup, args, script)
             before = sample(proc.pid)
             t0 = time.time()
-            res = wrk(port, conns, args.duration, script)
+            res = load(port, conns, args.duration, args, script)
             wall = time.time() - t0
             after = sample(proc.pid)
         except Exception as e:  # reported with the server's stderr, and the bench goes on
@@ -460,7 +500,9 @@ def display(spec):
 def median_run(runs):
     """The run with the median req/s (the lower middle for an even count): its CPU and
     thread figures belong to the same run as its req/s."""
-    rs = sorted(runs, key=lambda r: r["rps"])
+    # At a fixed rate every run has about the same req/s: the median is by p99 then.
+    key = "latency_p99_ms" if "latency_p999_ms" in runs[0] else "rps"
+    rs = sorted(runs, key=lambda r: r[key])
     return rs[(len(rs) - 1) // 2]
 
 
@@ -503,8 +545,11 @@ def markdown(doc):
                  f"{meta['blocking_threads']}` (per-server overrides in the server names); "
                  f"wrk -t1, {meta['duration']} s per run after {meta['warmup']} s of warm-up, "
                  f"{meta['rounds']} alternating rounds, medians shown"
-                 + ("; **HTTPS** (TLS 1.3, P-256 certificate, one handshake per connection)."
-                    if meta.get("tls") else "."))
+                 + ("; **HTTPS** (TLS 1.3, P-256 certificate, one handshake per connection)"
+                    if meta.get("tls") else "")
+                 + (f"; **fixed rate**: oha {meta['rate']} req/s with latency correction "
+                    "(p50/p99/p99.9 from each request's due time), in place of wrk"
+                    if meta.get("rate") else "") + ".")
     lines.append("")
     by_kind = {}
     for s in servers:
@@ -520,7 +565,9 @@ def markdown(doc):
         if post:
             head.append("MiB/s each way")
         head += [f"vs {label}" for _, label in refs]
-        head += ["lat avg ms", "p99 ms", "cores", "CPU µs/req"]
+        fixed_rate = bool(meta.get("rate"))
+        head += (["p50 ms", "p99 ms", "p99.9 ms"] if fixed_rate else ["lat avg ms", "p99 ms"])
+        head += ["cores", "CPU µs/req"]
         if gran:
             head.append("CPU vs Granian")
         head.append("threads: busy share (CPU µs/req)")
@@ -541,8 +588,12 @@ def markdown(doc):
                     ref = summary.get((scen, name, conns))
                     row.append("" if s == name or not ref
                                else f"{e['rps_median'] / ref['rps_median']:.2f}×")
-                row += [f"{r['latency_avg_ms']:.2f}", f"{r['latency_p99_ms']:.2f}",
-                        f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
+                if fixed_rate:
+                    row += [f"{r['latency_p50_ms']:.3f}", f"{r['latency_p99_ms']:.3f}",
+                            f"{r['latency_p999_ms']:.3f}"]
+                else:
+                    row += [f"{r['latency_avg_ms']:.2f}", f"{r['latency_p99_ms']:.2f}"]
+                row += [f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
                 if gran:
                     row.append("" if s == gran or not ref_g else
                                f"{r['cpu_us_per_req'] / ref_g['median']['cpu_us_per_req']:.2f}×")
@@ -732,6 +783,9 @@ def main():
                     help="no run: rebuild the tables (and charts) from saved results")
     ap.add_argument("--no-install", action="store_true",
                     help="do not create or install into .venv; skip what is missing")
+    ap.add_argument("--rate", type=int, default=0,
+                    help="requests a second: a fixed-rate run with oha (latency-corrected "
+                         "p50/p99/p99.9) instead of wrk at saturation")
     ap.add_argument("--tls", action="store_true",
                     help="every server serves HTTPS (a P-256 certificate made with openssl "
                          "for the run; m0serve --certfile, Granian --ssl-certificate), and "
@@ -794,6 +848,7 @@ def main():
         "servers": [s["spec"] for s in servers], "scenarios": scenarios,
         "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
         "rounds": args.rounds, "workers": args.workers, "tls": bool(args.tls),
+        "rate": args.rate,
         "blocking_threads": args.blocking_threads,
         "machine": machine(), "versions": versions(servers),
     }, "results": []}
