@@ -402,7 +402,10 @@ def oha(port, conns, duration, rate, script=None, path="/"):
         "latency_p99_ms": lat["p99"] * 1e3,
         "latency_p999_ms": lat["p99.9"] * 1e3,
         "non_2xx": sum(v for k, v in codes.items() if not 200 <= k < 400),
-        "socket_errors": d.get("errorDistribution", {}),
+        # Requests still in flight when the duration ends are "aborted due to deadline":
+        # the end of the run, not an error.
+        "socket_errors": {k: v for k, v in d.get("errorDistribution", {}).items()
+                          if k != "aborted due to deadline"},
     }
 
 
@@ -612,8 +615,10 @@ def markdown(doc):
         if per:
             lines.append("Per round (req/s): " + ". ".join(per) + ".")
             lines.append("")
+        def real(errors):
+            return {k: v for k, v in errors.items() if k != "aborted due to deadline" and v}
         errs = [r for r in results if r["scenario"] == scen and
-                ("error" in r or r.get("non_2xx") or any(r.get("socket_errors", {}).values()))]
+                ("error" in r or r.get("non_2xx") or real(r.get("socket_errors", {})))]
         for r in errs:
             what = r.get("error") or (f"non-2xx {r.get('non_2xx')}, socket errors "
                                       f"{r.get('socket_errors')}")
