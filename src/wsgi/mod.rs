@@ -203,6 +203,11 @@ impl Bridge {
         };
         stats::bump(&self.ex.shared.counters.requests, 1);
         self.ex.shared.busy.start();
+        // Requests behind this one: its response need not wake the loop by itself.
+        self.ex
+            .shared
+            .defer_loop_wake
+            .store(!rx.is_empty(), std::sync::atomic::Ordering::Relaxed);
         self.serve(py, req);
         true
     }
