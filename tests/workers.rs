@@ -904,3 +904,35 @@ fn an_app_that_takes_sigterm_cannot_keep_its_worker_from_draining() {
     assert_eq!(s.get("/").status, 200);
     assert_eq!(s.stop().code(), Some(0), "{}", s.log_text());
 }
+
+#[test]
+fn a_response_queued_ahead_of_a_slow_request_on_its_handler_is_not_held_back() {
+    // One handler thread. While F (0.2 s) runs, D (0.3 s), E, A (fast) and B (3 s) queue in
+    // its ring. D, E and A are each served with requests behind them, so their responses
+    // do not wake the sleeping loop (one wake per batch), and then B runs for 3 s. The
+    // loop's bounded sleep must still deliver A about when D ends (0.5 s), not when the
+    // loop next looks for another reason (its sweep, up to 1 s later) or when B ends.
+    let s = Server::start("regress:app", &["--blocking-threads", "1"]);
+    let started = Instant::now();
+    let mut f = s.connect();
+    f.send(&get("/slow?secs=0.2"));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut queued = Vec::new();
+    for target in ["/slow?secs=0.3", "/hello", "/hello", "/slow?secs=3"] {
+        let mut c = s.connect();
+        c.send(&get(target));
+        queued.push(c);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let r = queued[2].read_response();
+    let took = started.elapsed();
+    assert_eq!(r.status, 200);
+    // Measured: 0.50 s with the 20 ms bound, 1.15 s without it.
+    assert!(took < Duration::from_millis(850), "A took {took:?}");
+    assert_eq!(f.read_response().status, 200);
+    for (i, mut c) in queued.into_iter().enumerate() {
+        if i != 2 {
+            assert_eq!(c.read_response().status, 200);
+        }
+    }
+}

@@ -62,6 +62,14 @@ pub struct HandlerShared {
     pub busy: BusyClock,
     /// The handler's index in the loop's list (inline mode's bridge is 0).
     pub index: usize,
+    /// Set by the handler thread while the request it serves has others queued behind it
+    /// in its ring: the final part of its response then does not wake a sleeping loop
+    /// (`wake_owed` records it), and the handler wakes the loop once, when its ring is
+    /// empty or `LOOP_WAKE_BATCH` responses are owed. Relaxed, both: only the handler
+    /// thread reads them, and the response ring's own Release/Acquire publishes the
+    /// responses.
+    pub defer_loop_wake: AtomicBool,
+    pub wake_owed: AtomicUsize,
     /// What its streamed responses have unwritten, all together.
     pub budget: Arc<StreamBudget>,
     /// The flag of the one thread that waits inside the handler's exchange (it holds the
@@ -170,6 +178,8 @@ impl HandlerShared {
     pub fn new(index: usize, watch: bool) -> HandlerShared {
         HandlerShared {
             index,
+            defer_loop_wake: AtomicBool::new(false),
+            wake_owed: AtomicUsize::new(0),
             budget: Arc::default(),
             exchange_wake: WakeFlag::new(),
             waiter: Mutex::new(None),

@@ -28,6 +28,10 @@ pub struct HandlerSetup {
     pub metrics: Option<crate::metrics::Recorder>,
 }
 
+/// Responses a handler pushes, with more requests queued behind each, before it wakes a
+/// sleeping loop for them.
+const LOOP_WAKE_BATCH: usize = 8;
+
 pub fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("m0s-handler-{}", setup.idx))
@@ -46,6 +50,17 @@ fn run(setup: HandlerSetup) {
         access_log,
         metrics,
     } = setup;
+    let loop_waker = loop_shared.clone();
+    // Wakes the loop (if it sleeps) for the responses whose wake was deferred.
+    let pay_owed = |all: bool| {
+        let owed = shared.wake_owed.load(Ordering::Relaxed);
+        if owed > 0 && (all || owed >= LOOP_WAKE_BATCH) {
+            shared.wake_owed.store(0, Ordering::Relaxed);
+            if loop_waker.notify() {
+                stats::bump(&shared.counters.loop_wakes, 1);
+            }
+        }
+    };
     Python::attach(|py| {
         let mut bridge = match Bridge::new(
             py,
@@ -71,8 +86,10 @@ fn run(setup: HandlerSetup) {
                 // Body items the loop wrote without copying are released here (their
                 // references were dropped on the loop thread, off the GIL).
                 crate::python::drop_deferred_refs(py);
+                pay_owed(rx.is_empty());
                 continue;
             }
+            pay_owed(true);
             // Acquire: pairs with the loop's Release store when it stops; every request it
             // pushed before is visible to the `pop` that follows.
             if shared.stop.load(Ordering::Acquire) {

@@ -806,6 +806,10 @@ impl Exchange {
             }
             Sink::Ring(tx) => tx,
         };
+        // The final part of a response with more requests queued behind it: the loop is
+        // woken once for the batch (the handler thread does it), not for each response.
+        let defer = matches!(resp.part, Part::Last { .. })
+            && shared.defer_loop_wake.load(Ordering::Relaxed);
         let mut resp = resp;
         loop {
             match tx.push(resp) {
@@ -819,7 +823,11 @@ impl Exchange {
             }
         }
         shared.busy.progressed();
-        self.notify_loop();
+        if defer {
+            shared.wake_owed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.notify_loop();
+        }
     }
 
     fn notify_loop(&self) {

@@ -63,6 +63,13 @@ const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The longest the loop sleeps while a handler has two or more requests out: a response a
+/// handler pushed without waking it (more requests behind it) waits at most this long.
+/// Longer than a scheduler tick on purpose: a timer that is the CPU's earliest is
+/// reprogrammed in hardware at every sleep, which measured 9 µs a sleep in this VM with a
+/// 1 ms bound (hello at 16 connections lost 7 %; BENCHMARKS.md, "deferred wake").
+const DEFERRED_WAKE_BOUND: Duration = Duration::from_millis(20);
+
 struct Slot {
     gen: u32,
     conn: Option<Box<Conn>>,
@@ -335,7 +342,15 @@ impl EventLoop {
                 self.shared.wake.cancel();
                 continue;
             }
-            let timeout = self.next_timeout();
+            let mut timeout = self.next_timeout();
+            if self.handlers.iter().any(|h| h.queued >= 2) {
+                // A handler with a request queued behind the one it serves may push that
+                // one's response without waking this loop (`handler::LOOP_WAKE_BATCH`); the
+                // response is counted in `queued` until popped, so every sleep until then
+                // comes here and is bounded: if the request behind runs long, the loop
+                // still takes the response within this bound.
+                timeout = Some(timeout.map_or(DEFERRED_WAKE_BOUND, |t| t.min(DEFERRED_WAKE_BOUND)));
+            }
             self.counters.epoll_waits += 1;
             self.counters.sleeps += 1;
             let slept = self.stats.then(Instant::now);
