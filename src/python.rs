@@ -423,12 +423,10 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
-/// Writes `err`'s traceback to standard error in one write. Unlike `PyErr::print` (Python's
-/// `PyErr_Print`), a `SystemExit` is printed, not obeyed: it must not end the process.
-pub fn print_exception(py: Python<'_>, err: &PyErr) {
-    use std::io::Write;
-    let text = py
-        .import("traceback")
+/// `err` with its traceback, as Python's `traceback.format_exception` writes it (or its
+/// message alone, if that fails).
+pub fn format_exception(py: Python<'_>, err: &PyErr) -> String {
+    py.import("traceback")
         .and_then(|m| {
             m.call_method1(
                 "format_exception",
@@ -437,7 +435,14 @@ pub fn print_exception(py: Python<'_>, err: &PyErr) {
         })
         .and_then(|lines| lines.extract::<Vec<String>>())
         .map(|lines| lines.concat())
-        .unwrap_or_else(|_| format!("{err}\n"));
+        .unwrap_or_else(|_| format!("{err}\n"))
+}
+
+/// Writes `err`'s traceback to standard error in one write. Unlike `PyErr::print` (Python's
+/// `PyErr_Print`), a `SystemExit` is printed, not obeyed: it must not end the process.
+pub fn print_exception(py: Python<'_>, err: &PyErr) {
+    use std::io::Write;
+    let text = format_exception(py, err);
     flush_stdio(py);
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }

@@ -805,7 +805,15 @@ impl Conn {
                                     );
                                     fx.refused = Some(Refused::TlsPlainHttp);
                                     fx.queued = true;
-                                    self.queue(crate::worker::tls::PLAIN_HTTP_ANSWER.to_vec());
+                                    self.queue(encode::simple_response(
+                                        400,
+                                        "Bad Request",
+                                        "text/plain",
+                                        crate::worker::tls::PLAIN_HTTP_BODY,
+                                        false,
+                                        false,
+                                        ctx.date.get(),
+                                    ));
                                     self.phase = Phase::Closing { reset: false };
                                     return Next::Wait;
                                 }

@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use rustls::ServerConnection;
 
-/// Plain HTTP answered on a TLS port, before the close: what curl or a browser shows to
-/// someone who typed `http://` for an `https://` address.
-pub const PLAIN_HTTP_ANSWER: &[u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n\
-Content-Length: 50\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use an https:// address.\r\n";
+/// The body of the plain-text 400 that plain HTTP to a TLS port gets before the close: what
+/// curl or a browser shows to someone who typed `http://` for an `https://` address.
+pub const PLAIN_HTTP_BODY: &[u8] = b"This port speaks HTTPS: use an https:// address.\r\n";
 
 /// Why a TLS connection failed before its handshake completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -32,16 +32,6 @@ pub fn describe_environ(environ: &Bound<'_, pyo3::types::PyDict>) -> String {
 
 /// Logs `err` with its Python traceback.
 pub fn log_exception(py: Python<'_>, err: &PyErr, context: &str) {
-    let tb = py
-        .import("traceback")
-        .and_then(|m| {
-            m.call_method1(
-                "format_exception",
-                (err.get_type(py), err.value(py), err.traceback(py)),
-            )
-        })
-        .and_then(|lines| lines.extract::<Vec<String>>())
-        .map(|lines| lines.concat())
-        .unwrap_or_else(|_| format!("{err}\n"));
+    let tb = crate::python::format_exception(py, err);
     log::error!("{context}:\n{}", tb.trim_end());
 }

@@ -206,12 +206,13 @@ impl Bridge {
         // Requests behind this one: its response need not wake the loop by itself.
         // Only for the final part this thread pushes while serving it: anything pushed
         // later (a body resumed, a thread the app started) wakes the loop as usual.
-        let shared = self.ex.shared.clone();
-        shared
+        self.ex
+            .shared
             .defer_loop_wake
             .store(!rx.is_empty(), std::sync::atomic::Ordering::Relaxed);
         self.serve(py, req);
-        shared
+        self.ex
+            .shared
             .defer_loop_wake
             .store(false, std::sync::atomic::Ordering::Relaxed);
         true

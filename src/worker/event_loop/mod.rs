@@ -632,16 +632,28 @@ impl EventLoop {
     /// app answers; the loop's ceiling, with the same per-request buffer as a real
     /// response.
     fn answer_static(&mut self, conn: &mut Conn, req: &Request) {
+        self.counters.requests += 1;
+        self.answer_plain(conn, req, 200, "OK", b"Hello, World!");
+    }
+
+    /// A plain-text answer of the loop's own to `req`, queued on its connection.
+    fn answer_plain(
+        &mut self,
+        conn: &mut Conn,
+        req: &Request,
+        status: u16,
+        reason: &str,
+        body: &[u8],
+    ) {
         let out = crate::http::encode::simple_response(
-            200,
-            "OK",
+            status,
+            reason,
             "text/plain",
-            b"Hello, World!",
+            body,
             req.head.keep_alive,
             req.head.method.get(&req.data) == b"HEAD",
             self.date.get(),
         );
-        self.counters.requests += 1;
         conn.answer(out);
         self.dirty.push(conn.me().slot);
     }
@@ -658,18 +670,8 @@ impl EventLoop {
 
     /// A request outside `--root-path`: 404, from the loop.
     fn answer_outside_root(&mut self, conn: &mut Conn, req: &Request) {
-        let out = crate::http::encode::simple_response(
-            404,
-            "Not Found",
-            "text/plain",
-            b"Not Found",
-            req.head.keep_alive,
-            req.head.method.get(&req.data) == b"HEAD",
-            self.date.get(),
-        );
         self.count_loop_answer(false, 404);
-        conn.answer(out);
-        self.dirty.push(conn.me().slot);
+        self.answer_plain(conn, req, 404, "Not Found", b"Not Found");
     }
 
     /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
