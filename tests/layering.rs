@@ -25,9 +25,11 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         ("metrics", &["http", "pipeline", "sys", "log"][..]),
         // The TLS settings read into a rustls configuration (the records are the loop's).
         ("tls", &["sys", "log"][..]),
+        // (Of `python`, beside it: the interpreter's helpers, such as formatting a
+        // traceback, which the bridge shares with the start-up.)
         (
             "wsgi",
-            &["pipeline", "http", "sys", "log", "access_log", "metrics"][..],
+            &["pipeline", "http", "sys", "log", "python", "access_log", "metrics"][..],
         ),
         // Layer 3: the configuration, read by the entry points only.
         ("cli", &["log", "http", "access_log", "tls"][..]),
