@@ -29,7 +29,15 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // traceback, which the bridge shares with the start-up.)
         (
             "wsgi",
-            &["pipeline", "http", "sys", "log", "python", "access_log", "metrics"][..],
+            &[
+                "pipeline",
+                "http",
+                "sys",
+                "log",
+                "python",
+                "access_log",
+                "metrics",
+            ][..],
         ),
         // Layer 3: the configuration, read by the entry points only.
         ("cli", &["log", "http", "access_log", "tls"][..]),
