@@ -28,19 +28,20 @@ use event_loop::{EventLoop, HandlerLink, LoopOptions, Responses};
 use handler::HandlerSetup;
 use inline::InlineSetup;
 
+/// glibc's malloc serves the interpreter (Rust's allocations go to mimalloc: `lib.rs`).
 /// Allocations this large or larger still come from the heap, not from a fresh `mmap`
-/// (glibc's default is 128 KiB): a 1 MiB request or response buffer then reuses warm pages
-/// instead of faulting in 256 new ones on every request.
+/// (glibc's default is 128 KiB): a 1 MiB `bytes` (a body the app built, or read from
+/// `wsgi.input`) then reuses warm pages instead of faulting in 256 new ones every request.
 const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 32 * 1024 * 1024;
 
 /// Free memory at the top of a heap is given back to the kernel only past this (glibc's
-/// default is 128 KiB): below it, a buffer freed by the loop and allocated again by a
-/// handler keeps its pages. Measured: a 64 KiB response spent a third of the handler's
-/// time in page faults with the defaults (BENCHMARKS.md, "malloc thresholds").
+/// default is 128 KiB): below it, a large block freed and allocated again keeps its pages.
+/// Measured: a 64 KiB response spent a third of the handler's time in page faults with the
+/// defaults (BENCHMARKS.md, "malloc thresholds", when Rust's buffers came from glibc too).
 const MALLOC_TRIM_THRESHOLD_BYTES: i32 = 64 * 1024 * 1024;
 
-/// Keeps request and response buffers on warm pages (see the constants). Before any thread
-/// starts.
+/// Keeps the interpreter's large buffers on warm pages (see the constants). Before any
+/// thread starts.
 fn tune_malloc() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only changes allocator parameters; called before other threads
