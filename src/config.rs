@@ -186,9 +186,19 @@ pub fn prepare_process(cli: &Cli) -> Result<(), String> {
 }
 
 impl Config {
-    /// The listen addresses as the user gave them, for messages.
+    /// The listen addresses, for messages, as the start-up log names them: `http://ADDR`,
+    /// `https://ADDR` where TLS covers it, `unix:PATH`, `fd://N`.
     pub fn describe_listen(&self) -> String {
-        let all: Vec<String> = self.listen.iter().map(ListenSpec::describe).collect();
+        let all: Vec<String> = self
+            .listen
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| match spec {
+                ListenSpec::Tcp(a) if self.is_tls(i, true) => format!("https://{a}"),
+                ListenSpec::Tcp(a) => format!("http://{a}"),
+                other => other.describe(),
+            })
+            .collect();
         all.join(", ")
     }
 

@@ -751,3 +751,33 @@ fn one_worker_serves_https_on_tcp_and_plain_http_on_a_unix_socket() {
         s.log_text()
     );
 }
+
+#[test]
+fn check_config_names_the_https_addresses() {
+    needs_tools!();
+    let pki = Pki::new("tls-check");
+    let (cert, key) = (pki.arg("server.pem"), pki.arg("server.key"));
+    let out = run_to_exit(
+        &[
+            "tls_app:app",
+            "--check-config",
+            "--certfile",
+            &cert,
+            "--keyfile",
+            &key,
+            "--bind",
+            "127.0.0.1:8443",
+            "--insecure-bind",
+            "127.0.0.1:8080",
+        ],
+        &[],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("would listen on https://127.0.0.1:8443, http://127.0.0.1:8080"),
+        "{}",
+        out.stdout
+    );
+}
