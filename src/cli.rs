@@ -19,6 +19,13 @@ pub enum Outside {
     App,
 }
 
+/// `--scheduling-policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchedulingPolicy {
+    Batch,
+    Normal,
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "m0serve",
@@ -439,6 +446,20 @@ pub struct Cli {
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
     #[arg(long, env = "M0SERVE_STATS", value_parser = clap::builder::BoolishValueParser::new())]
     pub stats: bool,
+
+    /// How the kernel schedules each worker's loop and handler threads: `batch`
+    /// (SCHED_BATCH: a thread woken waits for the one running on its core to sleep, so
+    /// the loop finishes its pass and a handler its batch before they switch) or `normal`
+    /// (SCHED_OTHER: a thread woken may preempt the one running). Inline mode
+    /// (--blocking-threads 0) keeps the normal policy; threads and processes the app starts
+    /// from a handler inherit its policy.
+    #[arg(
+        long,
+        env = "M0SERVE_SCHEDULING_POLICY",
+        value_enum,
+        default_value = "batch"
+    )]
+    pub scheduling_policy: SchedulingPolicy,
 
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).

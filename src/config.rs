@@ -96,6 +96,9 @@ pub struct Config {
     pub error_log_file: Option<PathBuf>,
     pub stats: bool,
     pub static_response: bool,
+    /// `--scheduling-policy batch` with handler threads: the worker's loop and handler
+    /// threads are SCHED_BATCH.
+    pub batch_scheduling: bool,
     /// `--metrics-port` (with `--metrics-address`).
     pub metrics: Option<SocketAddr>,
     /// `--reload`, with its `--reload-ignore` patterns.
@@ -507,6 +510,9 @@ impl Config {
             error_log_file: cli.error_log_file.filter(|p| p.as_os_str() != "-"),
             stats: cli.stats,
             static_response: cli.static_response,
+            // Inline mode has no handler thread for its loop to share a core with.
+            batch_scheduling: cli.scheduling_policy == crate::cli::SchedulingPolicy::Batch
+                && cli.blocking_threads > 0,
             metrics,
             venv,
             reload: cli.reload.then(|| {

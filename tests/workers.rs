@@ -936,3 +936,57 @@ fn a_response_queued_ahead_of_a_slow_request_on_its_handler_is_not_held_back() {
         }
     }
 }
+
+/// Each thread of a worker by name, with its scheduling policy (field 41 of
+/// /proc/PID/task/TID/stat: 0 SCHED_OTHER, 3 SCHED_BATCH).
+fn thread_policies(worker: u32) -> Vec<(String, u32)> {
+    let mut all = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{worker}/task")).unwrap() {
+        let stat = std::fs::read_to_string(t.unwrap().path().join("stat")).unwrap();
+        let (name, rest) = stat.split_once(" (").unwrap().1.rsplit_once(") ").unwrap();
+        let policy = rest.split(' ').nth(38).unwrap().parse().unwrap();
+        all.push((name.to_string(), policy));
+    }
+    all.sort();
+    all
+}
+
+#[test]
+fn the_loop_and_handler_threads_are_batch_threads_unless_asked_or_inline() {
+    const OTHER: f64 = 0.0;
+    const BATCH: f64 = 3.0;
+    let policy_of = |s: &Server| {
+        let j = Json::parse(&s.get("/").body_text()).unwrap();
+        (
+            j["serving_thread"].as_f64().unwrap(),
+            j["app_thread"].as_f64().unwrap(),
+        )
+    };
+    // Threaded, the default: the loop and each handler are SCHED_BATCH, and so is a thread
+    // the app starts (it inherits the policy).
+    let s = Server::start("sched_probe:application", &["--blocking-threads", "2"]);
+    assert_eq!(policy_of(&s), (BATCH, BATCH));
+    let worker = s.wait_for_workers(1, PROMPT)[0];
+    assert_eq!(
+        thread_policies(worker)
+            .iter()
+            .filter(|(name, _)| name.starts_with("m0s-"))
+            .map(|(name, p)| (name.as_str(), *p))
+            .collect::<Vec<_>>(),
+        [("m0s-handler-0", 3), ("m0s-handler-1", 3), ("m0s-loop", 3)]
+    );
+    // --scheduling-policy normal, and inline mode: nothing is SCHED_BATCH.
+    for args in [
+        &["--scheduling-policy", "normal"][..],
+        &["--blocking-threads", "0"][..],
+    ] {
+        let s = Server::start("sched_probe:application", args);
+        assert_eq!(policy_of(&s), (OTHER, OTHER), "{args:?}");
+        let worker = s.wait_for_workers(1, PROMPT)[0];
+        assert!(
+            thread_policies(worker).iter().all(|(_, p)| *p == 0),
+            "{args:?}: {:?}",
+            thread_policies(worker)
+        );
+    }
+}

@@ -23,6 +23,22 @@ macro_rules! syscall {
 }
 pub(crate) use syscall;
 
+/// Makes the calling thread a batch thread (`SCHED_BATCH`): when it is woken it does not
+/// preempt the thread running on its core, it waits for that one to sleep or use up its
+/// slice. A worker's loop and handler threads use it so that, sharing a core, the loop
+/// finishes its pass (every request read, every response written) before the handler runs,
+/// and the handler its batch before the loop takes the responses, instead of each wake-up
+/// switching threads mid-pass. Threads and processes the app starts from a handler inherit
+/// the policy (`SCHED_RESET_ON_FORK` resets only real-time policies and negative nice
+/// values, so it would not help); one that wants the normal policy back can ask for it
+/// (`os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))`, no privilege needed).
+pub fn batch_scheduling() -> std::io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is the calling
+    // thread, and SCHED_BATCH with priority 0 needs no privilege.
+    unsafe { syscall!(sched_setscheduler(0, libc::SCHED_BATCH, &param)) }.map(drop)
+}
+
 /// Opens `/dev/null` on whichever of descriptors 0, 1 and 2 is closed (a process started
 /// with `<&-` or `2>&-`). Rust's runtime does this before a binary's `main`; the Python
 /// package's process never ran it, and a listening socket that landed on 2 would be written

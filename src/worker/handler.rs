@@ -26,6 +26,8 @@ pub struct HandlerSetup {
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// `--metrics-port`: this thread's section of the shared counters.
     pub metrics: Option<crate::metrics::Recorder>,
+    /// `--scheduling-policy batch`.
+    pub batch_scheduling: bool,
 }
 
 /// Responses a handler pushes, with more requests queued behind each, before it wakes a
@@ -49,7 +51,13 @@ fn run(setup: HandlerSetup) {
         info,
         access_log,
         metrics,
+        batch_scheduling,
     } = setup;
+    if batch_scheduling {
+        if let Err(e) = crate::sys::batch_scheduling() {
+            crate::log::warning!("cannot make the handler thread SCHED_BATCH: {e}");
+        }
+    }
     let loop_waker = loop_shared.clone();
     // Wakes the loop (if it sleeps) for the responses whose wake was deferred.
     let pay_owed = |all: bool| {

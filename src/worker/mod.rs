@@ -326,6 +326,7 @@ fn serve(
             info: info.clone(),
             access_log: access_log.clone(),
             metrics: metrics.as_ref().and_then(|m| m.handler(idx)),
+            batch_scheduling: config.batch_scheduling,
         })
         .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
         links.push(HandlerLink::new(
@@ -370,9 +371,15 @@ fn serve(
     let loop_status_pipe = status_pipe.try_clone().ok();
     let loop_access_log = access_log.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
+    let batch_scheduling = config.batch_scheduling;
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
         .spawn(move || {
+            if batch_scheduling {
+                if let Err(e) = crate::sys::batch_scheduling() {
+                    log::warning!("cannot make the loop thread SCHED_BATCH: {e}");
+                }
+            }
             let ready = move |r: Result<(), String>| {
                 let _ = ready_tx.send(r);
             };
