@@ -12,6 +12,8 @@ connections per scenario (docs/bench-<scenario>.svg).
         --connections 16,64,256 --duration 8 --rounds 3 --svg
 
 `--tls`: every server serves HTTPS with a certificate made for the run, and wrk speaks TLS.
+`--pin 1:0`: every server runs on CPU 1 and the load generator on CPU 0 (`taskset -c`), so
+that the two do not compete for a core.
 
 Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB POST
 echoed back; throughput reported in MiB/s each way), flask (a small Flask app, jsonify).
@@ -61,6 +63,8 @@ HEADERS = [
 MIB = 1 << 20
 # --tls: (certfile, keyfile) every server is given, and the clients speak HTTPS.
 TLS = None
+# --pin: (the servers' CPU list, the client's), as `taskset -c` takes them.
+PIN = None
 
 # name -> app module in benches/apps, what is sent, what must come back.
 SCENARIOS = {
@@ -345,8 +349,13 @@ def to_ms(value, unit):
     return float(value) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4, "h": 3.6e6}[unit]
 
 
+def client_cpus():
+    """`taskset -c CPUS` for the load generator under --pin, else nothing."""
+    return ["taskset", "-c", PIN[1]] if PIN else []
+
+
 def wrk(port, conns, duration, script=None, path="/"):
-    cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
+    cmd = client_cpus() + ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
     for h in HEADERS:
         cmd += ["-H", h]
     if script:
@@ -387,6 +396,7 @@ def oha(port, conns, duration, rate, script=None, path="/"):
     cmd.append(f"{'https' if TLS else 'http'}://127.0.0.1:{port}{path}")
     if TLS:
         cmd.insert(1, "--insecure")
+    cmd = client_cpus() + cmd
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     try:
         d = json.loads(p.stdout)
@@ -435,6 +445,9 @@ def run_one(srv, scen_name, app, conns, args, script):
     scen = SCENARIOS[scen_name]
     port = free_port()
     cmd = server_cmd(srv, port, app, args.workers, args.blocking_threads)
+    if PIN:
+        # taskset executes the server in its own process, so the pid sampled is the server's.
+        cmd = ["taskset", "-c", PIN[0]] + cmd
     with tempfile.TemporaryFile() as errlog:
         try:
             proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(), stdout=subprocess.DEVNULL,
@@ -552,7 +565,9 @@ def markdown(doc):
                     if meta.get("tls") else "")
                  + (f"; **fixed rate**: oha {meta['rate']} req/s with latency correction "
                     "(p50/p99/p99.9 from each request's due time), in place of wrk"
-                    if meta.get("rate") else "") + ".")
+                    if meta.get("rate") else "")
+                 + (f"; **pinned**: every server on CPU {meta['pin'][0]}, the client on CPU "
+                    f"{meta['pin'][1]} (`taskset -c`)" if meta.get("pin") else "") + ".")
     lines.append("")
     by_kind = {}
     for s in servers:
@@ -791,11 +806,21 @@ def main():
     ap.add_argument("--rate", type=int, default=0,
                     help="requests a second: a fixed-rate run with oha (latency-corrected "
                          "p50/p99/p99.9) instead of wrk at saturation")
+    ap.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
+                    help="run every server on SERVER_CPUS and the load generator on "
+                         "CLIENT_CPUS (taskset -c lists, e.g. 1:0), so that they do not "
+                         "compete for a core")
     ap.add_argument("--tls", action="store_true",
                     help="every server serves HTTPS (a P-256 certificate made with openssl "
                          "for the run; m0serve --certfile, Granian --ssl-certificate), and "
                          "wrk speaks TLS (one handshake per connection, then keep-alive)")
     args = ap.parse_args()
+    if args.pin:
+        global PIN
+        server_cpus, sep, client = args.pin.partition(":")
+        if not sep or not server_cpus or not client:
+            raise SystemExit(f"--pin {args.pin}: expected SERVER_CPUS:CLIENT_CPUS, e.g. 1:0")
+        PIN = (server_cpus, client)
     if args.tls:
         global TLS
         d = tempfile.mkdtemp(prefix="m0bench-tls-")
@@ -853,7 +878,7 @@ def main():
         "servers": [s["spec"] for s in servers], "scenarios": scenarios,
         "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
         "rounds": args.rounds, "workers": args.workers, "tls": bool(args.tls),
-        "rate": args.rate,
+        "rate": args.rate, "pin": list(PIN) if PIN else None,
         "blocking_threads": args.blocking_threads,
         "machine": machine(), "versions": versions(servers),
     }, "results": []}
