@@ -54,9 +54,7 @@ fn run(setup: HandlerSetup) {
         batch_scheduling,
     } = setup;
     if batch_scheduling {
-        if let Err(e) = crate::sys::batch_scheduling() {
-            crate::log::warning!("cannot make the handler thread SCHED_BATCH: {e}");
-        }
+        super::enter_batch_scheduling("handler");
     }
     let loop_waker = loop_shared.clone();
     // Wakes the loop (if it sleeps) for the responses whose wake was deferred.

@@ -52,6 +52,14 @@ fn tune_malloc() {
     }
 }
 
+/// `--scheduling-policy batch`: the calling thread (the loop or a handler) becomes
+/// SCHED_BATCH (`sys::batch_scheduling`), or the log says why not and it serves on as it is.
+fn enter_batch_scheduling(thread: &str) {
+    if let Err(e) = crate::sys::batch_scheduling() {
+        log::warning!("cannot make the {thread} thread SCHED_BATCH: {e}");
+    }
+}
+
 /// What a worker gets from the master across its exec.
 pub struct Inherited {
     listener_fds: Vec<RawFd>,
@@ -376,9 +384,7 @@ fn serve(
         .name("m0s-loop".into())
         .spawn(move || {
             if batch_scheduling {
-                if let Err(e) = crate::sys::batch_scheduling() {
-                    log::warning!("cannot make the loop thread SCHED_BATCH: {e}");
-                }
+                enter_batch_scheduling("loop");
             }
             let ready = move |r: Result<(), String>| {
                 let _ = ready_tx.send(r);
