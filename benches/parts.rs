@@ -175,6 +175,7 @@ fn main() {
             listener: 0,
             secure: false,
             client_dn: None,
+            socket: None,
         }
     };
     rows.push(bench(

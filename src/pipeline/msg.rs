@@ -62,6 +62,29 @@ pub struct Request {
     pub secure: bool,
     /// The subject of the client's verified TLS certificate (RFC 4514), if it sent one.
     pub client_dn: Option<std::sync::Arc<str>>,
+    /// The connection's socket, lent for this request's response: the handler may write
+    /// the finished response to it itself (non-blocking) instead of pushing it for the
+    /// loop to write. Only when nothing of the connection is queued or in flight before
+    /// this request (so nothing can come between), on plain TCP or Unix sockets; the loop
+    /// keeps the descriptor number reserved until this request's final part comes back
+    /// (`Conn::close`), so a write can never reach another connection.
+    pub socket: Option<LentSocket>,
+}
+
+/// The descriptor number of a socket lent with a request (`Request::socket`); four bytes
+/// with a niche, so the option costs the request nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LentSocket(std::num::NonZeroU32);
+
+impl LentSocket {
+    pub fn new(fd: std::os::fd::RawFd) -> Option<LentSocket> {
+        let plus_one = u32::try_from(fd).ok()?.checked_add(1)?;
+        std::num::NonZeroU32::new(plus_one).map(LentSocket)
+    }
+
+    pub fn fd(self) -> std::os::fd::RawFd {
+        (self.0.get() - 1) as std::os::fd::RawFd
+    }
 }
 
 impl Request {

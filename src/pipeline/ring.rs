@@ -210,6 +210,15 @@ impl<T> Consumer<T> {
         !Self::full_at(self.shared.slot(self.head), self.head)
     }
 
+    /// Whether at least `n` items (1 to the capacity) are ready to pop. May be stale, as
+    /// `is_empty`.
+    pub fn holds_at_least(&self, n: usize) -> bool {
+        debug_assert!(n >= 1 && n <= self.shared.capacity());
+        // Items are published in order, so the `n`th is ready only if all before it are.
+        let at = self.head.wrapping_add(n - 1);
+        Self::full_at(self.shared.slot(at), at)
+    }
+
     fn full_at(slot: &Slot<T>, head: usize) -> bool {
         // Acquire: pairs with the Release store of `seq` in `Producer::push`, so the value
         // written to the slot is visible before we read it.
@@ -277,6 +286,24 @@ mod tests {
         assert_eq!(c.pop(), Some("a"));
         assert!(c.is_empty());
         assert_eq!(c.pop(), None);
+    }
+
+    #[test]
+    fn counts_what_it_holds_across_laps() {
+        let (mut p, mut c) = ring(4);
+        for lap in 0..3 {
+            assert!(!c.holds_at_least(1));
+            for i in 0..4 {
+                p.push(lap * 10 + i).unwrap();
+                assert!(c.holds_at_least(i + 1));
+                if i < 3 {
+                    assert!(!c.holds_at_least(i + 2));
+                }
+            }
+            assert_eq!(c.pop(), Some(lap * 10));
+            assert!(c.holds_at_least(3) && !c.holds_at_least(4));
+            while c.pop().is_some() {}
+        }
     }
 
     #[test]

@@ -43,6 +43,10 @@ pub struct HandlerCounters {
     pub parks: AtomicU64,
     /// Times it woke the sleeping loop (an eventfd write).
     pub loop_wakes: AtomicU64,
+    /// Responses it wrote to their lent sockets itself, wholly, and in part (the rest
+    /// went to the loop).
+    pub own_writes: AtomicU64,
+    pub own_writes_partial: AtomicU64,
 }
 
 /// The loop thread's counters.
@@ -151,10 +155,13 @@ pub fn report(
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let requests = load(&h.requests);
         log::info!(
-            "stats {name}: cpu {}, requests {requests}, parks {:.3}/req, loop wakes {:.3}/req",
+            "stats {name}: cpu {}, requests {requests}, parks {:.3}/req, loop wakes {:.3}/req, \
+             written here {:.3}/req ({} in part)",
             thread.map_or_else(|| "counted in m0s-loop".into(), |t| secs(thread_cpu(t))),
             per(load(&h.parks), requests),
             per(load(&h.loop_wakes), requests),
+            per(load(&h.own_writes), requests),
+            load(&h.own_writes_partial),
         );
     }
 }

@@ -17,7 +17,9 @@ use crate::http::parse::{self, BodyFraming, Head, HeadError};
 use crate::http::proxy_protocol;
 use crate::log;
 use crate::metrics::Refused;
-use crate::pipeline::msg::{Buf, ConnRef, FileBody, Part, Peer, Request, Response, StreamCredit};
+use crate::pipeline::msg::{
+    Buf, ConnRef, FileBody, LentSocket, Part, Peer, Request, Response, StreamCredit,
+};
 use crate::sys::spool::Spool;
 use crate::worker::tls::{Failure as TlsFailure, TlsStream};
 
@@ -222,6 +224,49 @@ impl Sock {
         };
     }
 
+    /// Closes the socket but keeps its descriptor number, holding a duplicate of
+    /// `placeholder` from now on (one `dup3`, which closes the socket as `close` would: same
+    /// FIN or reset, and out of the epoll set); the number is returned to be closed later.
+    /// TLS sockets are never lent (`None`: closed as usual).
+    fn into_reserved(
+        self,
+        placeholder: std::os::fd::BorrowedFd<'_>,
+    ) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+        let fd = match self {
+            Sock::Tcp(s) => s.into_raw_fd(),
+            Sock::Unix(s) => s.into_raw_fd(),
+            Sock::Tls(_) => return None,
+        };
+        // SAFETY: `fd` was just released by its socket, so this is its one owner.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        loop {
+            // SAFETY: both descriptors are open (`placeholder` is borrowed, `fd` owned);
+            // dup3 replaces what `fd` refers to atomically, so the number is never free.
+            let swapped = unsafe {
+                crate::sys::syscall!(dup3(
+                    placeholder.as_raw_fd(),
+                    fd.as_raw_fd(),
+                    libc::O_CLOEXEC
+                ))
+            };
+            match swapped {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Not expected (both descriptors are open). Still safe: the socket keeps
+                    // its number until the lent request comes back, shut down now so the
+                    // client sees the close.
+                    log::warning!("cannot retire a lent socket: {e}; shutting it down instead");
+                    // SAFETY: `fd` is an open socket descriptor this function owns.
+                    let _ =
+                        unsafe { crate::sys::syscall!(shutdown(fd.as_raw_fd(), libc::SHUT_RDWR)) };
+                }
+                Ok(_) => {}
+            }
+            return Some(fd);
+        }
+    }
+
     /// Before the half-close: TLS's close_notify written (`Ok(false)`: not yet, wait for
     /// the socket). Nothing to do without TLS.
     fn prepare_close(&mut self) -> io::Result<bool> {
@@ -230,6 +275,15 @@ impl Sock {
             _ => Ok(true),
         }
     }
+}
+
+/// What closing a connection leaves to the loop.
+pub struct Closed {
+    /// Its own flow control, for the loop to mark gone.
+    pub stream: Option<Arc<StreamCredit>>,
+    /// The descriptor number of a socket lent to a handler, now holding a placeholder
+    /// (`Conn::close`): kept until the lent request's final part comes back.
+    pub reserved: Option<std::os::fd::OwnedFd>,
 }
 
 /// Bytes waiting to be written, and whose they are.
@@ -469,8 +523,13 @@ pub struct Conn {
     /// Requests queued to or running on `handler` whose responses are not complete.
     in_flight: u16,
     handler: usize,
+    /// The socket is lent to the handler for the first request in flight (it may write
+    /// that response itself): until that request's final part comes back, the descriptor
+    /// number must stay this connection's.
+    lent: bool,
     /// A parsed request waiting for room in a handler's ring.
     parked: Option<Request>,
+
     /// Requests parsed on it so far.
     requests: u32,
     /// The peer has closed its sending side (a read returned 0).
@@ -516,6 +575,7 @@ impl Conn {
             wq: VecDeque::new(),
             in_flight: 0,
             handler: 0,
+            lent: false,
             parked: None,
             requests: 0,
             eof: false,
@@ -679,10 +739,23 @@ impl Conn {
         }
     }
 
-    /// A request of it went to handler `h`.
-    pub fn dispatched(&mut self, h: usize) {
+    /// The socket, if its next request's handler may write that response itself: plain
+    /// TCP or Unix (TLS records are the loop's to make), open, and quiet (nothing queued
+    /// to write, no request in flight), so no other bytes can come before or between.
+    pub fn socket_to_lend(&self) -> Option<LentSocket> {
+        let quiet = self.in_flight == 0 && self.wq.is_empty() && matches!(self.phase, Phase::Open);
+        match &self.sock {
+            Sock::Tcp(s) if quiet => LentSocket::new(s.as_raw_fd()),
+            Sock::Unix(s) if quiet => LentSocket::new(s.as_raw_fd()),
+            _ => None,
+        }
+    }
+
+    /// A request of it went to handler `h`, with its socket lent (`socket_to_lend`) or not.
+    pub fn dispatched(&mut self, h: usize, lent: bool) {
         self.in_flight += 1;
         self.handler = h;
+        self.lent |= lent;
     }
 
     /// Reads and parses as far as it may: until a whole request (for the loop to hand on),
@@ -861,6 +934,7 @@ impl Conn {
             Part::Last { keep_alive } => {
                 self.stream = None;
                 self.in_flight -= 1;
+                self.lent = false;
                 if self.in_flight == 0 {
                     self.clock.idle_pending = true;
                 }
@@ -877,6 +951,7 @@ impl Conn {
             Part::Abort { reset } => {
                 self.stream = None;
                 self.in_flight -= 1;
+                self.lent = false;
                 let reset = reset || matches!(self.phase, Phase::Closing { reset: true });
                 self.phase = Phase::Closing { reset };
                 false
@@ -888,6 +963,7 @@ impl Conn {
     /// in flight.
     pub fn response_dropped(&mut self) {
         self.in_flight -= 1;
+        self.lent = false;
     }
 
     /// Requests it has in flight will never be answered (it closes after a response):
@@ -1039,17 +1115,32 @@ impl Conn {
     /// Drops it: what is queued (returning its stream credit) and its own flow control,
     /// which it returns for the loop to mark gone. With a reset when it was closing for a
     /// client that stopped reading (or `reset`).
+    ///
+    /// A socket lent to a handler is closed all the same (the client sees the same FIN or
+    /// reset), but its descriptor number is not freed: `placeholder` is duplicated onto it,
+    /// and the descriptor comes back in `Closed::reserved` for the loop to keep until the
+    /// lent request's final part returns. A handler that writes to it meanwhile gets an
+    /// error, never another connection that was given the same number.
     pub fn close(
         mut self,
         reset: bool,
+        placeholder: std::os::fd::BorrowedFd<'_>,
         returned: &mut impl FnMut(Arc<StreamCredit>, usize),
-    ) -> Option<Arc<StreamCredit>> {
+    ) -> Closed {
         self.drop_queue(returned);
         if reset || matches!(self.phase, Phase::Closing { reset: true }) {
             self.set_reset_on_close();
         }
-        // Dropping the socket closes it, which also removes it from the epoll set.
-        self.stream.take()
+        let reserved = if self.lent {
+            self.sock.into_reserved(placeholder)
+        } else {
+            // Dropping the socket closes it, which also removes it from the epoll set.
+            None
+        };
+        Closed {
+            stream: self.stream.take(),
+            reserved,
+        }
     }
 
     /// Reads once into the free end of the buffer, growing it up to `max_bytes`;
@@ -1241,6 +1332,7 @@ impl Conn {
                 Sock::Tls(t) => t.client_dn().cloned(),
                 _ => None,
             },
+            socket: None,
         };
         match framing {
             BodyFraming::None => return Ok(Some(req)),

@@ -63,6 +63,13 @@ struct Timing {
 /// more.
 const DEFERRED_MAX: usize = REQUEST_RING_SLOTS;
 
+/// A handler writes a response to its lent socket itself (`Request::socket`) only while
+/// fewer requests than this wait in its ring: then the hand-back to the loop would cost the
+/// response a wake-up or a wait for the loop's next pass. With more queued the loop is
+/// awake and writes the responses of a pass together, which the client side takes with
+/// fewer wake-ups of its own (BENCHMARKS.md, "the handler writes small responses itself").
+const OWN_WRITE_MAX_QUEUED: usize = 8;
+
 pub struct Bridge {
     app: Py<PyAny>,
     /// `--access-log`: this handler's logger, and the request being served.
@@ -210,6 +217,12 @@ impl Bridge {
             .shared
             .defer_loop_wake
             .store(!rx.is_empty(), std::sync::atomic::Ordering::Relaxed);
+        let mut req = req;
+        if req.socket.is_some() && rx.holds_at_least(OWN_WRITE_MAX_QUEUED) {
+            // A deep queue: the loop is busy with this handler's responses anyway, and
+            // writes this one with the rest of its pass.
+            req.socket = None;
+        }
         self.serve(py, req);
         self.ex
             .shared
@@ -349,6 +362,7 @@ impl Bridge {
             version: req.head.version,
             is_head: method == b"HEAD",
             keep_alive: req.head.keep_alive,
+            socket: req.socket,
         };
         self.ex.begin(py, info);
         if self.ex.cancelled(py) {

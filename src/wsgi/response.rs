@@ -21,7 +21,9 @@ use super::pystr::{bytes_of, latin1};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
 use crate::http::parse::Version;
-use crate::pipeline::msg::{Buf, ConnRef, FileBody, Part, PyBytesRef, Response, StreamCredit};
+use crate::pipeline::msg::{
+    Buf, ConnRef, FileBody, LentSocket, Part, PyBytesRef, Response, StreamCredit,
+};
 use crate::pipeline::park;
 use crate::pipeline::ring::Producer;
 use crate::pipeline::shared::{HandlerShared, LoopShared};
@@ -57,6 +59,8 @@ pub struct ReqInfo {
     pub version: Version,
     pub is_head: bool,
     pub keep_alive: bool,
+    /// The connection's socket, lent for this response (`Request::socket`).
+    pub socket: Option<LentSocket>,
 }
 
 /// Where an exchange's response messages go.
@@ -205,6 +209,7 @@ impl Exchange {
             version: Version::Http11,
             is_head: false,
             keep_alive: false,
+            socket: None,
         };
         Exchange {
             inner: Mutex::new(Inner {
@@ -639,7 +644,25 @@ impl Exchange {
             _ => None,
         };
         let keep_alive = st.keep_alive && !st.mismatch;
-        let (data, more) = take_message(st);
+        let (mut data, more) = take_message(st);
+        if let Some(fd) = st.req.socket {
+            // The whole response is in `data` (nothing pushed before it, no uncopied items,
+            // no file) and small: written here, the client has it without a hand-back to
+            // the loop. What the socket does not take goes to the loop as usual.
+            if keep_alive
+                && !st.pushed
+                && more.is_empty()
+                && st.file.is_none()
+                && data.len() <= OWN_WRITE_MAX_BYTES
+            {
+                let counters = &self.shared.counters;
+                match write_own(fd.fd(), &mut data) {
+                    OwnWrite::All => stats::bump(&counters.own_writes, 1),
+                    OwnWrite::Part => stats::bump(&counters.own_writes_partial, 1),
+                    OwnWrite::None => {}
+                }
+            }
+        }
         let resp = Response {
             conn: st.req.conn,
             data,
@@ -808,8 +831,14 @@ impl Exchange {
         };
         // The final part of a response with more requests queued behind it: the loop is
         // woken once for the batch (the handler thread does it), not for each response.
+        // So is a keep-alive response the handler wrote out itself: the loop only learns
+        // that its connection is quiet again.
+        let written_here = matches!(resp.part, Part::Last { keep_alive: true })
+            && resp.data.is_empty()
+            && resp.more.is_empty()
+            && resp.file.is_none();
         let defer = matches!(resp.part, Part::Last { .. })
-            && shared.defer_loop_wake.load(Ordering::Relaxed);
+            && (written_here || shared.defer_loop_wake.load(Ordering::Relaxed));
         let mut resp = resp;
         loop {
             match tx.push(resp) {
@@ -834,6 +863,50 @@ impl Exchange {
         if self.loop_shared.notify() {
             stats::bump(&self.shared.counters.loop_wakes, 1);
         }
+    }
+}
+
+/// Most bytes of a response a handler writes to its lent socket itself: a few
+/// microseconds of copying into the socket at most, with the GIL held. A larger response
+/// goes to the loop.
+const OWN_WRITE_MAX_BYTES: usize = 64 * 1024;
+
+/// What `write_own` got out.
+enum OwnWrite {
+    All,
+    Part,
+    None,
+}
+
+/// Writes `data` to the lent socket `fd` without waiting, and removes from it what the
+/// socket took. An error (the client left; or the loop closed the connection, when `fd`
+/// holds the loop's placeholder) leaves `data` whole for the loop, which meets the same
+/// condition, or drops the bytes with their connection.
+fn write_own(fd: std::os::fd::RawFd, data: &mut Vec<u8>) -> OwnWrite {
+    loop {
+        // SAFETY: `data` is a live buffer of `data.len()` bytes. `fd` stays open for as
+        // long as this request's final part has not reached the loop (`Request::socket`);
+        // it is the connection's socket or, once the loop closed it, a placeholder.
+        let sent = unsafe {
+            crate::sys::syscall!(send(
+                fd,
+                data.as_ptr().cast::<libc::c_void>(),
+                data.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
+            ))
+        };
+        return match sent {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) | Ok(0) => OwnWrite::None,
+            Ok(n) if n as usize >= data.len() => {
+                data.clear();
+                OwnWrite::All
+            }
+            Ok(n) => {
+                data.drain(..n as usize);
+                OwnWrite::Part
+            }
+        };
     }
 }
 

@@ -152,6 +152,12 @@ pub struct EventLoop {
     /// Of `conns`, those of the app's ports in their lingering close.
     lingering_conns: usize,
     accept_errors: AcceptErrors,
+    /// What a closed connection's descriptor holds while its socket is lent to a handler
+    /// (an unconnected Unix socket: writes to it fail).
+    placeholder: std::os::fd::OwnedFd,
+    /// Descriptor numbers of closed connections whose sockets are lent, by connection:
+    /// each is freed when the lent request's final part comes back.
+    reserved: Vec<(ConnRef, std::os::fd::OwnedFd)>,
 }
 
 impl EventLoop {
@@ -233,6 +239,8 @@ impl EventLoop {
             metrics_conns: 0,
             lingering_conns: 0,
             accept_errors: AcceptErrors::default(),
+            placeholder: crate::sys::placeholder_socket()?,
+            reserved: Vec::new(),
         })
     }
 
@@ -683,13 +691,17 @@ impl EventLoop {
         // Requests of one connection stay on one handler so responses come back in order.
         let h = conn.handler().unwrap_or_else(|| self.least_loaded());
         let link = &mut self.handlers[h];
+        // A handler thread may write the response itself (inline, the loop writes it in
+        // this same pass anyway).
+        req.socket = link.join.as_ref().and_then(|_| conn.socket_to_lend());
+        let lent = req.socket.is_some();
         if let Err(req) = link.tx.push(req) {
             self.counters.ring_full += 1;
             return Err(req);
         }
         link.queued += 1;
         self.total_queued += 1;
-        conn.dispatched(h);
+        conn.dispatched(h, lent);
         self.counters.requests += 1;
         if link.notify() {
             self.counters.handler_wakes += 1;
@@ -807,9 +819,17 @@ impl EventLoop {
         let conn = match self.conn_by_ref(resp.conn) {
             Some(conn) if conn.takes_responses() => conn,
             live => {
+                let closed = live.is_none();
                 if let (Some(conn), true) = (live, end) {
                     // A response that must not follow the one that closed the connection.
                     conn.response_dropped();
+                }
+                if closed && end && !self.reserved.is_empty() {
+                    // If its socket was lent for this request, the handler is done with the
+                    // descriptor number now.
+                    if let Some(i) = self.reserved.iter().position(|(r, _)| *r == resp.conn) {
+                        self.reserved.swap_remove(i);
+                    }
                 }
                 if let Some((c, n)) = credit {
                     // The handler is still producing for a connection that is gone: tell
@@ -861,10 +881,7 @@ impl EventLoop {
 
     /// `n` bytes of a streamed response were written (or dropped): its producer may go on.
     fn return_credit(&mut self, c: Arc<StreamCredit>, n: usize) {
-        c.returned(n);
-        if let Some(link) = self.handlers.get_mut(c.handler()) {
-            link.wake_check = true;
-        }
+        credit_returned(&mut self.handlers, c, n);
     }
 
     fn flush_dirty(&mut self) {
@@ -959,7 +976,14 @@ impl EventLoop {
         }
         self.count_connections();
         let (me, handler) = (conn.me(), conn.handler());
-        if let Some(c) = conn.close(reset, &mut |c, n| self.return_credit(c, n)) {
+        let handlers = &mut self.handlers;
+        let closed = conn.close(reset, self.placeholder.as_fd(), &mut |c, n| {
+            credit_returned(handlers, c, n)
+        });
+        if let Some(fd) = closed.reserved {
+            self.reserved.push((me, fd));
+        }
+        if let Some(c) = closed.stream {
             // Its handler may have set the body aside: it must learn there is nobody left.
             c.cancel();
             if let Some(link) = self.handlers.get_mut(c.handler()) {
@@ -976,5 +1000,14 @@ impl EventLoop {
             self.accept();
             self.accept_metrics();
         }
+    }
+}
+
+/// `n` bytes of a stream were written (or dropped): back to its credit, and its handler
+/// looks at it.
+fn credit_returned(handlers: &mut [HandlerLink], c: Arc<StreamCredit>, n: usize) {
+    c.returned(n);
+    if let Some(link) = handlers.get_mut(c.handler()) {
+        link.wake_check = true;
     }
 }

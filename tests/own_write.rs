@@ -1,0 +1,158 @@
+//! A handler thread writes a small finished response to its connection's socket itself
+//! when the connection was quiet (`Request::socket`): order on the wire, sockets taken only
+//! in part, and a client that leaves while the app runs (the descriptor number must never
+//! reach the connection accepted after it).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// The handler's "written here N/req (M in part)" figures from the last `--stats` report.
+fn written_here(log: &str) -> (f64, u64) {
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("stats m0s-handler-0:"))
+        .unwrap_or_else(|| panic!("no handler report:\n{log}"));
+    let rest = &line[line.find("written here").expect("written here") + 12..];
+    let per: f64 = rest
+        .trim_start()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let part = rest[rest.find('(').unwrap() + 1..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    (per, part)
+}
+
+fn report(s: &Server) -> String {
+    s.signal(libc::SIGUSR2);
+    assert!(s.wait_for_log("stats m0s-handler-0:", Duration::from_secs(10)));
+    // The loop's line comes first; give the handler's a moment to follow it.
+    std::thread::sleep(Duration::from_millis(200));
+    s.stderr_text()
+}
+
+#[test]
+fn a_handler_writes_the_responses_of_a_quiet_connection_itself() {
+    let s = Server::start("own_write:app", &["--stats", "--blocking-threads", "1"]);
+    let mut c = s.connect();
+    for _ in 0..20 {
+        c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+        let r = c.read_response();
+        assert_eq!((r.status, r.body_text().as_str()), (200, "hello"));
+    }
+    let (per, part) = written_here(&report(&s));
+    // Each request came alone on a quiet connection: the handler wrote the response
+    // itself, except when the next request overtook the news that the last one was out
+    // (its connection then still looked busy to the loop, which then writes it).
+    assert!(per >= 0.5, "written here {per}/req:\n{}", s.stderr_text());
+    assert_eq!(part, 0);
+    s.assert_no_panic();
+}
+
+#[test]
+fn pipelined_requests_behind_one_a_handler_writes_itself_keep_their_order() {
+    let s = Server::start("own_write:app", &["--blocking-threads", "1"]);
+    let mut c = s.connect();
+    // Only the first request finds the connection quiet (its socket is lent); the ones
+    // behind it go through the loop and must not overtake it or each other. The first is
+    // too large for the handler to write (items written without copying, by the loop):
+    // a small response behind it that the handler wrote itself would arrive first.
+    c.send(
+        b"GET /many?n=3&size=40000 HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /hello HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /sleep?s=0.1 HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /many?n=60&size=1000 HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    let bodies: Vec<String> = c.read_responses(5).iter().map(|r| r.body_text()).collect();
+    assert_eq!(bodies[0].len(), 120_000);
+    assert_eq!(bodies[1], "hello");
+    assert_eq!(bodies[2], "slept");
+    assert_eq!(bodies[3].len(), 60_000);
+    assert_eq!(bodies[4], "hello");
+    // The same with a slow first response the handler does write itself.
+    c.send(
+        b"GET /sleep?s=0.3 HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /hello HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    let bodies: Vec<String> = c.read_responses(2).iter().map(|r| r.body_text()).collect();
+    assert_eq!(bodies, ["slept", "hello"]);
+    // And the connection goes on, quiet again.
+    c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.read_response().body_text(), "hello");
+    s.assert_no_panic();
+}
+
+#[test]
+fn a_response_the_socket_takes_only_in_part_arrives_whole() {
+    let s = Server::start("own_write:app", &["--stats", "--blocking-threads", "1"]);
+    let expected: Vec<u8> = (0..60)
+        .flat_map(|i| vec![b'a' + (i % 26) as u8; 1000])
+        .collect();
+    for _ in 0..3 {
+        // A small receive window and a client that reads only at the end: each response
+        // finds the socket's buffer fuller, until one is taken only in part (the loop
+        // writes the rest as the client reads) and the next not at all.
+        let mut c = Conn::connect_small(s.addr(), 4096);
+        // (The kernel's send buffer grows to a few MiB on loopback: 6 MB fill it.)
+        for _ in 0..100 {
+            c.send(b"GET /many?n=60&size=1000 HTTP/1.1\r\nHost: x\r\n\r\n");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for r in c.read_responses(100) {
+            assert_eq!(r.status, 200);
+            assert!(r.body == expected, "body differs ({} bytes)", r.body.len());
+        }
+        // The connection stays usable.
+        c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.read_response().body_text(), "hello");
+    }
+    let (_, part) = written_here(&report(&s));
+    assert!(
+        part >= 1,
+        "no response was written in part:\n{}",
+        s.stderr_text()
+    );
+    s.assert_no_panic();
+}
+
+#[test]
+fn a_socket_lent_to_a_handler_whose_client_left_is_never_written_to_the_next_connection() {
+    let s = Server::start("own_write:app", &["--stats", "--blocking-threads", "1"]);
+    for round in 0..3 {
+        // A asks for a slow response, then leaves with a reset while the app runs: the
+        // loop closes its connection at once.
+        let mut a = s.connect();
+        a.send(b"GET /sleep?s=0.6 HTTP/1.1\r\nHost: x\r\n\r\n");
+        std::thread::sleep(Duration::from_millis(150));
+        reset(a);
+        std::thread::sleep(Duration::from_millis(150));
+        // B connects while the handler still holds A's request; the kernel gives B's
+        // socket the lowest free descriptor number, which A's would be had it been freed.
+        let mut b = s.connect();
+        // When the app returns, the handler writes A's response to A's descriptor number:
+        // B must not see it. B asks for nothing until then.
+        assert!(
+            !b.wait_readable(Duration::from_millis(900)),
+            "round {round}: the connection after A received bytes it never asked for"
+        );
+        b.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+        let r = b.read_response();
+        assert_eq!(
+            (r.status, r.body_text().as_str()),
+            (200, "hello"),
+            "round {round}"
+        );
+    }
+    s.assert_no_panic();
+}
