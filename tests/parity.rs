@@ -315,6 +315,22 @@ fn root_path_makes_the_prefix_script_name_and_answers_404_outside_it() {
         assert_eq!(r.status, 404, "{outside}");
         assert_eq!(r.body_text(), "Not Found");
     }
+    // Pipelined behind requests for the app, the 404 comes after their responses, in
+    // order, and the connection goes on.
+    let mut c = s.connect();
+    c.send(
+        b"GET /prefix/a?sleep=0.3 HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /outside HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /prefix/b HTTP/1.1\r\nHost: x\r\n\r\n\
+          GET /outside HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    let rs = c.read_responses(4);
+    let got: Vec<u16> = rs.iter().map(|r| r.status).collect();
+    assert_eq!(got, [200, 404, 200, 404]);
+    assert_eq!(json(&rs[0])["path_info"].as_str(), Some("/a"));
+    assert_eq!(json(&rs[2])["path_info"].as_str(), Some("/b"));
+    c.send(b"GET /prefix/c HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(json(&c.read_response())["path_info"].as_str(), Some("/c"));
     drop(s);
 
     // Opted in: the app gets what is outside, as it came.

@@ -529,7 +529,9 @@ pub struct Conn {
     lent: bool,
     /// A parsed request waiting for room in a handler's ring.
     parked: Option<Request>,
-
+    /// A request the loop answers itself (outside `--root-path`), waiting for the
+    /// responses in flight before it: the answer must not overtake them.
+    held: Option<Request>,
     /// Requests parsed on it so far.
     requests: u32,
     /// The peer has closed its sending side (a read returned 0).
@@ -577,6 +579,7 @@ impl Conn {
             handler: 0,
             lent: false,
             parked: None,
+            held: None,
             requests: 0,
             eof: false,
             read_stalled: false,
@@ -704,6 +707,7 @@ impl Conn {
     pub fn is_idle(&self) -> bool {
         self.in_flight == 0
             && self.parked.is_none()
+            && self.held.is_none()
             && !self.has_output()
             && matches!(self.reading, ReadState::Head)
             && !self.has_buffered_input()
@@ -748,6 +752,26 @@ impl Conn {
             Sock::Tcp(s) if quiet => LentSocket::new(s.as_raw_fd()),
             Sock::Unix(s) if quiet => LentSocket::new(s.as_raw_fd()),
             _ => None,
+        }
+    }
+
+    /// Keeps a request the loop will answer itself until the responses before it are done
+    /// (`take_held`); reading stops meanwhile.
+    pub fn hold(&mut self, req: Request) {
+        self.held = Some(req);
+    }
+
+    /// A request is held (`hold`).
+    pub fn holds(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// The held request, once nothing is in flight before it.
+    pub fn take_held(&mut self) -> Option<Request> {
+        if self.in_flight == 0 {
+            self.held.take()
+        } else {
+            None
         }
     }
 
@@ -944,6 +968,7 @@ impl Conn {
                 }
                 self.in_flight == 0
                     && (self.has_buffered_input()
+                        || self.held.is_some()
                         || self.read_stalled
                         || matches!(self.phase, Phase::Last { .. })
                         || self.continue_pending)

@@ -1,13 +1,19 @@
 """For tests/parity.rs: answers JSON with what the process and the request look like from
 the app: the working directory, M0TEST_* environment variables, the head of sys.path,
-SCRIPT_NAME and PATH_INFO, and the contents of ./data.txt if there is one."""
+SCRIPT_NAME and PATH_INFO, and the contents of ./data.txt if there is one. With a
+query of `sleep=SECONDS`, it sleeps that long first."""
 
 import json
 import os
 import sys
+import time
+from urllib.parse import parse_qs
 
 
 def app(environ, start_response):
+    sleep = parse_qs(environ.get("QUERY_STRING", "")).get("sleep")
+    if sleep:
+        time.sleep(float(sleep[0]))
     try:
         with open("data.txt") as f:
             data = f.read()

@@ -587,6 +587,13 @@ impl EventLoop {
             return conn.linger();
         }
         loop {
+            if conn.holds() {
+                match conn.take_held() {
+                    Some(req) => self.answer_outside_root(conn, &req),
+                    // Responses before it are still to come; `on_response` resumes it.
+                    None => return true,
+                }
+            }
             if let Some(req) = conn.take_parked() {
                 if let Err(req) = self.dispatch(conn, req) {
                     conn.park(req);
@@ -624,7 +631,8 @@ impl EventLoop {
                     } else if conn.is_metrics() {
                         self.answer_metrics(conn, &req);
                     } else if !self.within_root(&req) {
-                        self.answer_outside_root(conn, &req);
+                        // Answered at the top of the loop, after the responses before it.
+                        conn.hold(req);
                     } else {
                         // Handed on at the top of the loop (or kept, if every ring is full).
                         conn.park(req);
