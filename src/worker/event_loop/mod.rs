@@ -385,6 +385,13 @@ impl EventLoop {
             self.report();
         }
         self.stop_handlers();
+        // A handler still inside the app (one past the graceful timeout) may yet write to a
+        // socket it was lent: those descriptor numbers stay taken until the process exits,
+        // so nothing it opens meanwhile can receive that write.
+        for slot in 0..self.slots.len() as u32 {
+            self.close(slot);
+        }
+        std::mem::forget(std::mem::take(&mut self.reserved));
     }
 
     /// Writes the pipeline counters to the log (`--stats` at exit, and SIGUSR2).
@@ -837,6 +844,7 @@ impl EventLoop {
                     // descriptor number now.
                     if let Some(i) = self.reserved.iter().position(|(r, _)| *r == resp.conn) {
                         self.reserved.swap_remove(i);
+                        self.descriptor_freed();
                     }
                 }
                 if let Some((c, n)) = credit {
@@ -988,6 +996,7 @@ impl EventLoop {
         let closed = conn.close(reset, self.placeholder.as_fd(), &mut |c, n| {
             credit_returned(handlers, c, n)
         });
+        let freed = closed.reserved.is_none();
         if let Some(fd) = closed.reserved {
             self.reserved.push((me, fd));
         }
@@ -1002,8 +1011,15 @@ impl EventLoop {
             self.cancel(h, me);
             self.mark_gone(h, me);
         }
+        if freed {
+            self.descriptor_freed();
+        }
+    }
+
+    /// A descriptor was freed: if accepting failed for lack of them, take the connections
+    /// waiting in the backlog.
+    fn descriptor_freed(&mut self) {
         if self.accept_blocked {
-            // A descriptor was freed: take the connections waiting in the backlog.
             self.accept_blocked = false;
             self.accept();
             self.accept_metrics();
