@@ -384,13 +384,15 @@ impl EventLoop {
         if self.stats {
             self.report();
         }
+        // What is still open (after a failed `epoll_wait`) closes as any connection does,
+        // its handler told, before the handlers stop.
+        for slot in 0..self.slots.len() as u32 {
+            self.close(slot);
+        }
         self.stop_handlers();
         // A handler still inside the app (one past the graceful timeout) may yet write to a
         // socket it was lent: those descriptor numbers stay taken until the process exits,
         // so nothing it opens meanwhile can receive that write.
-        for slot in 0..self.slots.len() as u32 {
-            self.close(slot);
-        }
         std::mem::forget(std::mem::take(&mut self.reserved));
     }
 
