@@ -23,24 +23,6 @@ macro_rules! syscall {
 }
 pub(crate) use syscall;
 
-/// An unconnected Unix stream socket: a descriptor that exists and refuses every write
-/// (`ENOTCONN`), to hold a closed socket's number while another thread may still write to
-/// that number.
-pub fn placeholder_socket() -> std::io::Result<std::os::fd::OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: socket(2) takes no pointers; a non-negative result is a new descriptor
-    // nobody else owns.
-    let fd = unsafe {
-        syscall!(socket(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0
-        ))?
-    };
-    // SAFETY: `fd` was just created and is owned by no one else.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
 /// Makes the calling thread a batch thread (`SCHED_BATCH`): when it is woken it does not
 /// preempt the thread running on its core, it waits for that one to sleep or use up its
 /// slice. A worker's loop and handler threads use it so that, sharing a core, the loop

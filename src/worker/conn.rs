@@ -232,39 +232,35 @@ impl Sock {
         self,
         placeholder: std::os::fd::BorrowedFd<'_>,
     ) -> Option<std::os::fd::OwnedFd> {
-        use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+        use std::os::fd::{AsRawFd, OwnedFd};
         let fd = match self {
-            Sock::Tcp(s) => s.into_raw_fd(),
-            Sock::Unix(s) => s.into_raw_fd(),
+            Sock::Tcp(s) => OwnedFd::from(s),
+            Sock::Unix(s) => OwnedFd::from(s),
             Sock::Tls(_) => return None,
         };
-        // SAFETY: `fd` was just released by its socket, so this is its one owner.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        loop {
+        let swapped = loop {
             // SAFETY: both descriptors are open (`placeholder` is borrowed, `fd` owned);
             // dup3 replaces what `fd` refers to atomically, so the number is never free.
-            let swapped = unsafe {
+            match unsafe {
                 crate::sys::syscall!(dup3(
                     placeholder.as_raw_fd(),
                     fd.as_raw_fd(),
                     libc::O_CLOEXEC
                 ))
-            };
-            match swapped {
+            } {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // Not expected (both descriptors are open). Still safe: the socket keeps
-                    // its number until the lent request comes back, shut down now so the
-                    // client sees the close.
-                    log::warning!("cannot retire a lent socket: {e}; shutting it down instead");
-                    // SAFETY: `fd` is an open socket descriptor this function owns.
-                    let _ =
-                        unsafe { crate::sys::syscall!(shutdown(fd.as_raw_fd(), libc::SHUT_RDWR)) };
-                }
-                Ok(_) => {}
+                r => break r,
             }
-            return Some(fd);
+        };
+        if let Err(e) = swapped {
+            // Not expected (both descriptors are open). Still safe: the socket keeps its
+            // number until the lent request comes back, shut down now so the client sees
+            // the close.
+            log::warning!("cannot retire a lent socket: {e}; shutting it down instead");
+            // SAFETY: `fd` is an open socket descriptor this function owns.
+            let _ = unsafe { crate::sys::syscall!(shutdown(fd.as_raw_fd(), libc::SHUT_RDWR)) };
         }
+        Some(fd)
     }
 
     /// Before the half-close: TLS's close_notify written (`Ok(false)`: not yet, wait for

@@ -239,7 +239,8 @@ impl EventLoop {
             metrics_conns: 0,
             lingering_conns: 0,
             accept_errors: AcceptErrors::default(),
-            placeholder: crate::sys::placeholder_socket()?,
+            // An unbound, unconnected datagram socket: every `send` to it fails.
+            placeholder: std::os::unix::net::UnixDatagram::unbound()?.into(),
             reserved: Vec::new(),
         })
     }
@@ -597,11 +598,11 @@ impl EventLoop {
         }
         loop {
             if conn.holds() {
-                match conn.take_held() {
-                    Some(req) => self.answer_outside_root(conn, &req),
-                    // Responses before it are still to come; `on_response` resumes it.
-                    None => return true,
-                }
+                // Responses before it are still to come; `on_response` resumes it.
+                let Some(req) = conn.take_held() else {
+                    return true;
+                };
+                self.answer_outside_root(conn, &req);
             }
             if let Some(req) = conn.take_parked() {
                 if let Err(req) = self.dispatch(conn, req) {
