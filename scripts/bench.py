@@ -22,7 +22,8 @@ Servers: `m0serve` (target/release/m0serve), `m0serve@PATH` (another build, for 
 a change), `granian`, `bjoern` (through benches/run_bjoern.py), `fastwsgi` (through
 benches/run_fastwsgi.py), `uwsgi` (pyuwsgi, `--http11-socket`), `gunicorn` (gthread). Any server may carry
 option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
-(and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on),
+(and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on;
+`m0serve:cpu-affinity=auto`, its `--cpu-affinity`; `SERVER:pin=N`, that server alone under `taskset -c N`, the client free),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
 installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
 with VIRTUAL_ENV=.venv so every server imports the same packages. If bjoern cannot be
@@ -106,9 +107,13 @@ def parse_server(spec):
             # request); metrics: --metrics-port on, to measure what counting costs.
             overrides[k] = True
             continue
-        if not sep or k not in ("workers", "blocking-threads"):
-            raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N "
-                             "and (m0serve) static-response, metrics")
+        if sep and k == "cpu-affinity" and kind == "m0serve":
+            # --cpu-affinity (auto, or one CPU: a list's commas would split the server list)
+            overrides[k] = v
+            continue
+        if not sep or k not in ("workers", "blocking-threads", "pin"):
+            raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N, pin=CPU "
+                             "and (m0serve) static-response, metrics, cpu-affinity=V")
         overrides[k] = int(v)
     return {"spec": spec, "kind": kind, "binary": binary or None, "opts": overrides}
 
@@ -118,7 +123,7 @@ def split_servers(text):
     out = []
     for part in text.split(","):
         if out and "=" in part and ":" not in part and "@" not in part and part.split("=")[0] \
-                .lstrip("-").replace("_", "-") in ("workers", "blocking-threads"):
+                .lstrip("-").replace("_", "-") in ("workers", "blocking-threads", "pin", "cpu-affinity"):
             out[-1] += "," + part
         else:
             out.append(part)
@@ -133,6 +138,8 @@ def server_cmd(srv, port, app, workers, threads):
         extra = ["--static-response"] if srv["opts"].get("static-response") else []
         if srv["opts"].get("metrics"):
             extra += ["--metrics-port", str(free_port())]
+        if srv["opts"].get("cpu-affinity"):
+            extra += ["--cpu-affinity", srv["opts"]["cpu-affinity"]]
         if TLS:
             extra += ["--certfile", TLS[0], "--keyfile", TLS[1]]
         return [binary, f"{app}:app",
@@ -445,9 +452,9 @@ def run_one(srv, scen_name, app, conns, args, script):
     scen = SCENARIOS[scen_name]
     port = free_port()
     cmd = server_cmd(srv, port, app, args.workers, args.blocking_threads)
-    if PIN:
+    if PIN or "pin" in srv["opts"]:
         # taskset executes the server in its own process, so the pid sampled is the server's.
-        cmd = ["taskset", "-c", PIN[0]] + cmd
+        cmd = ["taskset", "-c", str(srv["opts"].get("pin", PIN and PIN[0]))] + cmd
     with tempfile.TemporaryFile() as errlog:
         try:
             proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(), stdout=subprocess.DEVNULL,

@@ -461,6 +461,16 @@ pub struct Cli {
     )]
     pub scheduling_policy: SchedulingPolicy,
 
+    /// Pin each worker process (its loop, its handler threads and any thread the app
+    /// starts) to one CPU: `auto` gives the Nth worker the Nth CPU this process may run on
+    /// (round robin when there are more workers than CPUs), or a list such as `0,2,4-7` to
+    /// take them from; `none` (the default) pins nothing. A worker's loop and handlers then hand requests over within one
+    /// core's caches, and the kernel does not scatter them. Off by default: with other
+    /// busy processes on the machine, or more servers pinned alike, a pinned worker cannot
+    /// move to an idle CPU.
+    #[arg(long, env = "M0SERVE_CPU_AFFINITY", value_name = "CPUS")]
+    pub cpu_affinity: Option<String>,
+
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
     #[arg(long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]

@@ -99,6 +99,8 @@ pub struct Config {
     /// `--scheduling-policy batch` with handler threads: the worker's loop and handler
     /// threads are SCHED_BATCH.
     pub batch_scheduling: bool,
+    /// `--cpu-affinity`: the CPUs workers are pinned to, worker N to the Nth (round robin).
+    pub cpu_affinity: Option<Vec<usize>>,
     /// `--metrics-port` (with `--metrics-address`).
     pub metrics: Option<SocketAddr>,
     /// `--reload`, with its `--reload-ignore` patterns.
@@ -108,6 +110,65 @@ pub struct Config {
 }
 
 /// `--root-path`: `/prefix` (a trailing slash dropped); `/` or empty is no prefix.
+/// `--cpu-affinity` other than `none`: `auto` (every CPU in `allowed`, in order) or a list of CPU numbers and
+/// ranges (`0,2,4-7`), each one this process may run on.
+fn cpu_affinity(spec: &str, allowed: &std::io::Result<Vec<usize>>) -> Result<Vec<usize>, String> {
+    let allowed = allowed
+        .as_ref()
+        .map_err(|e| format!("--cpu-affinity: cannot read the CPUs this process may use: {e}"))?;
+    let spec = spec.trim();
+    if spec == "auto" {
+        return Ok(allowed.clone());
+    }
+    let bad = |why: &str| format!("--cpu-affinity {spec:?}: {why}");
+    let number = |s: &str| {
+        s.trim()
+            .parse::<usize>()
+            .map_err(|_| bad("expected `auto` or CPU numbers and ranges, e.g. 0,2,4-7"))
+    };
+    let mut cpus = Vec::new();
+    for part in spec.split(',') {
+        let (first, last) = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(part)?, number(part)?),
+        };
+        if first > last {
+            return Err(bad(&format!("the range {first}-{last} runs backwards")));
+        }
+        for cpu in first..=last {
+            if !allowed.contains(&cpu) {
+                return Err(bad(&format!(
+                    "CPU {cpu} is not one this process may run on (those are {})",
+                    describe_cpus(allowed)
+                )));
+            }
+            if !cpus.contains(&cpu) {
+                cpus.push(cpu);
+            }
+        }
+    }
+    Ok(cpus)
+}
+
+/// `0-3,6`: CPU numbers with runs written as ranges.
+fn describe_cpus(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
 fn root_path(r: &str) -> Result<Option<String>, String> {
     let r = r.trim().trim_end_matches('/');
     if r.is_empty() {
@@ -514,6 +575,10 @@ impl Config {
             batch_scheduling: cli.scheduling_policy == crate::cli::SchedulingPolicy::Batch
                 && cli.blocking_threads > 0,
             metrics,
+            cpu_affinity: match cli.cpu_affinity.as_deref().map(str::trim) {
+                None | Some("none") => None,
+                Some(spec) => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
+            },
             venv,
             reload: cli.reload.then(|| {
                 cli.reload_ignore
@@ -523,5 +588,28 @@ impl Config {
                     .collect()
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_affinity_lists_ranges_and_auto() {
+        let allowed = Ok(vec![0, 1, 2, 3, 6]);
+        assert_eq!(cpu_affinity("auto", &allowed), Ok(vec![0, 1, 2, 3, 6]));
+        assert_eq!(cpu_affinity(" 3,0-1 ,1,6", &allowed), Ok(vec![3, 0, 1, 6]));
+        assert_eq!(cpu_affinity("2-2", &allowed), Ok(vec![2]));
+        let err = cpu_affinity("4", &allowed).unwrap_err();
+        assert!(
+            err.contains("CPU 4 is not one") && err.contains("(those are 0-3,6)"),
+            "{err}"
+        );
+        for bad in ["", "x", "1-", "-1", "3-1", "0,,1", "1.5"] {
+            assert!(cpu_affinity(bad, &allowed).is_err(), "{bad:?}");
+        }
+        let unreadable = Err(std::io::Error::from_raw_os_error(libc::EPERM));
+        assert!(cpu_affinity("auto", &unreadable).is_err());
     }
 }

@@ -102,6 +102,8 @@ struct Worker {
     generation: u64,
     /// Its slot in the shared metrics (`--metrics-port`).
     metrics_slot: Option<usize>,
+    /// The CPU it is pinned to (`--cpu-affinity`).
+    cpu: Option<usize>,
     /// Told to drain (not as part of a stop): killed if it is still running at this time.
     drain_deadline: Option<Instant>,
 }
@@ -783,6 +785,13 @@ impl Master {
         if self.metrics.is_some() && metrics_slot.is_none() {
             log::warning!("no metrics slot is free: this worker's requests are not counted");
         }
+        // `--cpu-affinity`: the first of the CPUs fewest live workers are pinned to (so the
+        // Nth worker started gets the Nth CPU, and a replacement its predecessor's).
+        let cpu = self.config.cpu_affinity.as_ref().and_then(|cpus| {
+            cpus.iter()
+                .copied()
+                .min_by_key(|c| self.workers.iter().filter(|w| w.cpu == Some(*c)).count())
+        });
         let worker_env = WorkerEnv {
             listeners: self.listeners.iter().map(Listener::raw_fd).collect(),
             status: status_write.as_raw_fd(),
@@ -792,6 +801,7 @@ impl Master {
                 region: region.raw_fd(),
                 slot: metrics_slot,
             }),
+            cpu,
         };
         // Descriptors the worker keeps across its exec (the status pipe's is set apart).
         let keep_fds: Vec<RawFd> = worker_env
@@ -855,7 +865,10 @@ impl Master {
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
         forked?;
         drop(status_write);
-        log::debug!("started worker {pid}");
+        match cpu {
+            Some(cpu) => log::debug!("started worker {pid} (on CPU {cpu})"),
+            None => log::debug!("started worker {pid}"),
+        }
         if let (Some((region, _)), Some(slot)) = (&self.metrics, metrics_slot) {
             region.claim(slot, pid);
         }
@@ -867,6 +880,7 @@ impl Master {
             alive_at: Instant::now(),
             generation: self.generation,
             metrics_slot,
+            cpu,
             drain_deadline: None,
         });
         Ok(())

@@ -19,8 +19,9 @@ pub struct MetricsFds {
 }
 
 /// What a worker gets across its exec, as [`WORKER_ENV`] carries it:
-/// `LISTENER;LISTENER...,STATUS,HEARTBEAT_MS,METRICS_LISTENER,METRICS_REGION,SLOT`
-/// (`HEARTBEAT_MS` 0: no systemd watchdog; the metrics fields `-` without `--metrics-port`).
+/// `LISTENER;LISTENER...,STATUS,HEARTBEAT_MS,METRICS_LISTENER,METRICS_REGION,SLOT,CPU`
+/// (`HEARTBEAT_MS` 0: no systemd watchdog; the metrics fields `-` without `--metrics-port`;
+/// `CPU` `-` without `--cpu-affinity`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerEnv {
     pub listeners: Vec<RawFd>,
@@ -29,6 +30,8 @@ pub struct WorkerEnv {
     /// How often the systemd watchdog wants a heartbeat, when there is one.
     pub heartbeat: Option<Duration>,
     pub metrics: Option<MetricsFds>,
+    /// `--cpu-affinity`: the CPU this worker pins itself to.
+    pub cpu: Option<usize>,
 }
 
 impl WorkerEnv {
@@ -44,10 +47,11 @@ impl WorkerEnv {
             None => "-,-,-".to_string(),
         };
         format!(
-            "{},{},{},{metrics}",
+            "{},{},{},{metrics},{}",
             listeners.join(";"),
             self.status,
-            self.heartbeat.map_or(0, |w| w.as_millis().max(1))
+            self.heartbeat.map_or(0, |w| w.as_millis().max(1)),
+            self.cpu.map_or("-".to_string(), |c| c.to_string())
         )
     }
 
@@ -70,6 +74,7 @@ impl WorkerEnv {
             },
             _ => None,
         };
+        let cpu = fields.next().and_then(|c| c.parse().ok());
         let listeners: Option<Vec<RawFd>> = listeners.split(';').map(fd).collect();
         match (listeners.filter(|l| !l.is_empty()), fd(status)) {
             (Some(listeners), Some(status)) => Ok(WorkerEnv {
@@ -77,6 +82,7 @@ impl WorkerEnv {
                 status,
                 heartbeat: (heartbeat_ms > 0).then(|| Duration::from_millis(heartbeat_ms)),
                 metrics,
+                cpu,
             }),
             _ => Err(bad()),
         }
@@ -149,6 +155,7 @@ mod tests {
                 status: 4,
                 heartbeat: None,
                 metrics: None,
+                cpu: None,
             },
             WorkerEnv {
                 listeners: vec![5, 6, 7],
@@ -159,6 +166,7 @@ mod tests {
                     region: 11,
                     slot: Some(3),
                 }),
+                cpu: Some(5),
             },
             WorkerEnv {
                 listeners: vec![5],
@@ -169,6 +177,7 @@ mod tests {
                     region: 11,
                     slot: None,
                 }),
+                cpu: None,
             },
         ] {
             assert_eq!(WorkerEnv::decode(&env.encode()), Ok(env.clone()));

@@ -39,6 +39,47 @@ pub fn batch_scheduling() -> std::io::Result<()> {
     unsafe { syscall!(sched_setscheduler(0, libc::SCHED_BATCH, &param)) }.map(drop)
 }
 
+/// The CPUs the calling thread may run on (its affinity: a container's cpuset, `taskset`),
+/// in ascending order.
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most the given size into the live set; pid 0 is
+    // the calling thread.
+    unsafe {
+        syscall!(sched_getaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut set
+        ))
+    }?;
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: every index is below CPU_SETSIZE, the set's size in bits.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
+    // thread.
+    unsafe {
+        syscall!(sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set
+        ))
+    }
+    .map(drop)
+}
+
 /// Opens `/dev/null` on whichever of descriptors 0, 1 and 2 is closed (a process started
 /// with `<&-` or `2>&-`). Rust's runtime does this before a binary's `main`; the Python
 /// package's process never ran it, and a listening socket that landed on 2 would be written

@@ -69,6 +69,8 @@ pub struct Inherited {
     /// The status pipe's write end (`ipc::Status`).
     status_pipe: OwnedFd,
     metrics: Option<MetricsFds>,
+    /// `--cpu-affinity`: the CPU the master chose for this worker.
+    cpu: Option<usize>,
 }
 
 impl Inherited {
@@ -96,6 +98,7 @@ impl Inherited {
             // process alone to own.
             status_pipe: unsafe { OwnedFd::from_raw_fd(env.status) },
             metrics: env.metrics,
+            cpu: env.cpu,
         }))
     }
 }
@@ -151,6 +154,13 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // The master switched before it started this process; this checks that the switch
     // held (and makes it, should a worker ever start as root).
     config.identity.assume()?;
+    // Before any thread starts: the loop, the handlers and the app's threads inherit it.
+    if let Some(cpu) = inherited.cpu {
+        match crate::sys::pin_to_cpu(cpu) {
+            Ok(()) => log::debug!("pinned to CPU {cpu}"),
+            Err(e) => log::warning!("cannot pin this worker to CPU {cpu} ({e}): it runs unpinned"),
+        }
+    }
     tune_malloc();
     let listeners = inherited
         .listener_fds

@@ -1,0 +1,228 @@
+//! `--cpu-affinity`: each worker process, with its loop and handler threads, pinned to one
+//! CPU (`auto`: the CPUs the server may run on, one per worker in turn; or a list), kept
+//! across a replacement and a reload; bad lists refused at start. The app is
+//! tests/apps/regress.py.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+const PROMPT: Duration = Duration::from_secs(10);
+
+/// `0-2,5` -> [0, 1, 2, 5].
+fn parse_cpu_list(list: &str) -> Vec<usize> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => cpus.extend(a.parse::<usize>().unwrap()..=b.parse().unwrap()),
+            None => cpus.push(part.parse().unwrap()),
+        }
+    }
+    cpus
+}
+
+/// The CPUs a process's (or thread's) `status` file says it may run on.
+fn allowed_of(status_path: &str) -> Vec<usize> {
+    let status = std::fs::read_to_string(status_path).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(parse_cpu_list)
+        .unwrap_or_default()
+}
+
+/// The CPUs this test may run on (what `auto` sees when the server inherits them).
+fn our_cpus() -> Vec<usize> {
+    allowed_of("/proc/self/status")
+}
+
+/// Each thread of `pid` (by name) with the CPUs it may run on, once its loop thread exists.
+fn threads_of(pid: u32) -> BTreeMap<String, Vec<Vec<usize>>> {
+    let mut out: BTreeMap<String, Vec<Vec<usize>>> = BTreeMap::new();
+    wait_until(PROMPT, || {
+        out.clear();
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            return false;
+        };
+        for t in tasks.flatten() {
+            let dir = t.path();
+            let name = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            let cpus = allowed_of(&dir.join("status").to_string_lossy());
+            out.entry(name.trim().to_string()).or_default().push(cpus);
+        }
+        out.contains_key("m0s-loop") && out.contains_key("m0s-handler-0")
+    });
+    out
+}
+
+/// The one CPU every thread of worker `pid` is pinned to; fails if its threads differ or
+/// any may run on more than one CPU.
+fn pinned_cpu(s: &Server, pid: u32) -> usize {
+    let threads = threads_of(pid);
+    assert!(
+        threads.contains_key("m0s-loop"),
+        "worker {pid} has no loop thread: {threads:?}\n{}",
+        s.log_text()
+    );
+    let all: Vec<&Vec<usize>> = threads.values().flatten().collect();
+    let first = all[0].clone();
+    assert!(
+        first.len() == 1 && all.iter().all(|c| **c == first),
+        "worker {pid}'s threads are not all pinned to one CPU: {threads:?}"
+    );
+    first[0]
+}
+
+#[test]
+fn auto_pins_each_worker_with_its_threads_to_the_next_cpu() {
+    let cpus = our_cpus();
+    assert!(!cpus.is_empty(), "cannot read this process's CPUs");
+    let workers = cpus.len().min(4) + 1;
+    let s = Server::start(
+        "regress:app",
+        &["--workers", &workers.to_string(), "--cpu-affinity", "auto"],
+    );
+    let pids = s.wait_for_workers(workers, PROMPT);
+    assert_served(&s, PROMPT, "with --cpu-affinity auto");
+    let mut on: BTreeMap<usize, usize> = BTreeMap::new();
+    for &pid in &pids {
+        let cpu = pinned_cpu(&s, pid);
+        assert!(
+            cpus.contains(&cpu),
+            "worker {pid} on CPU {cpu}, not one of {cpus:?}"
+        );
+        *on.entry(cpu).or_default() += 1;
+    }
+    // One worker more than CPUs used: every CPU taken gets one, the first a second.
+    let used = workers - 1;
+    assert_eq!(
+        on.len(),
+        used,
+        "{workers} workers over {used} CPUs should use each once before any twice: {on:?}"
+    );
+    assert_eq!(
+        on[&cpus[0]], 2,
+        "the worker past the last CPU goes to the first: {on:?}"
+    );
+    // The master is not pinned.
+    assert_eq!(
+        allowed_of(&format!("/proc/{}/status", s.pid())),
+        cpus,
+        "the master's own CPUs changed"
+    );
+}
+
+#[test]
+fn auto_takes_only_the_cpus_the_server_was_given() {
+    let cpus = our_cpus();
+    let last = *cpus.last().expect("a CPU");
+    let s = Server::builder("regress:app")
+        .wrapped(&["taskset", "-c", &last.to_string()])
+        .args(&["--workers", "2", "--cpu-affinity", "auto"])
+        .start();
+    for pid in s.wait_for_workers(2, PROMPT) {
+        assert_eq!(
+            pinned_cpu(&s, pid),
+            last,
+            "a CPU outside the server's own set"
+        );
+    }
+    assert_served(&s, PROMPT, "under taskset with --cpu-affinity auto");
+}
+
+#[test]
+fn a_listed_cpu_holds_for_replacements_and_reloads() {
+    let cpu = *our_cpus().last().expect("a CPU");
+    let s = Server::start(
+        "regress:app",
+        &["--workers", "2", "--cpu-affinity", &cpu.to_string()],
+    );
+    let first = s.wait_for_workers(2, PROMPT);
+    for &pid in &first {
+        assert_eq!(pinned_cpu(&s, pid), cpu);
+    }
+    // A worker killed is replaced on the same CPU.
+    // SAFETY: kill(2) on a worker of this test's server.
+    unsafe { libc::kill(first[0] as libc::pid_t, libc::SIGKILL) };
+    let replaced = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 2 && !now.contains(&first[0])
+    });
+    assert!(
+        replaced,
+        "the killed worker was not replaced\n{}",
+        s.log_text()
+    );
+    for pid in s.worker_pids() {
+        assert_eq!(pinned_cpu(&s, pid), cpu, "after a replacement");
+    }
+    // A reload's workers too.
+    let before = s.worker_pids();
+    s.signal(libc::SIGHUP);
+    let reloaded = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !before.contains(p))
+    });
+    assert!(reloaded, "the workers were not reloaded\n{}", s.log_text());
+    for pid in s.worker_pids() {
+        assert_eq!(pinned_cpu(&s, pid), cpu, "after SIGHUP");
+    }
+    assert_served(&s, PROMPT, "after the reload");
+}
+
+#[test]
+fn none_pins_nothing() {
+    let cpus = our_cpus();
+    let s = Server::start("regress:app", &["--cpu-affinity", "none"]);
+    let pid = s.wait_for_workers(1, PROMPT)[0];
+    for (name, sets) in threads_of(pid) {
+        for set in sets {
+            assert_eq!(set, cpus, "thread {name} of an unpinned worker");
+        }
+    }
+}
+
+#[test]
+fn bad_cpu_lists_are_refused_at_start() {
+    let beyond = our_cpus().last().copied().unwrap_or(0) + 1000;
+    for (spec, says) in [
+        (
+            beyond.to_string(),
+            format!("CPU {beyond} is not one this process may run on"),
+        ),
+        (
+            "x".to_string(),
+            "expected `auto` or CPU numbers and ranges".to_string(),
+        ),
+        ("1-0".to_string(), "runs backwards".to_string()),
+        (
+            "0,".to_string(),
+            "expected `auto` or CPU numbers and ranges".to_string(),
+        ),
+    ] {
+        let out = run_to_exit(
+            &[
+                "regress:app",
+                "--app-dir",
+                &apps_dir().to_string_lossy(),
+                "--cpu-affinity",
+                &spec,
+            ],
+            &[],
+            PROMPT,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "--cpu-affinity {spec:?}: {}",
+            out.stderr
+        );
+        assert!(
+            out.stderr.contains(&says) && !out.stderr.contains(PANIC_MARKER),
+            "--cpu-affinity {spec:?}: expected {says:?} in\n{}",
+            out.stderr
+        );
+    }
+}
