@@ -637,6 +637,8 @@ def markdown(doc):
         if per:
             lines.append("Per round (req/s): " + ". ".join(per) + ".")
             lines.append("")
+        if fixed_rate:
+            lines += round_by_round_p99(summary, scen, servers, conns_all)
         def real(errors):
             return {k: v for k, v in errors.items() if k != "aborted due to deadline" and v}
         errs = [r for r in results if r["scenario"] == scen and
@@ -649,6 +651,39 @@ def markdown(doc):
         if errs:
             lines.append("")
     return "\n".join(lines)
+
+
+def round_by_round_p99(summary, scen, servers, conns_all):
+    """At a fixed rate: each round's p99, and for each m0serve shape, in how many rounds its
+    p99 was at or below each other server's p99 of the same round (rounds alternate
+    servers, so one round's runs share the machine's state of that minute)."""
+    lines, per, wins = [], [], []
+    for conns in conns_all:
+        runs = {s: summary[(scen, s, conns)]["runs"] for s in servers
+                if (scen, s, conns) in summary}
+        per.append(f"{conns} conns: " + "; ".join(
+            f"{display(s)} " + " / ".join(f"{x['latency_p99_ms']:.2f}" for x in r)
+            for s, r in runs.items()))
+        for s, r in runs.items():
+            if not s.startswith("m0serve"):
+                continue
+            cells = []
+            for peer, pr in runs.items():
+                if peer.startswith("m0serve"):
+                    continue
+                mine = {x.get("round"): x["latency_p99_ms"] for x in r}
+                theirs = {x.get("round"): x["latency_p99_ms"] for x in pr}
+                both = [k for k in mine if k in theirs]
+                won = sum(mine[k] <= theirs[k] for k in both)
+                cells.append(f"{display(peer)} {won}/{len(both)}")
+            if cells:
+                wins.append(f"{conns} conns, {display(s)}: " + ", ".join(cells))
+    if per:
+        lines += ["Per round (p99 ms): " + ". ".join(per) + ".", ""]
+    if wins:
+        lines += ["Rounds in which m0serve's p99 was at or below the other server's in the "
+                  "same round: " + ". ".join(wins) + ".", ""]
+    return lines
 
 
 COLORS = {"m0serve": "#d62728", "granian": "#1f77b4", "bjoern": "#2ca02c",

@@ -109,9 +109,8 @@ pub struct Config {
     pub venv: Option<PathBuf>,
 }
 
-/// `--root-path`: `/prefix` (a trailing slash dropped); `/` or empty is no prefix.
-/// `--cpu-affinity` other than `none`: `auto` (every CPU in `allowed`, in order) or a list of CPU numbers and
-/// ranges (`0,2,4-7`), each one this process may run on.
+/// `--cpu-affinity` other than `none`: `auto` (every CPU in `allowed`, in order) or a list
+/// of CPU numbers and ranges (`0,2,4-7`), each one this process may run on.
 fn cpu_affinity(spec: &str, allowed: &std::io::Result<Vec<usize>>) -> Result<Vec<usize>, String> {
     let allowed = allowed
         .as_ref()
@@ -169,6 +168,7 @@ fn describe_cpus(cpus: &[usize]) -> String {
     out.join(",")
 }
 
+/// `--root-path`: `/prefix` (a trailing slash dropped); `/` or empty is no prefix.
 fn root_path(r: &str) -> Result<Option<String>, String> {
     let r = r.trim().trim_end_matches('/');
     if r.is_empty() {
