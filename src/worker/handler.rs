@@ -56,6 +56,8 @@ fn run(setup: HandlerSetup) {
     if batch_scheduling {
         super::enter_batch_scheduling("handler");
     }
+    // Pinned to one CPU (`--cpu-affinity`, `taskset`), waiting spins for nothing.
+    park::set_spin(crate::sys::allowed_cpus().map_or(true, |cpus| cpus.len() > 1));
     let loop_waker = loop_shared.clone();
     // Wakes the loop (if it sleeps) for the responses whose wake was deferred.
     let pay_owed = |all: bool| {
