@@ -123,7 +123,7 @@ fn cpu_affinity(spec: &str, allowed: &std::io::Result<Vec<usize>>) -> Result<Vec
     let number = |s: &str| {
         s.trim()
             .parse::<usize>()
-            .map_err(|_| bad("expected `auto` or CPU numbers and ranges, e.g. 0,2,4-7"))
+            .map_err(|_| bad("expected `auto`, `none`, or CPU numbers and ranges such as 0,2,4-7"))
     };
     let mut cpus = Vec::new();
     for part in spec.split(',') {
