@@ -144,12 +144,7 @@ fn a_listed_cpu_holds_for_replacements_and_reloads() {
         assert_eq!(pinned_cpu(&s, pid), cpu);
     }
     // A worker killed is replaced on the same CPU.
-    // SAFETY: kill(2) on a worker of this test's server.
-    unsafe { libc::kill(first[0] as libc::pid_t, libc::SIGKILL) };
-    let replaced = wait_until(PROMPT, || {
-        let now = s.worker_pids();
-        now.len() == 2 && !now.contains(&first[0])
-    });
+    let replaced = s.kill_worker_until_replaced(first[0], 2, PROMPT);
     assert!(
         replaced,
         "the killed worker was not replaced\n{}",

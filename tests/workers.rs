@@ -67,12 +67,7 @@ fn two_workers_are_two_processes_that_both_serve() {
 fn a_killed_worker_is_replaced() {
     let s = Server::start("regress:app", &["--workers", "2"]);
     let before = s.wait_for_workers(2, PROMPT);
-    // SAFETY: kill(2) on a process this test started (a worker of its server).
-    unsafe { libc::kill(before[0] as i32, libc::SIGKILL) };
-    let ok = wait_until(PROMPT, || {
-        let now = s.worker_pids();
-        now.len() == 2 && !now.contains(&before[0])
-    });
+    let ok = s.kill_worker_until_replaced(before[0], 2, PROMPT);
     assert!(
         ok,
         "no replacement for the killed worker:\n{}",

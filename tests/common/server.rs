@@ -328,6 +328,17 @@ impl Server {
         child_pids(self.pid())
     }
 
+    /// Kills worker `pid` with SIGKILL; whether, within `timeout`, `n` workers run again
+    /// and `pid` is not among them (the master replaced it).
+    pub fn kill_worker_until_replaced(&self, pid: u32, n: usize, timeout: Duration) -> bool {
+        // SAFETY: kill(2) on a worker of this server, a process the test started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+        wait_until(timeout, || {
+            let now = self.worker_pids();
+            now.len() == n && !now.contains(&pid)
+        })
+    }
+
     /// Waits until exactly `n` workers run (each a child of the master); their pids.
     pub fn wait_for_workers(&self, n: usize, timeout: Duration) -> Vec<u32> {
         let mut pids = Vec::new();
