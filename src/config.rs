@@ -115,11 +115,18 @@ fn cpu_affinity(spec: &str, allowed: &std::io::Result<Vec<usize>>) -> Result<Vec
     let allowed = allowed
         .as_ref()
         .map_err(|e| format!("--cpu-affinity: cannot read the CPUs this process may use: {e}"))?;
+    // The value as given, cut short in messages (a list may be long).
+    let shown: String = spec.chars().take(40).collect();
+    let shown = if shown.len() < spec.len() {
+        format!("{shown:?}...")
+    } else {
+        format!("{shown:?}")
+    };
     let spec = spec.trim();
     if spec == "auto" {
         return Ok(allowed.clone());
     }
-    let bad = |why: &str| format!("--cpu-affinity {spec:?}: {why}");
+    let bad = |why: &str| format!("--cpu-affinity {shown}: {why}");
     let number = |s: &str| {
         s.trim()
             .parse::<usize>()
@@ -575,8 +582,12 @@ impl Config {
             batch_scheduling: cli.scheduling_policy == crate::cli::SchedulingPolicy::Batch
                 && cli.blocking_threads > 0,
             metrics,
-            cpu_affinity: match cli.cpu_affinity.as_deref().map(str::trim) {
-                None | Some("none") => None,
+            // A worker gets its CPU from the master (checked there, against the CPUs the
+            // master may use); its own set may since have been narrowed under it.
+            cpu_affinity: match cli.cpu_affinity.as_deref() {
+                _ if std::env::var_os(crate::sys::ipc::WORKER_ENV).is_some() => None,
+                None => None,
+                Some(spec) if spec.trim() == "none" => None,
                 Some(spec) => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
             },
             venv,

@@ -221,3 +221,101 @@ fn bad_cpu_lists_are_refused_at_start() {
         );
     }
 }
+
+#[test]
+fn a_worker_draining_after_sigttou_leaves_its_cpu_to_the_next() {
+    let cpus = our_cpus();
+    if cpus.len() < 2 {
+        eprintln!("skipped: one CPU");
+        return;
+    }
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--workers",
+            "2",
+            "--cpu-affinity",
+            "auto",
+            "--blocking-threads",
+            "4",
+        ],
+    );
+    let workers = s.wait_for_workers(2, PROMPT);
+    // A kept-alive connection to each worker (asked which one answered, until both have),
+    // then a slow request on each, so the one SIGTTOU removes keeps draining while
+    // SIGTTIN starts another.
+    let mut conns: Vec<Conn> = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    let found = wait_until(PROMPT, || {
+        let mut c = s.connect();
+        c.send(b"GET /pid HTTP/1.1\r\nHost: x\r\n\r\n");
+        let pid: u32 = c.read_response().body_text().parse().unwrap();
+        if seen.insert(pid) {
+            conns.push(c);
+        }
+        seen.len() == 2
+    });
+    assert!(found, "only {seen:?} of {workers:?} answered");
+    for c in &mut conns {
+        c.send(b"GET /slow?secs=2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGTTOU);
+    std::thread::sleep(Duration::from_millis(300));
+    s.signal(libc::SIGTTIN);
+    for c in &mut conns {
+        assert_eq!(c.read_response().status, 200);
+    }
+    // Once the drain ends, the two workers left are on two CPUs. (Each worker's main
+    // thread is pinned as its threads are: read without waiting for them, since a
+    // draining worker may exit between the listing and the read.)
+    let mut placed = Vec::new();
+    let balanced = wait_until(PROMPT, || {
+        let pids = s.worker_pids();
+        placed = pids
+            .iter()
+            .map(|p| allowed_of(&format!("/proc/{p}/status")))
+            .collect();
+        pids.len() == 2 && placed.iter().all(|c| c.len() == 1) && placed[0] != placed[1]
+    });
+    assert!(
+        balanced,
+        "after SIGTTOU and SIGTTIN the workers are on CPUs {placed:?}\n{}",
+        s.log_text()
+    );
+}
+
+#[test]
+fn a_reload_after_the_masters_cpus_narrowed_pins_to_what_is_left() {
+    let cpus = our_cpus();
+    if cpus.len() < 2 {
+        eprintln!("skipped: one CPU");
+        return;
+    }
+    let list = format!("{},{}", cpus[0], cpus[1]);
+    let s = Server::start("regress:app", &["--workers", "2", "--cpu-affinity", &list]);
+    let before = s.wait_for_workers(2, PROMPT);
+    // An operator narrows the master to the second CPU (`taskset -p`), then reloads: the
+    // new workers must boot (they do not judge the list against their own, narrowed
+    // set) and go to the CPU the master may still use.
+    let out = std::process::Command::new("taskset")
+        .args(["-pc", &cpus[1].to_string(), &s.pid().to_string()])
+        .output()
+        .expect("taskset");
+    assert!(out.status.success(), "taskset -p: {out:?}");
+    s.signal(libc::SIGHUP);
+    let reloaded = wait_until(PROMPT, || {
+        let now = s.worker_pids();
+        now.len() == 2 && now.iter().all(|p| !before.contains(p))
+    });
+    assert!(reloaded, "the reload did not complete\n{}", s.log_text());
+    for pid in s.worker_pids() {
+        assert_eq!(
+            pinned_cpu(&s, pid),
+            cpus[1],
+            "a worker outside the master's CPUs"
+        );
+    }
+    assert_served(&s, PROMPT, "after the reload");
+    assert!(!s.log_text().contains("failed to boot"), "{}", s.log_text());
+}

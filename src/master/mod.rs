@@ -766,6 +766,22 @@ impl Master {
         self.spawn_after = Some(Instant::now() + wait);
     }
 
+    /// `--cpu-affinity`: the first of `cpus` that the fewest workers still wanted (booting
+    /// or serving: not one draining, recycling or killed) are pinned to, so the Nth worker
+    /// started gets the Nth CPU and a replacement its predecessor's. Only CPUs the master
+    /// may still use are taken, while any is left (its own set narrowed since it started).
+    fn next_cpu(&self, cpus: &[usize]) -> Option<usize> {
+        let now = crate::sys::allowed_cpus().unwrap_or_default();
+        let usable: Vec<usize> = cpus.iter().copied().filter(|c| now.contains(c)).collect();
+        let from = if usable.is_empty() { cpus } else { &usable };
+        from.iter().copied().min_by_key(|c| {
+            self.workers
+                .iter()
+                .filter(|w| w.life.counts() && w.cpu == Some(*c))
+                .count()
+        })
+    }
+
     /// Forks a worker that executes the worker command with the listener and a ready pipe.
     fn spawn(&mut self) -> io::Result<()> {
         let mut fds = [0 as libc::c_int; 2];
@@ -785,13 +801,11 @@ impl Master {
         if self.metrics.is_some() && metrics_slot.is_none() {
             log::warning!("no metrics slot is free: this worker's requests are not counted");
         }
-        // `--cpu-affinity`: the first of the CPUs fewest live workers are pinned to (so the
-        // Nth worker started gets the Nth CPU, and a replacement its predecessor's).
-        let cpu = self.config.cpu_affinity.as_ref().and_then(|cpus| {
-            cpus.iter()
-                .copied()
-                .min_by_key(|c| self.workers.iter().filter(|w| w.cpu == Some(*c)).count())
-        });
+        let cpu = self
+            .config
+            .cpu_affinity
+            .as_deref()
+            .and_then(|cpus| self.next_cpu(cpus));
         let worker_env = WorkerEnv {
             listeners: self.listeners.iter().map(Listener::raw_fd).collect(),
             status: status_write.as_raw_fd(),
