@@ -75,6 +75,16 @@ fn pinned_cpu(s: &Server, pid: u32) -> usize {
     first[0]
 }
 
+/// This test's CPUs, or `None` (with a note) when there is only one.
+fn two_or_more_cpus() -> Option<Vec<usize>> {
+    let cpus = our_cpus();
+    if cpus.len() < 2 {
+        eprintln!("skipped: one CPU");
+        return None;
+    }
+    Some(cpus)
+}
+
 #[test]
 fn auto_pins_each_worker_with_its_threads_to_the_next_cpu() {
     let cpus = our_cpus();
@@ -154,12 +164,7 @@ fn a_listed_cpu_holds_for_replacements_and_reloads() {
         assert_eq!(pinned_cpu(&s, pid), cpu, "after a replacement");
     }
     // A reload's workers too.
-    let before = s.worker_pids();
-    s.signal(libc::SIGHUP);
-    let reloaded = wait_until(PROMPT, || {
-        let now = s.worker_pids();
-        now.len() == 2 && now.iter().all(|p| !before.contains(p))
-    });
+    let reloaded = s.sighup_until_replaced(2, PROMPT);
     assert!(reloaded, "the workers were not reloaded\n{}", s.log_text());
     for pid in s.worker_pids() {
         assert_eq!(pinned_cpu(&s, pid), cpu, "after SIGHUP");
@@ -224,9 +229,7 @@ fn bad_cpu_lists_are_refused_at_start() {
 
 #[test]
 fn a_worker_draining_after_sigttou_leaves_its_cpu_to_the_next() {
-    let cpus = our_cpus();
-    if cpus.len() < 2 {
-        eprintln!("skipped: one CPU");
+    if two_or_more_cpus().is_none() {
         return;
     }
     let s = Server::start(
@@ -287,14 +290,12 @@ fn a_worker_draining_after_sigttou_leaves_its_cpu_to_the_next() {
 
 #[test]
 fn a_reload_after_the_masters_cpus_narrowed_pins_to_what_is_left() {
-    let cpus = our_cpus();
-    if cpus.len() < 2 {
-        eprintln!("skipped: one CPU");
+    let Some(cpus) = two_or_more_cpus() else {
         return;
-    }
+    };
     let list = format!("{},{}", cpus[0], cpus[1]);
     let s = Server::start("regress:app", &["--workers", "2", "--cpu-affinity", &list]);
-    let before = s.wait_for_workers(2, PROMPT);
+    s.wait_for_workers(2, PROMPT);
     // An operator narrows the master to the second CPU (`taskset -p`), then reloads: the
     // new workers must boot (they do not judge the list against their own, narrowed
     // set) and go to the CPU the master may still use.
@@ -303,11 +304,7 @@ fn a_reload_after_the_masters_cpus_narrowed_pins_to_what_is_left() {
         .output()
         .expect("taskset");
     assert!(out.status.success(), "taskset -p: {out:?}");
-    s.signal(libc::SIGHUP);
-    let reloaded = wait_until(PROMPT, || {
-        let now = s.worker_pids();
-        now.len() == 2 && now.iter().all(|p| !before.contains(p))
-    });
+    let reloaded = s.sighup_until_replaced(2, PROMPT);
     assert!(reloaded, "the reload did not complete\n{}", s.log_text());
     for pid in s.worker_pids() {
         assert_eq!(

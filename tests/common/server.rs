@@ -339,6 +339,17 @@ impl Server {
         })
     }
 
+    /// Sends SIGHUP; whether, within `timeout`, `n` workers run and none of them was
+    /// running before (the reload replaced every one).
+    pub fn sighup_until_replaced(&self, n: usize, timeout: Duration) -> bool {
+        let before = self.worker_pids();
+        self.signal(libc::SIGHUP);
+        wait_until(timeout, || {
+            let now = self.worker_pids();
+            now.len() == n && now.iter().all(|p| !before.contains(p))
+        })
+    }
+
     /// Waits until exactly `n` workers run (each a child of the master); their pids.
     pub fn wait_for_workers(&self, n: usize, timeout: Duration) -> Vec<u32> {
         let mut pids = Vec::new();
