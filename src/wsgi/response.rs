@@ -831,14 +831,15 @@ impl Exchange {
         };
         // The final part of a response with more requests queued behind it: the loop is
         // woken once for the batch (the handler thread does it), not for each response.
-        // So is a keep-alive response the handler wrote out itself: the loop only learns
-        // that its connection is quiet again.
-        let written_here = matches!(resp.part, Part::Last { keep_alive: true })
+        // So is a keep-alive final part with nothing left to write (the handler wrote the
+        // response itself, or the body went before it): the loop only learns that its
+        // connection is quiet again.
+        let nothing_to_write = matches!(resp.part, Part::Last { keep_alive: true })
             && resp.data.is_empty()
             && resp.more.is_empty()
             && resp.file.is_none();
         let defer = matches!(resp.part, Part::Last { .. })
-            && (written_here || shared.defer_loop_wake.load(Ordering::Relaxed));
+            && (nothing_to_write || shared.defer_loop_wake.load(Ordering::Relaxed));
         let mut resp = resp;
         loop {
             match tx.push(resp) {
