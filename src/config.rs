@@ -127,10 +127,16 @@ fn cpu_affinity(spec: &str, allowed: &std::io::Result<Vec<usize>>) -> Result<Vec
         return Ok(allowed.clone());
     }
     let bad = |why: &str| format!("--cpu-affinity {shown}: {why}");
+    // Digits only: `parse` alone would also take a sign (`+0`).
     let number = |s: &str| {
-        s.trim()
-            .parse::<usize>()
-            .map_err(|_| bad("expected `auto`, `none`, or CPU numbers and ranges such as 0,2,4-7"))
+        let s = s.trim();
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(
+                "expected `auto`, `none`, or CPU numbers and ranges such as 0,2,4-7",
+            ));
+        }
+        s.parse::<usize>()
+            .map_err(|_| bad(&format!("CPU {s} is out of range")))
     };
     let mut cpus = Vec::new();
     for part in spec.split(',') {
@@ -617,9 +623,11 @@ mod tests {
             err.contains("CPU 4 is not one") && err.contains("(those are 0-3,6)"),
             "{err}"
         );
-        for bad in ["", "x", "1-", "-1", "3-1", "0,,1", "1.5"] {
+        for bad in ["", "x", "1-", "-1", "3-1", "0,,1", "1.5", "+0", "0-+1"] {
             assert!(cpu_affinity(bad, &allowed).is_err(), "{bad:?}");
         }
+        let err = cpu_affinity("123456789012345678901234", &allowed).unwrap_err();
+        assert!(err.contains("is out of range"), "{err}");
         let unreadable = Err(std::io::Error::from_raw_os_error(libc::EPERM));
         assert!(cpu_affinity("auto", &unreadable).is_err());
     }
