@@ -101,6 +101,9 @@ pub struct Config {
     pub batch_scheduling: bool,
     /// `--cpu-affinity`: the CPUs workers are pinned to, worker N to the Nth (round robin).
     pub cpu_affinity: Option<Vec<usize>>,
+    /// `--cpu-affinity adaptive`: each worker's loop pins itself and its handlers to one CPU
+    /// while that suits them (`worker::placement`).
+    pub adaptive_affinity: bool,
     /// `--metrics-port` (with `--metrics-address`).
     pub metrics: Option<SocketAddr>,
     /// `--reload`, with its `--reload-ignore` patterns.
@@ -501,6 +504,15 @@ impl Config {
             return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
         }
         let mut warnings = Vec::new();
+        if cli.cpu_affinity.as_deref().map(str::trim) == Some("adaptive")
+            && cli.blocking_threads == 0
+        {
+            warnings.push(
+                "--cpu-affinity adaptive: does nothing with --blocking-threads 0 (inline mode \
+                 has no handler thread to place beside its loop)"
+                    .to_string(),
+            );
+        }
         if let Some(class) = &cli.worker_class {
             match class.trim() {
                 "sync" | "gthread" => warnings.push(format!(
@@ -593,9 +605,10 @@ impl Config {
             cpu_affinity: match cli.cpu_affinity.as_deref() {
                 _ if std::env::var_os(crate::sys::ipc::WORKER_ENV).is_some() => None,
                 None => None,
-                Some(spec) if spec.trim() == "none" => None,
+                Some(spec) if matches!(spec.trim(), "none" | "adaptive") => None,
                 Some(spec) => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
             },
+            adaptive_affinity: cli.cpu_affinity.as_deref().map(str::trim) == Some("adaptive"),
             venv,
             reload: cli.reload.then(|| {
                 cli.reload_ignore

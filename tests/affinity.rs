@@ -316,3 +316,133 @@ fn a_reload_after_the_masters_cpus_narrowed_pins_to_what_is_left() {
     assert_served(&s, PROMPT, "after the reload");
     assert!(!s.log_text().contains("failed to boot"), "{}", s.log_text());
 }
+
+/// The CPUs each thread of worker `pid` may run on, all of them, once its handler exists.
+fn cpus_of_threads(pid: u32) -> Vec<Vec<usize>> {
+    threads_of(pid).into_values().flatten().collect()
+}
+
+/// Client threads that each send `target` on a keep-alive connection, pausing `pause`
+/// between requests, until the returned flag is set; they return how many answers they got.
+fn keep_asking(
+    s: &Server,
+    target: &'static str,
+    clients: usize,
+    pause: Duration,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    Vec<std::thread::JoinHandle<usize>>,
+) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let threads = (0..clients)
+        .map(|_| {
+            let stop = stop.clone();
+            let addr = s.addr();
+            std::thread::spawn(move || {
+                let mut c = Conn::connect(addr);
+                let mut answered = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    c.send(&get(target));
+                    assert_eq!(c.read_response().status, 200);
+                    answered += 1;
+                    std::thread::sleep(pause);
+                }
+                answered
+            })
+        })
+        .collect();
+    (stop, threads)
+}
+
+fn stop_asking(
+    (stop, threads): (
+        std::sync::Arc<std::sync::atomic::AtomicBool>,
+        Vec<std::thread::JoinHandle<usize>>,
+    ),
+) -> usize {
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    threads.into_iter().map(|t| t.join().unwrap()).sum()
+}
+
+/// `--cpu-affinity adaptive`: a worker using part of a core gets every thread (loop,
+/// handler, main) pinned to one CPU within seconds; once its app keeps that CPU full while
+/// another one idles, they may run anywhere again. (Run alone: .config/nextest.toml. A busy
+/// machine leaves no CPU idle for the second half to see.)
+#[test]
+fn adaptive_pins_a_light_worker_and_spreads_one_that_fills_its_cpu() {
+    let Some(cpus) = two_or_more_cpus() else {
+        return;
+    };
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--workers",
+            "1",
+            "--blocking-threads",
+            "1",
+            "--cpu-affinity",
+            "adaptive",
+        ],
+    );
+    let pid = s.wait_for_workers(1, PROMPT)[0];
+    // Apart at start.
+    let at_start = cpus_of_threads(pid);
+    assert!(
+        at_start.iter().all(|c| *c == cpus),
+        "pinned before any load: {at_start:?}"
+    );
+
+    // About 0.4 of a core: 2 ms of Python, then 3 ms of quiet.
+    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(3));
+    let mut seen = None;
+    let pinned = wait_until(Duration::from_secs(15), || {
+        let now = cpus_of_threads(pid);
+        let together = now[0].len() == 1 && now.iter().all(|c| *c == now[0]);
+        seen = Some(now);
+        together
+    });
+    let answered = stop_asking(light);
+    assert!(
+        pinned,
+        "not pinned together under a light load ({answered} answered): {seen:?}\n{}",
+        s.log_text()
+    );
+    assert!(s
+        .log_text()
+        .contains("this worker's threads now run on CPU"));
+
+    // Three clients without pause: the handler keeps its CPU full.
+    let heavy = keep_asking(&s, "/spin?ms=5", 3, Duration::ZERO);
+    let spread = wait_until(Duration::from_secs(20), || {
+        let now = cpus_of_threads(pid);
+        let apart = now.iter().all(|c| *c == cpus);
+        seen = Some(now);
+        apart
+    });
+    let answered = stop_asking(heavy);
+    assert!(
+        spread,
+        "still pinned with its CPU full ({answered} answered): {seen:?}\n{}",
+        s.log_text()
+    );
+    assert!(s
+        .log_text()
+        .contains("this worker's threads now run on every allowed CPU"));
+    s.assert_no_panic();
+}
+
+/// Inline mode has nothing to place: `adaptive` says so at start, and serves.
+#[test]
+fn adaptive_in_inline_mode_warns_that_it_does_nothing() {
+    let s = Server::start(
+        "regress:app",
+        &["--blocking-threads", "0", "--cpu-affinity", "adaptive"],
+    );
+    assert_served(&s, PROMPT, "inline with --cpu-affinity adaptive");
+    assert!(
+        s.stderr_text().lines().any(|l| l.contains("[WARN]")
+            && l.contains("--cpu-affinity adaptive: does nothing with --blocking-threads 0")),
+        "{}",
+        s.stderr_text()
+    );
+}

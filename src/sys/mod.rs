@@ -59,15 +59,23 @@ pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
         .collect())
 }
 
-/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-    }
+/// A CPU set holding `cpus`; `EINVAL` for a number past the set's size.
+fn cpu_set(cpus: &[usize]) -> std::io::Result<libc::cpu_set_t> {
     // SAFETY: an all-zero cpu_set_t is a valid, empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for &cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    Ok(set)
+}
+
+/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    let set = cpu_set(&[cpu])?;
     // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
     // thread.
     unsafe {
@@ -78,6 +86,111 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
         ))
     }
     .map(drop)
+}
+
+/// Sets the CPUs every thread of this process may run on (threads started meanwhile
+/// inherit their creator's). The first error is returned after trying every thread; a
+/// thread that exited meanwhile is no error.
+pub fn set_process_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    let set = cpu_set(cpus)?;
+    let mut first_error = None;
+    for task in std::fs::read_dir("/proc/self/task")?.flatten() {
+        let Some(tid) = task
+            .file_name()
+            .to_str()
+            .and_then(|t| t.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: sched_setaffinity reads the live set of the given size; `tid` names a
+        // thread of this process (or one that has exited: ESRCH).
+        let res = unsafe {
+            syscall!(sched_setaffinity(
+                tid,
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &set
+            ))
+        };
+        match res {
+            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
+                first_error.get_or_insert(e);
+            }
+            _ => {}
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+/// The CPU the calling thread is running on.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: no arguments; it returns -1 where the kernel cannot say.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+/// The CPU time every thread of this process has used so far.
+pub fn process_cpu_time() -> std::time::Duration {
+    // SAFETY: an all-zero timespec is a valid value for the call to overwrite.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes one timespec into the live `ts`.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The CPU time thread `thread` (a live thread of this process) has used so far; `None`
+/// if its clock cannot be read.
+pub fn thread_cpu_time(thread: libc::pthread_t) -> Option<std::time::Duration> {
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: the caller passes the handle of a thread that has not been joined; the call
+    // writes one clockid_t into the live `clock`. It returns an error number, not -1.
+    if unsafe { libc::pthread_getcpuclockid(thread, &mut clock) } != 0 {
+        return None;
+    }
+    // SAFETY: an all-zero timespec is a valid value for the call to overwrite.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime writes one timespec into the live `ts`.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return None;
+    }
+    Some(std::time::Duration::new(
+        ts.tv_sec as u64,
+        ts.tv_nsec as u32,
+    ))
+}
+
+/// One CPU's time since boot from `/proc/stat`, in clock ticks: what tasks ran on it
+/// (user, nice, system), its idle time (idle, iowait), and everything (those, irq, softirq,
+/// steal). Interrupt and softirq time is the kernel's own (a loopback send's receive path,
+/// say): neither a task's nor idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuTicks {
+    pub cpu: usize,
+    pub busy: u64,
+    pub idle: u64,
+    pub total: u64,
+}
+
+/// Every CPU's line of `/proc/stat`.
+pub fn cpu_ticks() -> std::io::Result<Vec<CpuTicks>> {
+    Ok(parse_cpu_ticks(&std::fs::read_to_string("/proc/stat")?))
+}
+
+/// The `cpuN user nice system idle iowait irq softirq steal ...` lines of `stat`.
+fn parse_cpu_ticks(stat: &str) -> Vec<CpuTicks> {
+    stat.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_ascii_whitespace();
+            let cpu = fields.next()?.strip_prefix("cpu")?.parse().ok()?;
+            let t: Vec<u64> = fields.take(8).map(|f| f.parse().unwrap_or(0)).collect();
+            (t.len() == 8).then(|| CpuTicks {
+                cpu,
+                busy: t[0] + t[1] + t[2],
+                idle: t[3] + t[4],
+                total: t.iter().sum(),
+            })
+        })
+        .collect()
 }
 
 /// Opens `/dev/null` on whichever of descriptors 0, 1 and 2 is closed (a process started
@@ -101,5 +214,38 @@ pub fn open_standard_descriptors() {
                 libc::close(null);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_stat_lines_per_cpu() {
+        let stat = "cpu  10 0 5 100 0 0 0 0 0 0\n\
+                    cpu0 4 1 2 50 3 1 2 0 0 0\n\
+                    cpu1 6 0 3 50 0 0 0 1 0 0\n\
+                    intr 1 2 3\n\
+                    cpu2 1 2\n";
+        assert_eq!(
+            parse_cpu_ticks(stat),
+            [
+                CpuTicks {
+                    cpu: 0,
+                    busy: 7,
+                    idle: 53,
+                    total: 63
+                },
+                CpuTicks {
+                    cpu: 1,
+                    busy: 9,
+                    idle: 50,
+                    total: 60
+                },
+            ]
+        );
+        assert!(!cpu_ticks().unwrap().is_empty());
+        assert!(current_cpu().is_some());
     }
 }

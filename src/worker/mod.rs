@@ -6,6 +6,7 @@ pub mod conn;
 pub mod event_loop;
 pub mod handler;
 pub mod inline;
+pub mod placement;
 pub mod tls;
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
@@ -370,6 +371,7 @@ fn serve(
         },
         stats: config.stats,
         static_response: config.static_response,
+        adaptive_affinity: config.adaptive_affinity,
         graceful_timeout: config.graceful_timeout,
         root_path: config.root_path.clone().filter(|_| !config.root_path_app),
         tls: listeners

@@ -127,6 +127,17 @@ def r_slow(environ, start_response, q):
     return [body]
 
 
+def r_spin(environ, start_response, q):
+    """Keeps the CPU busy in Python (the GIL held) for `ms` milliseconds, then answers."""
+    until = time.perf_counter() + float(q.get("ms", "1")) / 1000
+    n = 0
+    while time.perf_counter() < until:
+        n += 1
+    body = b"spun"
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "4")])
+    return [body]
+
+
 def r_bg_thread(environ, start_response, q):
     """Starts a thread that records "thread ran" after `after` seconds, and answers at
     once: the thread can only run if the server lets go of the GIL while it is idle."""
@@ -229,6 +240,7 @@ ROUTES = {
     "/side": r_side,
     "/abort": r_abort,
     "/slow": r_slow,
+    "/spin": r_spin,
     "/bg-thread": r_bg_thread,
     "/endless": r_endless,
     "/pid": r_pid,

@@ -115,4 +115,6 @@ pub struct LoopOptions {
     pub tls: Vec<Option<std::sync::Arc<rustls::ServerConfig>>>,
     /// `--proxy-protocol`: the peers that may send the header (and so connect at all).
     pub proxy_protocol: Option<crate::http::trusted::Trusted>,
+    /// `--cpu-affinity adaptive`.
+    pub adaptive_affinity: bool,
 }

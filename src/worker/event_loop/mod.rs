@@ -35,6 +35,7 @@ use crate::sys::listen::{Listener, MAX_LISTENERS};
 use crate::sys::signals::SignalPipe;
 use crate::worker::conn::{Conn, Effects, Next, ReadCtx, Written};
 use crate::worker::inline::{Inline, InlineSetup};
+use crate::worker::placement::{Move, Placement, Reading};
 use accept::{AcceptErrors, ACCEPT_BATCH_ALONE, ACCEPT_BATCH_SHARED};
 pub use link::{HandlerLink, LoopOptions, Responses};
 use timeouts::{beat_every, sweep_interval};
@@ -142,6 +143,8 @@ pub struct EventLoop {
     inline_setup: Option<InlineSetup>,
     /// Inline mode: the app's side, run between passes.
     inline: Option<Inline>,
+    /// `--cpu-affinity adaptive` (with handler threads, on more than one CPU).
+    placement: Option<Placement>,
     /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
     /// section of the counters.
     metrics_listener: Option<Listener>,
@@ -170,6 +173,7 @@ impl EventLoop {
         inline: Option<InlineSetup>,
         opts: LoopOptions,
     ) -> io::Result<EventLoop> {
+        let threaded = inline.is_none() && !handlers.is_empty();
         let registry = poll.registry();
         if listeners.len() > MAX_LISTENERS {
             return Err(io::Error::other(format!(
@@ -231,6 +235,10 @@ impl EventLoop {
             tls: opts.tls.clone(),
             proxy_protocol: opts.proxy_protocol.clone(),
             graceful_timeout: opts.graceful_timeout,
+            placement: (opts.adaptive_affinity && threaded)
+                .then(crate::sys::allowed_cpus)
+                .and_then(Result::ok)
+                .and_then(|cpus| Placement::new(cpus, Instant::now())),
             inline_setup: inline,
             inline: None,
             metrics_listener: None,
@@ -309,6 +317,9 @@ impl EventLoop {
         loop {
             self.counters.passes += 1;
             self.now = Instant::now();
+            if self.placement.as_ref().is_some_and(|p| p.due(self.now)) {
+                self.place();
+            }
             if !self.lingering.is_empty() {
                 self.expire_lingering();
             }
@@ -395,6 +406,59 @@ impl EventLoop {
         // socket it was lent: those descriptor numbers stay taken until the process exits,
         // so nothing it opens meanwhile can receive that write.
         std::mem::forget(std::mem::take(&mut self.reserved));
+    }
+
+    /// `--cpu-affinity adaptive`: a window has passed; judge it, and pin or spread this
+    /// worker's threads as `Placement` says.
+    fn place(&mut self) {
+        let Some(mut placement) = self.placement.take() else {
+            return;
+        };
+        let cpus = match crate::sys::cpu_ticks() {
+            Ok(cpus) => cpus,
+            Err(e) => {
+                log::warning!("--cpu-affinity adaptive: cannot read /proc/stat ({e}): not placing");
+                return;
+            }
+        };
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() };
+        let threads = std::iter::once(me)
+            .chain(
+                self.handlers
+                    .iter()
+                    .filter_map(|h| Some(h.join.as_ref()?.as_pthread_t())),
+            )
+            .map(|t| crate::sys::thread_cpu_time(t).unwrap_or_default())
+            .collect();
+        let reading = Reading {
+            at: self.now,
+            used: crate::sys::process_cpu_time(),
+            threads,
+            cpus,
+        };
+        let (to, what) = match placement.judge(reading, crate::sys::current_cpu()) {
+            Move::Stay => {
+                self.placement = Some(placement);
+                return;
+            }
+            Move::Pin(cpu) => (vec![cpu], format!("CPU {cpu}")),
+            Move::Spread => (
+                placement.allowed().to_vec(),
+                "every allowed CPU".to_string(),
+            ),
+        };
+        match crate::sys::set_process_cpus(&to) {
+            Ok(()) => log::info!("this worker's threads now run on {what}"),
+            Err(e) => {
+                log::warning!("cannot move this worker's threads to {what} ({e})");
+                if placement.pinned().is_some() {
+                    placement.failed(self.now);
+                    let _ = crate::sys::set_process_cpus(placement.allowed());
+                }
+            }
+        }
+        self.placement = Some(placement);
     }
 
     /// Writes the pipeline counters to the log (`--stats` at exit, and SIGUSR2).

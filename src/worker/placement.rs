@@ -1,0 +1,433 @@
+//! `--cpu-affinity adaptive`: a worker's threads (its loop, its handlers, any the app
+//! started) share one CPU while that suits them, and spread again when it does not.
+//!
+//! Apart, the kernel places the two threads among whatever else runs (a load generator, a
+//! proxy on the same host): on a machine with few cores the handler waits behind another
+//! process on one core while the loop's core idles between its passes, because an idle
+//! spell that short does not pull the waiting thread over. Together on one core they
+//! take turns instead (the loop reads a pass of requests and sleeps, the handler serves
+//! them and sleeps), and the rest of the machine is left to the rest. That wins only while
+//! the worker needs less than a core: an app whose Python keeps a core busy loses the
+//! share of it its loop takes (BENCHMARKS.md, "`--cpu-affinity`").
+//!
+//! So once a second (while it has work) the loop judges from the worker's CPU time and
+//! each CPU's from `/proc/stat` ([`Placement::judge`]):
+//!
+//! - apart, it pins them all to the CPU the loop is on after two windows in a row in which the
+//!   worker used some CPU ([`MIN_USE`]) but less than [`PIN_BELOW`] cores, and none of the
+//!   loop and its handlers [`BUSY_THREAD`] of a core or more (a thread that fills a core by
+//!   itself, a handler running a heavy app or a loop with many clients elsewhere, would
+//!   only lose by sharing one);
+//! - pinned, it lets them go after [`SETTLE`] when their CPU is full ([`FULL`]) while
+//!   another allowed CPU idles ([`SPARE`]), or when other threads take [`CROWDED`] of
+//!   their CPU; then it waits [`HOLD_OFF`] (doubled each time, up to [`HOLD_OFF_MAX`])
+//!   before it pins again, so a worker on the edge does not flap.
+
+use std::time::{Duration, Instant};
+
+use crate::sys::CpuTicks;
+
+/// How long a window is, at least.
+pub const WINDOW: Duration = Duration::from_secs(1);
+/// Apart: pin when the worker used less than this many cores, ...
+pub const PIN_BELOW: f64 = 1.2;
+/// ... and at least this many (an idle worker stays as it is), ...
+pub const MIN_USE: f64 = 0.02;
+/// ... and none of its loop and handler threads this much of a core.
+pub const BUSY_THREAD: f64 = 0.85;
+/// Pinned: no judgement this long after pinning.
+pub const SETTLE: Duration = Duration::from_secs(3);
+/// Pinned: its CPU counts as full below this idle share, ...
+pub const FULL: f64 = 0.1;
+/// ... and another CPU as spare from this idle share.
+pub const SPARE: f64 = 0.3;
+/// Pinned: others (busy time on its CPU beyond the worker's own) above this share crowd it.
+pub const CROWDED: f64 = 0.3;
+/// After letting go: no pinning again for this long at first, ...
+pub const HOLD_OFF: Duration = Duration::from_secs(30);
+/// ... doubled at each letting go, up to this.
+pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
+
+/// One reading: when, the worker's CPU time so far, its loop's and each handler's (in the
+/// same order every time), and every CPU's ticks so far.
+#[derive(Clone, Debug)]
+pub struct Reading {
+    pub at: Instant,
+    pub used: Duration,
+    pub threads: Vec<Duration>,
+    pub cpus: Vec<CpuTicks>,
+}
+
+/// What the loop is to do with its threads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Move {
+    Stay,
+    /// Pin the loop and every handler to this CPU.
+    Pin(usize),
+    /// Let them run on every allowed CPU again.
+    Spread,
+}
+
+/// The state of one worker's placement.
+#[derive(Debug)]
+pub struct Placement {
+    /// The CPUs the worker may run on (at start).
+    allowed: Vec<usize>,
+    pinned: Option<usize>,
+    /// No move before this.
+    quiet_until: Instant,
+    hold_off: Duration,
+    last: Option<Reading>,
+    /// Windows in a row, apart, in which pinning suited.
+    suited: u32,
+}
+
+impl Placement {
+    /// For a worker that may run on `allowed`; `None` when that is one CPU (nothing to
+    /// choose).
+    pub fn new(allowed: Vec<usize>, now: Instant) -> Option<Placement> {
+        (allowed.len() > 1).then_some(Placement {
+            allowed,
+            pinned: None,
+            quiet_until: now,
+            hold_off: HOLD_OFF,
+            last: None,
+            suited: 0,
+        })
+    }
+
+    /// The CPUs to spread over.
+    pub fn allowed(&self) -> &[usize] {
+        &self.allowed
+    }
+
+    pub fn pinned(&self) -> Option<usize> {
+        self.pinned
+    }
+
+    /// Whether a window has passed since the last reading (the loop's cheap check).
+    pub fn due(&self, now: Instant) -> bool {
+        self.last.as_ref().is_none_or(|l| now >= l.at + WINDOW)
+    }
+
+    /// Takes a reading; `on` is the CPU the loop runs on now. The caller makes the move
+    /// and, if it fails, calls [`failed`](Self::failed).
+    pub fn judge(&mut self, now: Reading, on: Option<usize>) -> Move {
+        let Some(last) = self.last.replace(now.clone()) else {
+            return Move::Stay;
+        };
+        let at = now.at;
+        let secs = at.saturating_duration_since(last.at).as_secs_f64();
+        if secs <= 0.0 || at < self.quiet_until {
+            self.suited = 0;
+            return Move::Stay;
+        }
+        let used = now.used.saturating_sub(last.used).as_secs_f64() / secs;
+        let Some(cpu) = self.pinned else {
+            let busiest = now
+                .threads
+                .iter()
+                .zip(&last.threads)
+                .map(|(b, a)| b.saturating_sub(*a).as_secs_f64() / secs)
+                .fold(0.0, f64::max);
+            if (MIN_USE..PIN_BELOW).contains(&used) && busiest < BUSY_THREAD {
+                self.suited += 1;
+            } else {
+                self.suited = 0;
+            }
+            return match on {
+                Some(cpu) if self.suited >= 2 && self.allowed.contains(&cpu) => {
+                    self.suited = 0;
+                    self.pinned = Some(cpu);
+                    self.quiet_until = at + SETTLE;
+                    Move::Pin(cpu)
+                }
+                _ => Move::Stay,
+            };
+        };
+        // A CPU's (busy, idle) shares over the window.
+        let shares = |c: usize| {
+            let a = last.cpus.iter().find(|t| t.cpu == c)?;
+            let b = now.cpus.iter().find(|t| t.cpu == c)?;
+            let total = b.total.saturating_sub(a.total);
+            (total > 0).then(|| {
+                let share = |x: u64, y: u64| y.saturating_sub(x) as f64 / total as f64;
+                (share(a.busy, b.busy), share(a.idle, b.idle))
+            })
+        };
+        let Some((busy_here, idle_here)) = shares(cpu) else {
+            return Move::Stay;
+        };
+        let spare_elsewhere = self
+            .allowed
+            .iter()
+            .filter(|&&c| c != cpu)
+            .filter_map(|&c| shares(c))
+            .any(|(_, idle)| idle >= SPARE);
+        let crowded = busy_here - used >= CROWDED;
+        if crowded || (idle_here < FULL && spare_elsewhere) {
+            self.spread(at);
+            Move::Spread
+        } else {
+            Move::Stay
+        }
+    }
+
+    /// The move could not be made: the threads stay (or are put back) apart, and pinning
+    /// waits as after letting go.
+    pub fn failed(&mut self, at: Instant) {
+        self.spread(at);
+    }
+
+    fn spread(&mut self, at: Instant) {
+        self.pinned = None;
+        self.suited = 0;
+        self.quiet_until = at + self.hold_off;
+        self.hold_off = (self.hold_off * 2).min(HOLD_OFF_MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Readings one second apart: the worker's CPU use in that second (its busiest thread
+    /// half of it unless said), and each CPU's (busy, idle) share in it, out of 100 ticks
+    /// (the rest interrupt time).
+    struct Feed {
+        at: Instant,
+        used: Duration,
+        busiest: Duration,
+        ticks: Vec<CpuTicks>,
+    }
+
+    impl Feed {
+        fn new(cpus: usize) -> Feed {
+            Feed {
+                at: Instant::now(),
+                used: Duration::ZERO,
+                busiest: Duration::ZERO,
+                ticks: (0..cpus)
+                    .map(|cpu| CpuTicks {
+                        cpu,
+                        busy: 0,
+                        idle: 0,
+                        total: 0,
+                    })
+                    .collect(),
+            }
+        }
+
+        fn first(&self) -> Reading {
+            Reading {
+                at: self.at,
+                used: self.used,
+                threads: vec![self.busiest],
+                cpus: self.ticks.clone(),
+            }
+        }
+
+        fn next(&mut self, used: f64, shares: &[(u64, u64)]) -> Reading {
+            self.next_with(used, used / 2.0, shares)
+        }
+
+        fn next_with(&mut self, used: f64, busiest: f64, shares: &[(u64, u64)]) -> Reading {
+            self.at += WINDOW;
+            self.used += Duration::from_secs_f64(used);
+            self.busiest += Duration::from_secs_f64(busiest);
+            for (t, &(busy, idle)) in self.ticks.iter_mut().zip(shares) {
+                t.busy += busy;
+                t.idle += idle;
+                t.total += 100.max(busy + idle);
+            }
+            self.first()
+        }
+    }
+
+    fn placement(feed: &Feed) -> Placement {
+        Placement::new(vec![0, 1], feed.at).unwrap()
+    }
+
+    #[test]
+    fn one_cpu_has_nothing_to_place() {
+        assert!(Placement::new(vec![3], Instant::now()).is_none());
+    }
+
+    #[test]
+    fn pins_after_two_windows_under_a_core_and_stays_while_the_others_are_busy() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        assert_eq!(p.judge(feed.first(), Some(1)), Move::Stay);
+        // A light load, but the client's core keeps the other one busy: hello world
+        // beside its load generator (0.94 cores apart).
+        assert_eq!(
+            p.judge(feed.next(0.94, &[(80, 10), (60, 30)]), Some(1)),
+            Move::Stay
+        );
+        assert_eq!(
+            p.judge(feed.next(0.95, &[(80, 10), (60, 30)]), Some(1)),
+            Move::Pin(1)
+        );
+        assert_eq!(p.pinned(), Some(1));
+        // Pinned: its CPU full, the other one busy too: it stays, also after settling.
+        for _ in 0..10 {
+            assert_eq!(
+                p.judge(feed.next(0.9, &[(90, 5), (90, 0)]), Some(1)),
+                Move::Stay
+            );
+        }
+    }
+
+    #[test]
+    fn a_thread_filling_a_core_or_an_idle_or_busy_worker_is_not_pinned() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(0));
+        // Flask: its handler alone keeps a core busy (1.06-1.10 cores apart).
+        for _ in 0..5 {
+            let r = feed.next_with(1.07, 0.99, &[(100, 0), (20, 75)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+        // A loop with its clients elsewhere, filling a core by itself.
+        for _ in 0..5 {
+            let r = feed.next_with(0.95, 0.9, &[(95, 0), (5, 90)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+        // More than 1.2 cores, however spread.
+        for _ in 0..5 {
+            let r = feed.next(1.3, &[(70, 30), (70, 30)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+        // Idle.
+        for _ in 0..5 {
+            let r = feed.next(0.001, &[(0, 100), (0, 100)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+        // Once under 1.2 cores between two windows over it: not two in a row.
+        for used in [0.9, 1.3, 0.9, 1.3] {
+            let r = feed.next(used, &[(90, 10), (30, 70)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+    }
+
+    #[test]
+    fn a_full_cpu_beside_a_spare_one_spreads_after_settling_then_holds_off() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(0));
+        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+        // The app now needs more than the core it has, and CPU 1 idles: not while
+        // settling (3 s), then spread.
+        for _ in 0..2 {
+            assert_eq!(
+                p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
+                Move::Stay
+            );
+        }
+        assert_eq!(
+            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
+            Move::Spread
+        );
+        assert_eq!(p.pinned(), None);
+        // Light again: no pinning during the hold-off (30 s) ...
+        for _ in 0..29 {
+            assert_eq!(
+                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+                Move::Stay
+            );
+        }
+        // ... then at its second window.
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Stay
+        );
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+        // The next hold-off is twice as long.
+        for _ in 0..3 {
+            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0));
+        }
+        assert_eq!(p.pinned(), None);
+        for _ in 0..59 {
+            assert_eq!(
+                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+                Move::Stay
+            );
+        }
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Stay
+        );
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+    }
+
+    #[test]
+    fn others_crowding_its_cpu_spread_it() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(1));
+        p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
+        assert_eq!(
+            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1)),
+            Move::Pin(1)
+        );
+        for _ in 0..2 {
+            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
+        }
+        // Another process lands on CPU 1 and takes 60 % of it; CPU 0 is busy too (so
+        // "full beside spare" does not apply): crowded.
+        assert_eq!(
+            p.judge(feed.next(0.3, &[(95, 5), (90, 10)]), Some(1)),
+            Move::Spread
+        );
+    }
+
+    #[test]
+    fn interrupt_time_is_neither_idle_nor_anyones() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(0));
+        p.judge(feed.next(0.7, &[(70, 30), (60, 20)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.7, &[(70, 30), (60, 20)]), Some(0)),
+            Move::Pin(0)
+        );
+        // Its CPU: 75 ticks of its own threads, 25 of softirq (loopback receives), none
+        // idle; the other: the client, 10 idle. Neither crowded nor spare elsewhere.
+        for _ in 0..10 {
+            assert_eq!(
+                p.judge(feed.next(0.75, &[(75, 0), (90, 10)]), Some(0)),
+                Move::Stay
+            );
+        }
+    }
+
+    #[test]
+    fn a_failed_move_holds_off_like_letting_go() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(0));
+        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+        p.failed(feed.at);
+        assert_eq!(p.pinned(), None);
+        for _ in 0..29 {
+            assert_eq!(
+                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+                Move::Stay
+            );
+        }
+    }
+}
