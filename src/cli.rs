@@ -466,7 +466,8 @@ pub struct Cli {
     /// (round robin when there are more workers than CPUs), or a list such as `0,2,4-7` to
     /// take them from; `adaptive` pins a worker to the CPU its loop is on only while it uses
     /// under 1.2 cores and none of its loop and handler threads fills one, and lets it go
-    /// when that CPU is full and another idles (judged each second; threaded mode only);
+    /// when that CPU is full while another idles, or other processes crowd it (judged each
+    /// second; threaded mode only);
     /// `none` (the default) pins nothing. A worker's loop and handlers then hand requests
     /// over within one core. For apps light on Python: one whose Python keeps a core busy
     /// loses the other core its loop would use (docs/operations.md).

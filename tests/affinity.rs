@@ -397,10 +397,13 @@ fn adaptive_pins_a_light_worker_and_spreads_one_that_fills_its_cpu() {
     let mut seen = None;
     let pinned = wait_until(Duration::from_secs(15), || {
         let now = cpus_of_threads(pid);
-        let together = now[0].len() == 1 && now.iter().all(|c| *c == now[0]);
+        let together = now.iter().all(|c| c.len() == 1 && *c == now[0]);
         seen = Some(now);
         together
     });
+    // Past the settling time, still pinned, to the same CPU.
+    std::thread::sleep(Duration::from_secs(5));
+    let later = cpus_of_threads(pid);
     let answered = stop_asking(light);
     assert!(
         pinned,
@@ -410,6 +413,12 @@ fn adaptive_pins_a_light_worker_and_spreads_one_that_fills_its_cpu() {
     assert!(s
         .log_text()
         .contains("this worker's threads now run on CPU"));
+    assert_eq!(
+        Some(&later),
+        seen.as_ref(),
+        "a light worker did not stay pinned\n{}",
+        s.log_text()
+    );
 
     // Three clients without pause: the handler keeps its CPU full.
     let heavy = keep_asking(&s, "/spin?ms=5", 3, Duration::ZERO);

@@ -24,6 +24,10 @@ pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
     pub wake: WakeFlag,
     pub waker: mio::Waker,
+    /// `--cpu-affinity adaptive` has pinned the worker's threads to one CPU: a handler's
+    /// wait does not spin (`park::set_spin`). Relaxed both ways: a hint read before each
+    /// wait, with nothing published by it.
+    pub on_one_cpu: AtomicBool,
 }
 
 impl LoopShared {

@@ -102,8 +102,11 @@ pub fn set_process_cpus(cpus: &[usize]) -> std::io::Result<()> {
         else {
             continue;
         };
-        // SAFETY: sched_setaffinity reads the live set of the given size; `tid` names a
-        // thread of this process (or one that has exited: ESRCH).
+        // SAFETY: sched_setaffinity reads the live set of the given size. `tid` was a thread
+        // of this process when listed; one that has exited since gives ESRCH (were its
+        // number reused by then, the call would set another thread's CPUs: a window of one
+        // listing). A thread started during the walk by one not yet moved keeps its
+        // creator's old set.
         let res = unsafe {
             syscall!(sched_setaffinity(
                 tid,
@@ -127,26 +130,8 @@ pub fn current_cpu() -> Option<usize> {
     usize::try_from(unsafe { libc::sched_getcpu() }).ok()
 }
 
-/// The CPU time every thread of this process has used so far.
-pub fn process_cpu_time() -> std::time::Duration {
-    // SAFETY: an all-zero timespec is a valid value for the call to overwrite.
-    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
-    // SAFETY: clock_gettime writes one timespec into the live `ts`.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) } != 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-/// The CPU time thread `thread` (a live thread of this process) has used so far; `None`
-/// if its clock cannot be read.
-pub fn thread_cpu_time(thread: libc::pthread_t) -> Option<std::time::Duration> {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: the caller passes the handle of a thread that has not been joined; the call
-    // writes one clockid_t into the live `clock`. It returns an error number, not -1.
-    if unsafe { libc::pthread_getcpuclockid(thread, &mut clock) } != 0 {
-        return None;
-    }
+/// What `clock` reads now, as a duration; `None` if it cannot be read.
+fn clock_time(clock: libc::clockid_t) -> Option<std::time::Duration> {
     // SAFETY: an all-zero timespec is a valid value for the call to overwrite.
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: clock_gettime writes one timespec into the live `ts`.
@@ -154,9 +139,32 @@ pub fn thread_cpu_time(thread: libc::pthread_t) -> Option<std::time::Duration> {
         return None;
     }
     Some(std::time::Duration::new(
-        ts.tv_sec as u64,
-        ts.tv_nsec as u32,
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
     ))
+}
+
+/// The CPU time every thread of this process has used so far.
+pub fn process_cpu_time() -> std::time::Duration {
+    clock_time(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or_default()
+}
+
+/// The CPU time the calling thread has used so far.
+pub fn own_cpu_time() -> std::time::Duration {
+    clock_time(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or_default()
+}
+
+/// The CPU time `thread` has used so far; `None` if its clock cannot be read.
+pub fn thread_cpu_time<T>(thread: &std::thread::JoinHandle<T>) -> Option<std::time::Duration> {
+    use std::os::unix::thread::JoinHandleExt;
+    let mut clock: libc::clockid_t = 0;
+    // SAFETY: a JoinHandle not yet joined keeps its thread's pthread_t valid (the thread
+    // may have exited, but it is not detached, so the handle is not reused); the call
+    // writes one clockid_t into the live `clock`, and returns an error number, not -1.
+    if unsafe { libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut clock) } != 0 {
+        return None;
+    }
+    clock_time(clock)
 }
 
 /// One CPU's time since boot from `/proc/stat`, in clock ticks: what tasks ran on it

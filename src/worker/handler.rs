@@ -56,8 +56,9 @@ fn run(setup: HandlerSetup) {
     if batch_scheduling {
         super::enter_batch_scheduling("handler");
     }
-    // Pinned to one CPU (`--cpu-affinity`, `taskset`), waiting spins for nothing.
-    park::set_spin(crate::sys::allowed_cpus().map_or(true, |cpus| cpus.len() > 1));
+    // Pinned to one CPU (`--cpu-affinity`, `taskset`, or for a while by `adaptive`), waiting
+    // spins for nothing.
+    let may_spin = crate::sys::allowed_cpus().map_or(true, |cpus| cpus.len() > 1);
     let loop_waker = loop_shared.clone();
     // Wakes the loop (if it sleeps) for the responses whose wake was deferred.
     let pay_owed = |all: bool| {
@@ -117,6 +118,8 @@ fn run(setup: HandlerSetup) {
             let credits = bridge.credits();
             // (A handler with its deferred requests full waits for a body, not the ring.)
             let takes = bridge.takes_requests();
+            // Relaxed: see `LoopShared::on_one_cpu`.
+            park::set_spin(may_spin && !loop_waker.on_one_cpu.load(Ordering::Relaxed));
             let parks = py.detach(move || {
                 park::wait_until(&flag.wake, || {
                     (takes && !waiting.is_empty())

@@ -10,8 +10,9 @@
 //! the worker needs less than a core: an app whose Python keeps a core busy loses the
 //! share of it its loop takes (BENCHMARKS.md, "`--cpu-affinity`").
 //!
-//! So once a second (while it has work) the loop judges from the worker's CPU time and
-//! each CPU's from `/proc/stat` ([`Placement::judge`]):
+//! So on its first pass after each [`WINDOW`] (a window is as long as the loop slept,
+//! when it did) the loop judges from the worker's CPU time, its own and each handler's,
+//! and each CPU's from `/proc/stat` ([`Placement::judge`]):
 //!
 //! - apart, it pins them all to the CPU the loop is on after two windows in a row in which the
 //!   worker used some CPU ([`MIN_USE`]) but less than [`PIN_BELOW`] cores, and none of the
@@ -19,9 +20,13 @@
 //!   itself, a handler running a heavy app or a loop with many clients elsewhere, would
 //!   only lose by sharing one);
 //! - pinned, it lets them go after [`SETTLE`] when their CPU is full ([`FULL`]) while
-//!   another allowed CPU idles ([`SPARE`]), or when other threads take [`CROWDED`] of
-//!   their CPU; then it waits [`HOLD_OFF`] (doubled each time, up to [`HOLD_OFF_MAX`])
+//!   another allowed CPU idles ([`SPARE`]), when other threads take [`CROWDED`] of
+//!   their CPU, or when that CPU is gone; then it waits [`HOLD_OFF`] (doubled each time,
+//!   up to [`HOLD_OFF_MAX`], and back to the first after a pin that held that long)
 //!   before it pins again, so a worker on the edge does not flap.
+//!
+//! Several workers each pin to where their own loop is; two that land on one CPU crowd
+//! each other and spread again.
 
 use std::time::{Duration, Instant};
 
@@ -64,16 +69,21 @@ pub enum Move {
     Stay,
     /// Pin the loop and every handler to this CPU.
     Pin(usize),
-    /// Let them run on every allowed CPU again.
-    Spread,
+    /// Let them run on every allowed CPU again, for this reason.
+    Spread(&'static str),
 }
 
 /// The state of one worker's placement.
 #[derive(Debug)]
 pub struct Placement {
-    /// The CPUs the worker may run on (at start).
+    /// The CPUs the worker may run on, as last seen apart.
     allowed: Vec<usize>,
     pinned: Option<usize>,
+    /// Since when, and the hold-off before that pin (for `spread_failed`).
+    pinned_at: Instant,
+    hold_off_before: Duration,
+    /// The CPU of the last spread, until the next judgement.
+    spread_from: Option<usize>,
     /// No move before this.
     quiet_until: Instant,
     hold_off: Duration,
@@ -89,6 +99,9 @@ impl Placement {
         (allowed.len() > 1).then_some(Placement {
             allowed,
             pinned: None,
+            pinned_at: now,
+            hold_off_before: HOLD_OFF,
+            spread_from: None,
             quiet_until: now,
             hold_off: HOLD_OFF,
             last: None,
@@ -101,6 +114,20 @@ impl Placement {
         &self.allowed
     }
 
+    /// The CPUs the worker may run on now (read while apart: `taskset` may have narrowed
+    /// them since).
+    pub fn set_allowed(&mut self, cpus: Vec<usize>) {
+        if !cpus.is_empty() {
+            self.allowed = cpus;
+        }
+    }
+
+    /// Whether the next judgement uses each CPU's ticks: while pinned, and for the
+    /// window that may pin (its reading is the first a pinned judgement compares with).
+    pub fn wants_cpu_ticks(&self) -> bool {
+        self.pinned.is_some() || self.suited >= 1
+    }
+
     pub fn pinned(&self) -> Option<usize> {
         self.pinned
     }
@@ -111,8 +138,10 @@ impl Placement {
     }
 
     /// Takes a reading; `on` is the CPU the loop runs on now. The caller makes the move
-    /// and, if it fails, calls [`failed`](Self::failed).
+    /// and, if it fails, calls [`failed`](Self::failed) (a pin) or
+    /// [`spread_failed`](Self::spread_failed).
     pub fn judge(&mut self, now: Reading, on: Option<usize>) -> Move {
+        self.spread_from = None;
         let Some(last) = self.last.replace(now.clone()) else {
             return Move::Stay;
         };
@@ -139,6 +168,7 @@ impl Placement {
                 Some(cpu) if self.suited >= 2 && self.allowed.contains(&cpu) => {
                     self.suited = 0;
                     self.pinned = Some(cpu);
+                    self.pinned_at = at;
                     self.quiet_until = at + SETTLE;
                     Move::Pin(cpu)
                 }
@@ -155,6 +185,11 @@ impl Placement {
                 (share(a.busy, b.busy), share(a.idle, b.idle))
             })
         };
+        if !now.cpus.iter().any(|t| t.cpu == cpu) {
+            // Offline, or /proc/stat unreadable: nothing says staying is right.
+            self.spread(at);
+            return Move::Spread("its CPU is not in /proc/stat");
+        }
         let Some((busy_here, idle_here)) = shares(cpu) else {
             return Move::Stay;
         };
@@ -164,13 +199,15 @@ impl Placement {
             .filter(|&&c| c != cpu)
             .filter_map(|&c| shares(c))
             .any(|(_, idle)| idle >= SPARE);
-        let crowded = busy_here - used >= CROWDED;
-        if crowded || (idle_here < FULL && spare_elsewhere) {
-            self.spread(at);
-            Move::Spread
+        let why = if busy_here - used >= CROWDED {
+            "other threads take much of its CPU"
+        } else if idle_here < FULL && spare_elsewhere {
+            "its CPU is full while another idles"
         } else {
-            Move::Stay
-        }
+            return Move::Stay;
+        };
+        self.spread(at);
+        Move::Spread(why)
     }
 
     /// The move could not be made: the threads stay (or are put back) apart, and pinning
@@ -179,9 +216,24 @@ impl Placement {
         self.spread(at);
     }
 
+    /// Spreading could not be done: the threads are still pinned, to be judged again at
+    /// the next window as before.
+    pub fn spread_failed(&mut self) {
+        if let Some(cpu) = self.spread_from.take() {
+            self.pinned = Some(cpu);
+            self.hold_off = self.hold_off_before;
+            self.quiet_until = self.last.as_ref().map_or(self.pinned_at, |l| l.at);
+        }
+    }
+
     fn spread(&mut self, at: Instant) {
-        self.pinned = None;
+        self.spread_from = self.pinned.take();
+        self.hold_off_before = self.hold_off;
         self.suited = 0;
+        if at.saturating_duration_since(self.pinned_at) >= HOLD_OFF_MAX {
+            // A pin that held this long was no flapping.
+            self.hold_off = HOLD_OFF;
+        }
         self.quiet_until = at + self.hold_off;
         self.hold_off = (self.hold_off * 2).min(HOLD_OFF_MAX);
     }
@@ -330,7 +382,7 @@ mod tests {
         }
         assert_eq!(
             p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
-            Move::Spread
+            Move::Spread("its CPU is full while another idles")
         );
         assert_eq!(p.pinned(), None);
         // Light again: no pinning during the hold-off (30 s) ...
@@ -387,7 +439,105 @@ mod tests {
         // "full beside spare" does not apply): crowded.
         assert_eq!(
             p.judge(feed.next(0.3, &[(95, 5), (90, 10)]), Some(1)),
-            Move::Spread
+            Move::Spread("other threads take much of its CPU")
+        );
+    }
+
+    #[test]
+    fn a_pinned_cpu_gone_from_proc_stat_spreads() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(1));
+        p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
+        assert_eq!(
+            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1)),
+            Move::Pin(1)
+        );
+        for _ in 0..2 {
+            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
+        }
+        let mut r = feed.next(0.3, &[(50, 50), (30, 70)]);
+        r.cpus.retain(|t| t.cpu != 1);
+        assert!(matches!(p.judge(r, Some(1)), Move::Spread(_)));
+        assert_eq!(p.pinned(), None);
+    }
+
+    #[test]
+    fn a_failed_spread_stays_pinned_and_is_judged_again() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(0));
+        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+        for _ in 0..2 {
+            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0));
+        }
+        assert!(matches!(
+            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
+            Move::Spread(_)
+        ));
+        p.spread_failed();
+        assert_eq!(p.pinned(), Some(0));
+        assert!(matches!(
+            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
+            Move::Spread(_)
+        ));
+        // The hold-off after it is the first one, not doubled by the failed try.
+        for _ in 0..29 {
+            let r = feed.next(0.5, &[(50, 50), (10, 90)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+    }
+
+    #[test]
+    fn a_long_pin_resets_the_hold_off() {
+        let mut feed = Feed::new(2);
+        let mut p = placement(&feed);
+        p.judge(feed.first(), Some(0));
+        // Flap three times: the hold-off grows to 240 s.
+        for hold in [30, 60, 120] {
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+            assert_eq!(
+                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+                Move::Pin(0)
+            );
+            for _ in 0..3 {
+                p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0));
+            }
+            assert_eq!(p.pinned(), None);
+            for _ in 0..hold - 1 {
+                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+            }
+        }
+        // Then a pin that holds ten minutes: the next hold-off is 30 s again.
+        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
+        );
+        for _ in 0..600 {
+            let r = feed.next(0.5, &[(50, 50), (90, 10)]);
+            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+        }
+        assert!(matches!(
+            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
+            Move::Spread(_)
+        ));
+        for _ in 0..29 {
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        }
+        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
+        assert_eq!(
+            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
+            Move::Pin(0)
         );
     }
 

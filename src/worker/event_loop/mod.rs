@@ -411,25 +411,32 @@ impl EventLoop {
     /// `--cpu-affinity adaptive`: a window has passed; judge it, and pin or spread this
     /// worker's threads as `Placement` says.
     fn place(&mut self) {
-        let Some(mut placement) = self.placement.take() else {
+        let Some(placement) = self.placement.as_mut() else {
             return;
         };
-        let cpus = match crate::sys::cpu_ticks() {
-            Ok(cpus) => cpus,
-            Err(e) => {
-                log::warning!("--cpu-affinity adaptive: cannot read /proc/stat ({e}): not placing");
-                return;
+        if placement.pinned().is_none() {
+            // Apart, the threads may run where this one may: the set to spread to again
+            // (narrowed by `taskset` since, perhaps).
+            if let Ok(now) = crate::sys::allowed_cpus() {
+                placement.set_allowed(now);
             }
+        }
+        // /proc/stat only when the judgement uses it; an unreadable one (descriptors run
+        // out, say) judges on without it, which spreads a pinned worker.
+        let cpus = if placement.wants_cpu_ticks() {
+            crate::sys::cpu_ticks().unwrap_or_else(|e| {
+                log::warning!("--cpu-affinity adaptive: cannot read /proc/stat ({e})");
+                Vec::new()
+            })
+        } else {
+            Vec::new()
         };
-        // SAFETY: pthread_self has no preconditions.
-        let me = unsafe { libc::pthread_self() };
-        let threads = std::iter::once(me)
+        let threads = std::iter::once(crate::sys::own_cpu_time())
             .chain(
                 self.handlers
                     .iter()
-                    .filter_map(|h| Some(h.join.as_ref()?.as_pthread_t())),
+                    .filter_map(|h| crate::sys::thread_cpu_time(h.join.as_ref()?)),
             )
-            .map(|t| crate::sys::thread_cpu_time(t).unwrap_or_default())
             .collect();
         let reading = Reading {
             at: self.now,
@@ -438,27 +445,36 @@ impl EventLoop {
             cpus,
         };
         let (to, what) = match placement.judge(reading, crate::sys::current_cpu()) {
-            Move::Stay => {
-                self.placement = Some(placement);
-                return;
-            }
+            Move::Stay => return,
             Move::Pin(cpu) => (vec![cpu], format!("CPU {cpu}")),
-            Move::Spread => (
+            Move::Spread(why) => (
                 placement.allowed().to_vec(),
-                "every allowed CPU".to_string(),
+                format!("every allowed CPU ({why})"),
             ),
         };
-        match crate::sys::set_process_cpus(&to) {
-            Ok(()) => log::info!("this worker's threads now run on {what}"),
-            Err(e) => {
+        let moved = crate::sys::set_process_cpus(&to);
+        match (&moved, placement.pinned()) {
+            (Ok(()), pinned) => {
+                // Relaxed: see `LoopShared::on_one_cpu`.
+                self.shared
+                    .on_one_cpu
+                    .store(pinned.is_some(), Ordering::Relaxed);
+                log::info!("this worker's threads now run on {what}");
+            }
+            (Err(e), Some(_)) => {
+                // Pinning failed part-way: back apart, and no pinning for a while.
                 log::warning!("cannot move this worker's threads to {what} ({e})");
-                if placement.pinned().is_some() {
-                    placement.failed(self.now);
-                    let _ = crate::sys::set_process_cpus(placement.allowed());
+                placement.failed(self.now);
+                if let Err(e) = crate::sys::set_process_cpus(placement.allowed()) {
+                    log::warning!("cannot move this worker's threads back ({e})");
                 }
             }
+            (Err(e), None) => {
+                // Spreading failed: still pinned; the next window tries again.
+                log::warning!("cannot move this worker's threads to {what} ({e})");
+                placement.spread_failed();
+            }
         }
-        self.placement = Some(placement);
     }
 
     /// Writes the pipeline counters to the log (`--stats` at exit, and SIGUSR2).
