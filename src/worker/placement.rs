@@ -243,23 +243,34 @@ impl Placement {
 mod tests {
     use super::*;
 
-    /// Readings one second apart: the worker's CPU use in that second (its busiest thread
-    /// half of it unless said), and each CPU's (busy, idle) share in it, out of 100 ticks
-    /// (the rest interrupt time).
-    struct Feed {
+    /// Feeds a placement readings one window apart: the worker's CPU use in the window
+    /// (its busiest thread half of it unless said), and each CPU's (busy, idle) share of
+    /// 100 ticks (the rest interrupt time). The loop runs on CPU `on`.
+    struct Driver {
+        p: Placement,
+        on: usize,
         at: Instant,
         used: Duration,
         busiest: Duration,
         ticks: Vec<CpuTicks>,
     }
 
-    impl Feed {
-        fn new(cpus: usize) -> Feed {
-            Feed {
-                at: Instant::now(),
+    /// A light worker beside a busy client: half a core, CPU 0 half idle, CPU 1 90 %.
+    const LIGHT: (f64, [(u64, u64); 2]) = (0.5, [(50, 50), (10, 90)]);
+    /// Its CPU full, the other nearly idle.
+    const FULL_BESIDE_SPARE: (f64, [(u64, u64); 2]) = (1.0, [(100, 0), (5, 95)]);
+
+    impl Driver {
+        /// Two CPUs, the first reading taken.
+        fn new(on: usize) -> Driver {
+            let at = Instant::now();
+            let mut d = Driver {
+                p: Placement::new(vec![0, 1], at).unwrap(),
+                on,
+                at,
                 used: Duration::ZERO,
                 busiest: Duration::ZERO,
-                ticks: (0..cpus)
+                ticks: (0..2)
                     .map(|cpu| CpuTicks {
                         cpu,
                         busy: 0,
@@ -267,10 +278,13 @@ mod tests {
                         total: 0,
                     })
                     .collect(),
-            }
+            };
+            let first = d.reading();
+            assert_eq!(d.p.judge(first, Some(on)), Move::Stay);
+            d
         }
 
-        fn first(&self) -> Reading {
+        fn reading(&self) -> Reading {
             Reading {
                 at: self.at,
                 used: self.used,
@@ -279,25 +293,52 @@ mod tests {
             }
         }
 
-        fn next(&mut self, used: f64, shares: &[(u64, u64)]) -> Reading {
-            self.next_with(used, used / 2.0, shares)
+        fn window(&mut self, (used, shares): (f64, [(u64, u64); 2])) -> Move {
+            self.window_with(used, used / 2.0, shares)
         }
 
-        fn next_with(&mut self, used: f64, busiest: f64, shares: &[(u64, u64)]) -> Reading {
+        fn window_with(&mut self, used: f64, busiest: f64, shares: [(u64, u64); 2]) -> Move {
             self.at += WINDOW;
             self.used += Duration::from_secs_f64(used);
             self.busiest += Duration::from_secs_f64(busiest);
-            for (t, &(busy, idle)) in self.ticks.iter_mut().zip(shares) {
+            for (t, (busy, idle)) in self.ticks.iter_mut().zip(shares) {
                 t.busy += busy;
                 t.idle += idle;
                 t.total += 100.max(busy + idle);
             }
-            self.first()
+            let r = self.reading();
+            self.p.judge(r, Some(self.on))
         }
-    }
 
-    fn placement(feed: &Feed) -> Placement {
-        Placement::new(vec![0, 1], feed.at).unwrap()
+        /// `n` windows, each `Stay`.
+        fn stays(&mut self, n: usize, w: (f64, [(u64, u64); 2])) {
+            for i in 0..n {
+                assert_eq!(self.window(w), Move::Stay, "window {i} of {n}");
+            }
+        }
+
+        /// Light windows until pinned, which must take exactly two.
+        fn pin(&mut self) {
+            assert_eq!(self.window(LIGHT), Move::Stay);
+            assert_eq!(self.window(LIGHT), Move::Pin(self.on));
+            assert_eq!(self.p.pinned(), Some(self.on));
+        }
+
+        /// Through the settling time, then spread for its CPU filling up.
+        fn spread_when_full(&mut self) {
+            self.stays(2, FULL_BESIDE_SPARE);
+            assert_eq!(
+                self.window(FULL_BESIDE_SPARE),
+                Move::Spread("its CPU is full while another idles")
+            );
+            assert_eq!(self.p.pinned(), None);
+        }
+
+        /// Light windows: no pin for `secs` windows (the hold-off), then pinned.
+        fn held_off_for(&mut self, secs: usize) {
+            self.stays(secs - 1, LIGHT);
+            self.pin();
+        }
     }
 
     #[test]
@@ -307,277 +348,111 @@ mod tests {
 
     #[test]
     fn pins_after_two_windows_under_a_core_and_stays_while_the_others_are_busy() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        assert_eq!(p.judge(feed.first(), Some(1)), Move::Stay);
-        // A light load, but the client's core keeps the other one busy: hello world
-        // beside its load generator (0.94 cores apart).
-        assert_eq!(
-            p.judge(feed.next(0.94, &[(80, 10), (60, 30)]), Some(1)),
-            Move::Stay
-        );
-        assert_eq!(
-            p.judge(feed.next(0.95, &[(80, 10), (60, 30)]), Some(1)),
-            Move::Pin(1)
-        );
-        assert_eq!(p.pinned(), Some(1));
+        let mut d = Driver::new(1);
+        // Hello world beside its load generator: 0.94 cores apart, no thread near a core.
+        assert_eq!(d.window((0.94, [(80, 10), (60, 30)])), Move::Stay);
+        assert_eq!(d.window((0.95, [(80, 10), (60, 30)])), Move::Pin(1));
         // Pinned: its CPU full, the other one busy too: it stays, also after settling.
-        for _ in 0..10 {
-            assert_eq!(
-                p.judge(feed.next(0.9, &[(90, 5), (90, 0)]), Some(1)),
-                Move::Stay
-            );
-        }
+        d.stays(10, (0.9, [(90, 0), (90, 5)]));
     }
 
     #[test]
     fn a_thread_filling_a_core_or_an_idle_or_busy_worker_is_not_pinned() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(0));
-        // Flask: its handler alone keeps a core busy (1.06-1.10 cores apart).
+        let mut d = Driver::new(0);
         for _ in 0..5 {
-            let r = feed.next_with(1.07, 0.99, &[(100, 0), (20, 75)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+            // Flask: its handler alone keeps a core busy (1.06-1.10 cores apart).
+            assert_eq!(d.window_with(1.07, 0.99, [(100, 0), (20, 75)]), Move::Stay);
+            // A loop with its clients elsewhere, filling a core by itself.
+            assert_eq!(d.window_with(0.95, 0.9, [(95, 0), (5, 90)]), Move::Stay);
         }
-        // A loop with its clients elsewhere, filling a core by itself.
-        for _ in 0..5 {
-            let r = feed.next_with(0.95, 0.9, &[(95, 0), (5, 90)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
-        }
-        // More than 1.2 cores, however spread.
-        for _ in 0..5 {
-            let r = feed.next(1.3, &[(70, 30), (70, 30)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
-        }
-        // Idle.
-        for _ in 0..5 {
-            let r = feed.next(0.001, &[(0, 100), (0, 100)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
-        }
-        // Once under 1.2 cores between two windows over it: not two in a row.
+        // More than 1.2 cores, however spread; idle.
+        d.stays(5, (1.3, [(70, 30), (70, 30)]));
+        d.stays(5, (0.001, [(0, 100), (0, 100)]));
+        // Under 1.2 cores between windows over it: never two in a row.
         for used in [0.9, 1.3, 0.9, 1.3] {
-            let r = feed.next(used, &[(90, 10), (30, 70)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
+            assert_eq!(d.window((used, [(90, 10), (30, 70)])), Move::Stay);
         }
     }
 
     #[test]
     fn a_full_cpu_beside_a_spare_one_spreads_after_settling_then_holds_off() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(0));
-        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
-        // The app now needs more than the core it has, and CPU 1 idles: not while
-        // settling (3 s), then spread.
-        for _ in 0..2 {
-            assert_eq!(
-                p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
-                Move::Stay
-            );
-        }
-        assert_eq!(
-            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
-            Move::Spread("its CPU is full while another idles")
-        );
-        assert_eq!(p.pinned(), None);
-        // Light again: no pinning during the hold-off (30 s) ...
-        for _ in 0..29 {
-            assert_eq!(
-                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-                Move::Stay
-            );
-        }
-        // ... then at its second window.
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Stay
-        );
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
-        // The next hold-off is twice as long.
-        for _ in 0..3 {
-            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0));
-        }
-        assert_eq!(p.pinned(), None);
-        for _ in 0..59 {
-            assert_eq!(
-                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-                Move::Stay
-            );
-        }
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Stay
-        );
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
+        let mut d = Driver::new(0);
+        d.pin();
+        d.spread_when_full();
+        // No pinning during the hold-off (30 s), then again; the next one is twice as long.
+        d.held_off_for(30);
+        d.spread_when_full();
+        d.held_off_for(60);
     }
 
     #[test]
     fn others_crowding_its_cpu_spread_it() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(1));
-        p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
-        assert_eq!(
-            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1)),
-            Move::Pin(1)
-        );
-        for _ in 0..2 {
-            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
-        }
+        let mut d = Driver::new(1);
+        d.pin();
+        d.stays(2, LIGHT);
         // Another process lands on CPU 1 and takes 60 % of it; CPU 0 is busy too (so
         // "full beside spare" does not apply): crowded.
         assert_eq!(
-            p.judge(feed.next(0.3, &[(95, 5), (90, 10)]), Some(1)),
+            d.window((0.3, [(95, 5), (90, 10)])),
             Move::Spread("other threads take much of its CPU")
         );
     }
 
     #[test]
     fn a_pinned_cpu_gone_from_proc_stat_spreads() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(1));
-        p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
-        assert_eq!(
-            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1)),
-            Move::Pin(1)
-        );
-        for _ in 0..2 {
-            p.judge(feed.next(0.3, &[(50, 50), (30, 70)]), Some(1));
-        }
-        let mut r = feed.next(0.3, &[(50, 50), (30, 70)]);
+        let mut d = Driver::new(1);
+        d.pin();
+        d.stays(2, LIGHT);
+        d.at += WINDOW;
+        let mut r = d.reading();
         r.cpus.retain(|t| t.cpu != 1);
-        assert!(matches!(p.judge(r, Some(1)), Move::Spread(_)));
-        assert_eq!(p.pinned(), None);
-    }
-
-    #[test]
-    fn a_failed_spread_stays_pinned_and_is_judged_again() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(0));
-        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
-        for _ in 0..2 {
-            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0));
-        }
-        assert!(matches!(
-            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
-            Move::Spread(_)
-        ));
-        p.spread_failed();
-        assert_eq!(p.pinned(), Some(0));
-        assert!(matches!(
-            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
-            Move::Spread(_)
-        ));
-        // The hold-off after it is the first one, not doubled by the failed try.
-        for _ in 0..29 {
-            let r = feed.next(0.5, &[(50, 50), (10, 90)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
-        }
-        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
-    }
-
-    #[test]
-    fn a_long_pin_resets_the_hold_off() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(0));
-        // Flap three times: the hold-off grows to 240 s.
-        for hold in [30, 60, 120] {
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-            assert_eq!(
-                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-                Move::Pin(0)
-            );
-            for _ in 0..3 {
-                p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0));
-            }
-            assert_eq!(p.pinned(), None);
-            for _ in 0..hold - 1 {
-                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-            }
-        }
-        // Then a pin that holds ten minutes: the next hold-off is 30 s again.
-        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
-        for _ in 0..600 {
-            let r = feed.next(0.5, &[(50, 50), (90, 10)]);
-            assert_eq!(p.judge(r, Some(0)), Move::Stay);
-        }
-        assert!(matches!(
-            p.judge(feed.next(1.0, &[(100, 0), (5, 95)]), Some(0)),
-            Move::Spread(_)
-        ));
-        for _ in 0..29 {
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        }
-        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
+        assert!(matches!(d.p.judge(r, Some(1)), Move::Spread(_)));
+        assert_eq!(d.p.pinned(), None);
     }
 
     #[test]
     fn interrupt_time_is_neither_idle_nor_anyones() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(0));
-        p.judge(feed.next(0.7, &[(70, 30), (60, 20)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.7, &[(70, 30), (60, 20)]), Some(0)),
-            Move::Pin(0)
-        );
+        let mut d = Driver::new(0);
+        d.pin();
         // Its CPU: 75 ticks of its own threads, 25 of softirq (loopback receives), none
         // idle; the other: the client, 10 idle. Neither crowded nor spare elsewhere.
-        for _ in 0..10 {
-            assert_eq!(
-                p.judge(feed.next(0.75, &[(75, 0), (90, 10)]), Some(0)),
-                Move::Stay
-            );
-        }
+        d.stays(10, (0.75, [(75, 0), (90, 10)]));
     }
 
     #[test]
-    fn a_failed_move_holds_off_like_letting_go() {
-        let mut feed = Feed::new(2);
-        let mut p = placement(&feed);
-        p.judge(feed.first(), Some(0));
-        p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0));
-        assert_eq!(
-            p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-            Move::Pin(0)
-        );
-        p.failed(feed.at);
-        assert_eq!(p.pinned(), None);
-        for _ in 0..29 {
-            assert_eq!(
-                p.judge(feed.next(0.5, &[(50, 50), (10, 90)]), Some(0)),
-                Move::Stay
-            );
+    fn a_failed_pin_holds_off_like_a_spread() {
+        let mut d = Driver::new(0);
+        d.pin();
+        d.p.failed(d.at);
+        assert_eq!(d.p.pinned(), None);
+        d.held_off_for(30);
+    }
+
+    #[test]
+    fn a_failed_spread_stays_pinned_and_is_judged_again() {
+        let mut d = Driver::new(0);
+        d.pin();
+        d.spread_when_full();
+        d.p.spread_failed();
+        assert_eq!(d.p.pinned(), Some(0));
+        assert!(matches!(d.window(FULL_BESIDE_SPARE), Move::Spread(_)));
+        // The hold-off after it is the first one, not doubled by the failed try.
+        d.held_off_for(30);
+    }
+
+    #[test]
+    fn a_long_pin_resets_the_hold_off() {
+        let mut d = Driver::new(0);
+        // Flapping: the hold-off grows to 240 s.
+        for hold in [30, 60, 120] {
+            d.pin();
+            d.spread_when_full();
+            d.stays(hold - 1, LIGHT);
         }
+        // Then a pin that holds ten minutes: the next hold-off is 30 s again.
+        d.pin();
+        d.stays(600, LIGHT);
+        assert!(matches!(d.window(FULL_BESIDE_SPARE), Move::Spread(_)));
+        d.held_off_for(30);
     }
 }
