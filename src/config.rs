@@ -135,7 +135,7 @@ fn cpu_affinity(spec: &str, allowed: &std::io::Result<Vec<usize>>) -> Result<Vec
         let s = s.trim();
         if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(bad(
-                "expected `auto`, `none`, or CPU numbers and ranges such as 0,2,4-7",
+                "expected `auto`, `adaptive`, `none`, or CPU numbers and ranges such as 0,2,4-7",
             ));
         }
         s.parse::<usize>()

@@ -194,12 +194,12 @@ fn bad_cpu_lists_are_refused_at_start() {
         ),
         (
             "x".to_string(),
-            "expected `auto`, `none`, or CPU numbers and ranges".to_string(),
+            "expected `auto`, `adaptive`, `none`, or CPU numbers and ranges".to_string(),
         ),
         ("1-0".to_string(), "runs backwards".to_string()),
         (
             "0,".to_string(),
-            "expected `auto`, `none`, or CPU numbers and ranges".to_string(),
+            "expected `auto`, `adaptive`, `none`, or CPU numbers and ranges".to_string(),
         ),
     ] {
         let out = run_to_exit(

@@ -88,9 +88,44 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     .map(drop)
 }
 
-/// Sets the CPUs every thread of this process may run on (threads started meanwhile
-/// inherit their creator's). The first error is returned after trying every thread; a
-/// thread that exited meanwhile is no error.
+/// Sets the CPUs the calling thread and each of `threads` (handles of live threads of
+/// this process) may run on. Needs no descriptor.
+pub fn set_threads_cpus<'a, T: 'a>(
+    cpus: &[usize],
+    threads: impl IntoIterator<Item = &'a std::thread::JoinHandle<T>>,
+) -> std::io::Result<()> {
+    use std::os::unix::thread::JoinHandleExt;
+    let set = cpu_set(cpus)?;
+    // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
+    // thread.
+    unsafe {
+        syscall!(sched_setaffinity(
+            0,
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &set
+        ))
+    }?;
+    for thread in threads {
+        // SAFETY: a JoinHandle not yet joined keeps its thread's pthread_t valid (the
+        // thread may have exited, but it is not detached, so the handle is not reused);
+        // the set is live and of the given size. It returns an error number, not -1.
+        let rc = unsafe {
+            libc::pthread_setaffinity_np(
+                thread.as_pthread_t(),
+                std::mem::size_of::<libc::cpu_set_t>(),
+                &set,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+    }
+    Ok(())
+}
+
+/// Sets the CPUs every thread of this process may run on, as listed in `/proc/self/task`
+/// (threads started meanwhile inherit their creator's). The first error is returned
+/// after trying every thread; a thread that exited meanwhile is no error.
 pub fn set_process_cpus(cpus: &[usize]) -> std::io::Result<()> {
     let set = cpu_set(cpus)?;
     let mut first_error = None;
@@ -179,9 +214,35 @@ pub struct CpuTicks {
     pub total: u64,
 }
 
-/// Every CPU's line of `/proc/stat`.
-pub fn cpu_ticks() -> std::io::Result<Vec<CpuTicks>> {
-    Ok(parse_cpu_ticks(&std::fs::read_to_string("/proc/stat")?))
+/// `/proc/stat`, opened once and read again from its start each time: a worker at its
+/// descriptor limit can still read it.
+pub struct ProcStat {
+    file: std::fs::File,
+    buf: Vec<u8>,
+}
+
+impl ProcStat {
+    pub fn open() -> std::io::Result<ProcStat> {
+        Ok(ProcStat {
+            file: std::fs::File::open("/proc/stat")?,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Every CPU's line, as it is now.
+    pub fn cpu_ticks(&mut self) -> std::io::Result<Vec<CpuTicks>> {
+        use std::os::unix::fs::FileExt;
+        self.buf.clear();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = self.file.read_at(&mut chunk, self.buf.len() as u64)?;
+            if n == 0 {
+                break;
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+        Ok(parse_cpu_ticks(&String::from_utf8_lossy(&self.buf)))
+    }
 }
 
 /// The `cpuN user nice system idle iowait irq softirq steal ...` lines of `stat`.
@@ -253,7 +314,15 @@ mod tests {
                 },
             ]
         );
-        assert!(!cpu_ticks().unwrap().is_empty());
+        let mut stat = ProcStat::open().unwrap();
+        let first = stat.cpu_ticks().unwrap();
+        assert!(!first.is_empty());
+        // Read again from the start, it is current: time only goes on.
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let again = stat.cpu_ticks().unwrap();
+        assert_eq!(again.len(), first.len());
+        assert!(again.iter().zip(&first).all(|(b, a)| b.total >= a.total));
+        assert!(again.iter().map(|t| t.total).sum::<u64>() > first.iter().map(|t| t.total).sum());
         assert!(current_cpu().is_some());
     }
 }

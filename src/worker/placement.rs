@@ -20,7 +20,7 @@
 //!   itself, a handler running a heavy app or a loop with many clients elsewhere, would
 //!   only lose by sharing one);
 //! - pinned, it lets them go after [`SETTLE`] when their CPU is full ([`FULL`]) while
-//!   another allowed CPU idles ([`SPARE`]), when other threads take [`CROWDED`] of
+//!   another allowed CPU idles ([`SPARE`]), when other processes take [`CROWDED`] of
 //!   their CPU, or when that CPU is gone; then it waits [`HOLD_OFF`] (doubled each time,
 //!   up to [`HOLD_OFF_MAX`], and back to the first after a pin that held that long)
 //!   before it pins again, so a worker on the edge does not flap.
@@ -185,10 +185,14 @@ impl Placement {
                 (share(a.busy, b.busy), share(a.idle, b.idle))
             })
         };
+        if now.cpus.is_empty() {
+            // /proc/stat unreadable this time: no judgement.
+            return Move::Stay;
+        }
         if !now.cpus.iter().any(|t| t.cpu == cpu) {
-            // Offline, or /proc/stat unreadable: nothing says staying is right.
+            // Offline: nothing says staying is right.
             self.spread(at);
-            return Move::Spread("its CPU is not in /proc/stat");
+            return Move::Spread("its CPU is gone from /proc/stat");
         }
         let Some((busy_here, idle_here)) = shares(cpu) else {
             return Move::Stay;
@@ -200,7 +204,7 @@ impl Placement {
             .filter_map(|&c| shares(c))
             .any(|(_, idle)| idle >= SPARE);
         let why = if busy_here - used >= CROWDED {
-            "other threads take much of its CPU"
+            "other processes take much of its CPU"
         } else if idle_here < FULL && spare_elsewhere {
             "its CPU is full while another idles"
         } else {
@@ -394,7 +398,7 @@ mod tests {
         // "full beside spare" does not apply): crowded.
         assert_eq!(
             d.window((0.3, [(95, 5), (90, 10)])),
-            Move::Spread("other threads take much of its CPU")
+            Move::Spread("other processes take much of its CPU")
         );
     }
 
@@ -408,6 +412,23 @@ mod tests {
         r.cpus.retain(|t| t.cpu != 1);
         assert!(matches!(d.p.judge(r, Some(1)), Move::Spread(_)));
         assert_eq!(d.p.pinned(), None);
+    }
+
+    #[test]
+    fn an_unreadable_proc_stat_judges_nothing() {
+        let mut d = Driver::new(0);
+        d.pin();
+        d.stays(2, LIGHT);
+        for _ in 0..3 {
+            d.at += WINDOW;
+            let mut r = d.reading();
+            r.cpus.clear();
+            assert_eq!(d.p.judge(r, Some(0)), Move::Stay);
+        }
+        assert_eq!(d.p.pinned(), Some(0));
+        // Readable again: judged as before (a baseline first).
+        d.stays(1, FULL_BESIDE_SPARE);
+        assert!(matches!(d.window(FULL_BESIDE_SPARE), Move::Spread(_)));
     }
 
     #[test]

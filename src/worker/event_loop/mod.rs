@@ -143,8 +143,10 @@ pub struct EventLoop {
     inline_setup: Option<InlineSetup>,
     /// Inline mode: the app's side, run between passes.
     inline: Option<Inline>,
-    /// `--cpu-affinity adaptive` (with handler threads, on more than one CPU).
+    /// `--cpu-affinity adaptive` (with handler threads, on more than one CPU), and
+    /// `/proc/stat` held open for it.
     placement: Option<Placement>,
+    proc_stat: Option<crate::sys::ProcStat>,
     /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
     /// section of the counters.
     metrics_listener: Option<Listener>,
@@ -174,6 +176,11 @@ impl EventLoop {
         opts: LoopOptions,
     ) -> io::Result<EventLoop> {
         let threaded = inline.is_none() && !handlers.is_empty();
+        let (placement, proc_stat) = if opts.adaptive_affinity && threaded {
+            adaptive_placement()
+        } else {
+            (None, None)
+        };
         let registry = poll.registry();
         if listeners.len() > MAX_LISTENERS {
             return Err(io::Error::other(format!(
@@ -235,10 +242,8 @@ impl EventLoop {
             tls: opts.tls.clone(),
             proxy_protocol: opts.proxy_protocol.clone(),
             graceful_timeout: opts.graceful_timeout,
-            placement: (opts.adaptive_affinity && threaded)
-                .then(crate::sys::allowed_cpus)
-                .and_then(Result::ok)
-                .and_then(|cpus| Placement::new(cpus, Instant::now())),
+            placement,
+            proc_stat,
             inline_setup: inline,
             inline: None,
             metrics_listener: None,
@@ -421,15 +426,13 @@ impl EventLoop {
                 placement.set_allowed(now);
             }
         }
-        // /proc/stat only when the judgement uses it; an unreadable one (descriptors run
-        // out, say) judges on without it, which spreads a pinned worker.
-        let cpus = if placement.wants_cpu_ticks() {
-            crate::sys::cpu_ticks().unwrap_or_else(|e| {
+        // /proc/stat only when the judgement uses it (an unreadable one judges nothing).
+        let cpus = match self.proc_stat.as_mut() {
+            Some(stat) if placement.wants_cpu_ticks() => stat.cpu_ticks().unwrap_or_else(|e| {
                 log::warning!("--cpu-affinity adaptive: cannot read /proc/stat ({e})");
                 Vec::new()
-            })
-        } else {
-            Vec::new()
+            }),
+            _ => Vec::new(),
         };
         let threads = std::iter::once(crate::sys::own_cpu_time())
             .chain(
@@ -452,7 +455,17 @@ impl EventLoop {
                 format!("every allowed CPU ({why})"),
             ),
         };
-        let moved = crate::sys::set_process_cpus(&to);
+        // The loop and the handlers by their handles (no descriptor needed), then whatever
+        // else runs in the process (threads the app started) as /proc lists them.
+        let moved =
+            crate::sys::set_threads_cpus(&to, self.handlers.iter().filter_map(|h| h.join.as_ref()));
+        if moved.is_ok() {
+            if let Err(e) = crate::sys::set_process_cpus(&to) {
+                log::warning!(
+                    "--cpu-affinity adaptive: threads the app started may not have moved ({e})"
+                );
+            }
+        }
         match (&moved, placement.pinned()) {
             (Ok(()), pinned) => {
                 // Relaxed: see `LoopShared::on_one_cpu`.
@@ -465,7 +478,12 @@ impl EventLoop {
                 // Pinning failed part-way: back apart, and no pinning for a while.
                 log::warning!("cannot move this worker's threads to {what} ({e})");
                 placement.failed(self.now);
-                if let Err(e) = crate::sys::set_process_cpus(placement.allowed()) {
+                let back = crate::sys::set_threads_cpus(
+                    placement.allowed(),
+                    self.handlers.iter().filter_map(|h| h.join.as_ref()),
+                )
+                .and_then(|()| crate::sys::set_process_cpus(placement.allowed()));
+                if let Err(e) = back {
                     log::warning!("cannot move this worker's threads back ({e})");
                 }
             }
@@ -1112,6 +1130,29 @@ impl EventLoop {
 
 /// `n` bytes of a stream were written (or dropped): back to its credit, and its handler
 /// looks at it.
+/// `--cpu-affinity adaptive`: the placement and `/proc/stat`, or neither (one CPU to run
+/// on, or what it needs unreadable: said in the log).
+fn adaptive_placement() -> (Option<Placement>, Option<crate::sys::ProcStat>) {
+    let cpus = match crate::sys::allowed_cpus() {
+        Ok(cpus) => cpus,
+        Err(e) => {
+            log::warning!("--cpu-affinity adaptive: cannot read this worker's CPUs ({e}): off");
+            return (None, None);
+        }
+    };
+    let Some(placement) = Placement::new(cpus, Instant::now()) else {
+        log::debug!("--cpu-affinity adaptive: one CPU to run on, nothing to place");
+        return (None, None);
+    };
+    match crate::sys::ProcStat::open() {
+        Ok(stat) => (Some(placement), Some(stat)),
+        Err(e) => {
+            log::warning!("--cpu-affinity adaptive: cannot open /proc/stat ({e}): off");
+            (None, None)
+        }
+    }
+}
+
 fn credit_returned(handlers: &mut [HandlerLink], c: Arc<StreamCredit>, n: usize) {
     c.returned(n);
     if let Some(link) = handlers.get_mut(c.handler()) {
