@@ -1128,8 +1128,6 @@ impl EventLoop {
     }
 }
 
-/// `n` bytes of a stream were written (or dropped): back to its credit, and its handler
-/// looks at it.
 /// `--cpu-affinity adaptive`: the placement and `/proc/stat`, or neither (one CPU to run
 /// on, or what it needs unreadable: said in the log).
 fn adaptive_placement() -> (Option<Placement>, Option<crate::sys::ProcStat>) {
@@ -1153,6 +1151,8 @@ fn adaptive_placement() -> (Option<Placement>, Option<crate::sys::ProcStat>) {
     }
 }
 
+/// `n` bytes of a stream were written (or dropped): back to its credit, and its handler
+/// looks at it.
 fn credit_returned(handlers: &mut [HandlerLink], c: Arc<StreamCredit>, n: usize) {
     c.returned(n);
     if let Some(link) = handlers.get_mut(c.handler()) {
