@@ -101,7 +101,7 @@ pub struct Config {
     pub batch_scheduling: bool,
     /// `--cpu-affinity`: the CPUs workers are pinned to, worker N to the Nth (round robin).
     pub cpu_affinity: Option<Vec<usize>>,
-    /// `--cpu-affinity adaptive`: each worker's loop pins itself and its handlers to one CPU
+    /// `--cpu-affinity adaptive`: each worker's loop pins the worker's threads to one CPU
     /// while that suits them (`worker::placement`).
     pub adaptive_affinity: bool,
     /// `--metrics-port` (with `--metrics-address`).

@@ -67,7 +67,7 @@ pub struct Reading {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Move {
     Stay,
-    /// Pin the loop and every handler to this CPU.
+    /// Pin every thread of the worker to this CPU.
     Pin(usize),
     /// Let them run on every allowed CPU again, for this reason.
     Spread(&'static str),
