@@ -504,9 +504,8 @@ impl Config {
             return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
         }
         let mut warnings = Vec::new();
-        if cli.cpu_affinity.as_deref().map(str::trim) == Some("adaptive")
-            && cli.blocking_threads == 0
-        {
+        let adaptive_affinity = cli.cpu_affinity.as_deref().map(str::trim) == Some("adaptive");
+        if adaptive_affinity && cli.blocking_threads == 0 {
             warnings.push(
                 "--cpu-affinity adaptive: does nothing with --blocking-threads 0 (inline mode \
                  has no handler thread to place beside its loop)"
@@ -608,7 +607,7 @@ impl Config {
                 Some(spec) if matches!(spec.trim(), "none" | "adaptive") => None,
                 Some(spec) => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
             },
-            adaptive_affinity: cli.cpu_affinity.as_deref().map(str::trim) == Some("adaptive"),
+            adaptive_affinity,
             venv,
             reload: cli.reload.then(|| {
                 cli.reload_ignore

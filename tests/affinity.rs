@@ -322,6 +322,23 @@ fn cpus_of_threads(pid: u32) -> Vec<Vec<usize>> {
     threads_of(pid).into_values().flatten().collect()
 }
 
+/// Waits up to `limit` for the CPUs of worker `pid`'s threads to satisfy `ok`; whether
+/// they did, and what was seen last.
+fn wait_for_cpus(
+    pid: u32,
+    limit: Duration,
+    ok: impl Fn(&[Vec<usize>]) -> bool,
+) -> (bool, Option<Vec<Vec<usize>>>) {
+    let mut seen = None;
+    let done = wait_until(limit, || {
+        let now = cpus_of_threads(pid);
+        let good = ok(&now);
+        seen = Some(now);
+        good
+    });
+    (done, seen)
+}
+
 /// Client threads that each send `target` on a keep-alive connection, pausing `pause`
 /// between requests, until the returned flag is set; they return how many answers they got.
 fn keep_asking(
@@ -394,12 +411,8 @@ fn adaptive_pins_a_light_worker_and_spreads_one_that_fills_its_cpu() {
 
     // About 0.4 of a core: 2 ms of Python, then 3 ms of quiet.
     let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(3));
-    let mut seen = None;
-    let pinned = wait_until(Duration::from_secs(15), || {
-        let now = cpus_of_threads(pid);
-        let together = now.iter().all(|c| c.len() == 1 && *c == now[0]);
-        seen = Some(now);
-        together
+    let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(15), |now| {
+        now.iter().all(|c| c.len() == 1 && *c == now[0])
     });
     // Past the settling time, still pinned, to the same CPU.
     std::thread::sleep(Duration::from_secs(5));
@@ -422,11 +435,8 @@ fn adaptive_pins_a_light_worker_and_spreads_one_that_fills_its_cpu() {
 
     // Three clients without pause: the handler keeps its CPU full.
     let heavy = keep_asking(&s, "/spin?ms=5", 3, Duration::ZERO);
-    let spread = wait_until(Duration::from_secs(20), || {
-        let now = cpus_of_threads(pid);
-        let apart = now.iter().all(|c| *c == cpus);
-        seen = Some(now);
-        apart
+    let (spread, seen) = wait_for_cpus(pid, Duration::from_secs(20), |now| {
+        now.iter().all(|c| *c == cpus)
     });
     let answered = stop_asking(heavy);
     assert!(

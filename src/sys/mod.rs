@@ -73,19 +73,25 @@ fn cpu_set(cpus: &[usize]) -> std::io::Result<libc::cpu_set_t> {
     Ok(set)
 }
 
-/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    let set = cpu_set(&[cpu])?;
-    // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
-    // thread.
+/// Sets the CPUs thread `tid` of this process (0: the calling thread) may run on.
+fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> std::io::Result<()> {
+    // SAFETY: sched_setaffinity reads the live set of the given size. The callers pass 0
+    // (the calling thread) or a thread number `/proc/self/task` listed: one that has
+    // exited since gives ESRCH (were its number reused by then, the call would set another
+    // thread's CPUs: a window of one listing).
     unsafe {
         syscall!(sched_setaffinity(
-            0,
+            tid,
             std::mem::size_of::<libc::cpu_set_t>(),
-            &set
+            set
         ))
     }
     .map(drop)
+}
+
+/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    set_affinity(0, &cpu_set(&[cpu])?)
 }
 
 /// Sets the CPUs the calling thread and each of `threads` (handles of live threads of
@@ -96,15 +102,7 @@ pub fn set_threads_cpus<'a, T: 'a>(
 ) -> std::io::Result<()> {
     use std::os::unix::thread::JoinHandleExt;
     let set = cpu_set(cpus)?;
-    // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
-    // thread.
-    unsafe {
-        syscall!(sched_setaffinity(
-            0,
-            std::mem::size_of::<libc::cpu_set_t>(),
-            &set
-        ))
-    }?;
+    set_affinity(0, &set)?;
     for thread in threads {
         // SAFETY: a JoinHandle not yet joined keeps its thread's pthread_t valid (the
         // thread may have exited, but it is not detached, so the handle is not reused);
@@ -137,19 +135,9 @@ pub fn set_process_cpus(cpus: &[usize]) -> std::io::Result<()> {
         else {
             continue;
         };
-        // SAFETY: sched_setaffinity reads the live set of the given size. `tid` was a thread
-        // of this process when listed; one that has exited since gives ESRCH (were its
-        // number reused by then, the call would set another thread's CPUs: a window of one
-        // listing). A thread started during the walk by one not yet moved keeps its
-        // creator's old set.
-        let res = unsafe {
-            syscall!(sched_setaffinity(
-                tid,
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &set
-            ))
-        };
-        match res {
+        // A thread started during the walk by one not yet moved keeps its creator's old
+        // set.
+        match set_affinity(tid, &set) {
             Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
                 first_error.get_or_insert(e);
             }

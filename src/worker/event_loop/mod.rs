@@ -455,17 +455,7 @@ impl EventLoop {
                 format!("every allowed CPU ({why})"),
             ),
         };
-        // The loop and the handlers by their handles (no descriptor needed), then whatever
-        // else runs in the process (threads the app started) as /proc lists them.
-        let moved =
-            crate::sys::set_threads_cpus(&to, self.handlers.iter().filter_map(|h| h.join.as_ref()));
-        if moved.is_ok() {
-            if let Err(e) = crate::sys::set_process_cpus(&to) {
-                log::warning!(
-                    "--cpu-affinity adaptive: threads the app started may not have moved ({e})"
-                );
-            }
-        }
+        let moved = move_threads(&self.handlers, &to);
         match (&moved, placement.pinned()) {
             (Ok(()), pinned) => {
                 // Relaxed: see `LoopShared::on_one_cpu`.
@@ -478,12 +468,7 @@ impl EventLoop {
                 // Pinning failed part-way: back apart, and no pinning for a while.
                 log::warning!("cannot move this worker's threads to {what} ({e})");
                 placement.failed(self.now);
-                let back = crate::sys::set_threads_cpus(
-                    placement.allowed(),
-                    self.handlers.iter().filter_map(|h| h.join.as_ref()),
-                )
-                .and_then(|()| crate::sys::set_process_cpus(placement.allowed()));
-                if let Err(e) = back {
+                if let Err(e) = move_threads(&self.handlers, placement.allowed()) {
                     log::warning!("cannot move this worker's threads back ({e})");
                 }
             }
@@ -1126,6 +1111,17 @@ impl EventLoop {
             self.accept_metrics();
         }
     }
+}
+
+/// `--cpu-affinity adaptive`: sets the CPUs of this thread and the handlers by their
+/// handles (no descriptor needed), then of whatever else runs in the process (threads the
+/// app started) as /proc lists them, which only warns if it fails.
+fn move_threads(handlers: &[HandlerLink], cpus: &[usize]) -> io::Result<()> {
+    crate::sys::set_threads_cpus(cpus, handlers.iter().filter_map(|h| h.join.as_ref()))?;
+    if let Err(e) = crate::sys::set_process_cpus(cpus) {
+        log::warning!("--cpu-affinity adaptive: threads the app started may not have moved ({e})");
+    }
+    Ok(())
 }
 
 /// `--cpu-affinity adaptive`: the placement and `/proc/stat`, or neither (one CPU to run
