@@ -461,16 +461,17 @@ pub struct Cli {
     )]
     pub scheduling_policy: SchedulingPolicy,
 
-    /// Pin each worker process (its loop, its handler threads and any thread the app
-    /// starts) to one CPU: `auto` gives the Nth worker the Nth CPU this process may run on
-    /// (round robin when there are more workers than CPUs), or a list such as `0,2,4-7` to
-    /// take them from; `adaptive` pins a worker to the CPU its loop is on only while it uses
-    /// under 1.2 cores and none of its loop and handler threads fills one, and lets it go
-    /// when that CPU is full while another idles, or other processes crowd it (judged each
-    /// second; threaded mode only);
-    /// `none` (the default) pins nothing. A worker's loop and handlers then hand requests
-    /// over within one core. For apps light on Python: one whose Python keeps a core busy
-    /// loses the other core its loop would use (docs/operations.md).
+    /// Where each worker's threads run. `adaptive` (the default): with one handler thread,
+    /// the loop runs on the CPU its handler is on (and follows it there) while the worker
+    /// uses under 1.2 cores and neither thread fills one, so requests change hands within a
+    /// core; it lets the loop go when that CPU is full while another idles, or other
+    /// processes crowd it (judged each second). Only the loop thread, which never runs
+    /// Python, is pinned: the app, its threads and its processes keep every CPU. `auto` pins
+    /// each whole worker process (its loop, its handlers and any thread the app starts) to
+    /// one CPU, the Nth worker the Nth CPU this process may run on (round robin when there
+    /// are more workers than CPUs), or a list such as `0,2,4-7` to take them from: for apps
+    /// light on Python, since one whose Python keeps a core busy loses the other core its
+    /// loop would use (docs/operations.md). `none` pins nothing.
     #[arg(long, env = "M0SERVE_CPU_AFFINITY", value_name = "CPUS")]
     pub cpu_affinity: Option<String>,
 

@@ -101,8 +101,8 @@ pub struct Config {
     pub batch_scheduling: bool,
     /// `--cpu-affinity`: the CPUs workers are pinned to, worker N to the Nth (round robin).
     pub cpu_affinity: Option<Vec<usize>>,
-    /// `--cpu-affinity adaptive`: each worker's loop pins the worker's threads to one CPU
-    /// while that suits them (`worker::placement`).
+    /// `--cpu-affinity adaptive` (the default): each worker's loop runs beside its one
+    /// handler thread while that suits them (`worker::placement`).
     pub adaptive_affinity: bool,
     /// `--metrics-port` (with `--metrics-address`).
     pub metrics: Option<SocketAddr>,
@@ -504,13 +504,15 @@ impl Config {
             return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
         }
         let mut warnings = Vec::new();
-        let adaptive_affinity = cli.cpu_affinity.as_deref().map(str::trim) == Some("adaptive");
-        if adaptive_affinity && cli.blocking_threads == 0 {
-            warnings.push(
-                "--cpu-affinity adaptive: does nothing with --blocking-threads 0 (inline mode \
-                 has no handler thread to place beside its loop)"
-                    .to_string(),
-            );
+        // `adaptive` is the default; said, it warns where it does nothing.
+        let affinity = cli.cpu_affinity.as_deref().map(str::trim);
+        let adaptive_affinity = matches!(affinity, None | Some("adaptive"));
+        if affinity == Some("adaptive") && cli.blocking_threads != 1 {
+            warnings.push(format!(
+                "--cpu-affinity adaptive: does nothing with --blocking-threads {} (it runs the \
+                 loop beside a worker's one handler thread)",
+                cli.blocking_threads
+            ));
         }
         if let Some(class) = &cli.worker_class {
             match class.trim() {

@@ -24,10 +24,6 @@ pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
     pub wake: WakeFlag,
     pub waker: mio::Waker,
-    /// `--cpu-affinity adaptive` has pinned the worker's threads to one CPU: a handler's
-    /// wait does not spin (`park::set_spin`). Relaxed both ways: a hint read before each
-    /// wait, with nothing published by it.
-    pub on_one_cpu: AtomicBool,
 }
 
 impl LoopShared {
@@ -74,6 +70,12 @@ pub struct HandlerShared {
     /// responses.
     pub defer_loop_wake: AtomicBool,
     pub wake_owed: AtomicUsize,
+    /// The CPU the handler thread was on when it last took up work (`usize::MAX` before
+    /// then), and whether the loop runs beside it there (`--cpu-affinity adaptive`), when
+    /// its wait does not spin (`park::set_spin`). Relaxed, all: hints, nothing published
+    /// with them.
+    pub cpu: AtomicUsize,
+    pub loop_beside: AtomicBool,
     /// What its streamed responses have unwritten, all together.
     pub budget: Arc<StreamBudget>,
     /// The flag of the one thread that waits inside the handler's exchange (it holds the
@@ -183,6 +185,8 @@ impl HandlerShared {
         HandlerShared {
             index,
             defer_loop_wake: AtomicBool::new(false),
+            cpu: AtomicUsize::new(usize::MAX),
+            loop_beside: AtomicBool::new(false),
             wake_owed: AtomicUsize::new(0),
             budget: Arc::default(),
             exchange_wake: WakeFlag::new(),

@@ -53,10 +53,7 @@ pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
             &mut set
         ))
     }?;
-    Ok((0..libc::CPU_SETSIZE as usize)
-        // SAFETY: every index is below CPU_SETSIZE, the set's size in bits.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect())
+    Ok(set_members(&set))
 }
 
 /// A CPU set holding `cpus`; `EINVAL` for a number past the set's size.
@@ -73,15 +70,13 @@ fn cpu_set(cpus: &[usize]) -> std::io::Result<libc::cpu_set_t> {
     Ok(set)
 }
 
-/// Sets the CPUs thread `tid` of this process (0: the calling thread) may run on.
-fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> std::io::Result<()> {
-    // SAFETY: sched_setaffinity reads the live set of the given size. The callers pass 0
-    // (the calling thread) or a thread number `/proc/self/task` listed: one that has
-    // exited since gives ESRCH (were its number reused by then, the call would set another
-    // thread's CPUs: a window of one listing).
+/// Sets the CPUs the calling thread may run on.
+fn set_affinity(set: &libc::cpu_set_t) -> std::io::Result<()> {
+    // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
+    // thread.
     unsafe {
         syscall!(sched_setaffinity(
-            tid,
+            0,
             std::mem::size_of::<libc::cpu_set_t>(),
             set
         ))
@@ -91,60 +86,41 @@ fn set_affinity(tid: libc::pid_t, set: &libc::cpu_set_t) -> std::io::Result<()> 
 
 /// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
 pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    set_affinity(0, &cpu_set(&[cpu])?)
+    set_affinity(&cpu_set(&[cpu])?)
 }
 
-/// Sets the CPUs the calling thread and each of `threads` (handles of live threads of
-/// this process) may run on. Needs no descriptor.
-pub fn set_threads_cpus<'a, T: 'a>(
-    cpus: &[usize],
-    threads: impl IntoIterator<Item = &'a std::thread::JoinHandle<T>>,
-) -> std::io::Result<()> {
+/// Lets the calling thread run on `cpus`.
+pub fn set_own_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    set_affinity(&cpu_set(cpus)?)
+}
+
+/// The CPUs `thread` (a live thread of this process) may run on, in ascending order.
+pub fn thread_cpus<T>(thread: &std::thread::JoinHandle<T>) -> std::io::Result<Vec<usize>> {
     use std::os::unix::thread::JoinHandleExt;
-    let set = cpu_set(cpus)?;
-    set_affinity(0, &set)?;
-    for thread in threads {
-        // SAFETY: a JoinHandle not yet joined keeps its thread's pthread_t valid (the
-        // thread may have exited, but it is not detached, so the handle is not reused);
-        // the set is live and of the given size. It returns an error number, not -1.
-        let rc = unsafe {
-            libc::pthread_setaffinity_np(
-                thread.as_pthread_t(),
-                std::mem::size_of::<libc::cpu_set_t>(),
-                &set,
-            )
-        };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
-        }
+    // SAFETY: an all-zero cpu_set_t is a valid, empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a JoinHandle not yet joined keeps its thread's pthread_t valid (the thread
+    // may have exited, but it is not detached, so the handle is not reused); the call
+    // writes at most the given size into the live set, and returns an error number, not -1.
+    let rc = unsafe {
+        libc::pthread_getaffinity_np(
+            thread.as_pthread_t(),
+            std::mem::size_of::<libc::cpu_set_t>(),
+            &mut set,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::from_raw_os_error(rc));
     }
-    Ok(())
+    Ok(set_members(&set))
 }
 
-/// Sets the CPUs every thread of this process may run on, as listed in `/proc/self/task`
-/// (threads started meanwhile inherit their creator's). The first error is returned
-/// after trying every thread; a thread that exited meanwhile is no error.
-pub fn set_process_cpus(cpus: &[usize]) -> std::io::Result<()> {
-    let set = cpu_set(cpus)?;
-    let mut first_error = None;
-    for task in std::fs::read_dir("/proc/self/task")?.flatten() {
-        let Some(tid) = task
-            .file_name()
-            .to_str()
-            .and_then(|t| t.parse::<libc::pid_t>().ok())
-        else {
-            continue;
-        };
-        // A thread started during the walk by one not yet moved keeps its creator's old
-        // set.
-        match set_affinity(tid, &set) {
-            Err(e) if e.raw_os_error() != Some(libc::ESRCH) => {
-                first_error.get_or_insert(e);
-            }
-            _ => {}
-        }
-    }
-    first_error.map_or(Ok(()), Err)
+/// The CPUs in `set`, in ascending order.
+fn set_members(set: &libc::cpu_set_t) -> Vec<usize> {
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: every index is below CPU_SETSIZE, the set's size in bits.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, set) })
+        .collect()
 }
 
 /// The CPU the calling thread is running on.

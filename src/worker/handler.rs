@@ -56,8 +56,8 @@ fn run(setup: HandlerSetup) {
     if batch_scheduling {
         super::enter_batch_scheduling("handler");
     }
-    // Pinned to one CPU (`--cpu-affinity`, `taskset`, or for a while by `adaptive`), waiting
-    // spins for nothing.
+    // Pinned to one CPU (`--cpu-affinity`, `taskset`), waiting spins for nothing; so it
+    // does while the loop runs beside it (`adaptive`, looked at before each wait).
     let may_spin = crate::sys::allowed_cpus().map_or(true, |cpus| cpus.len() > 1);
     let loop_waker = loop_shared.clone();
     // Wakes the loop (if it sleeps) for the responses whose wake was deferred.
@@ -91,6 +91,12 @@ fn run(setup: HandlerSetup) {
             }
         };
         loop {
+            if let Some(cpu) = crate::sys::current_cpu() {
+                // Relaxed: see `HandlerShared::cpu`; stored only when it changed.
+                if shared.cpu.load(Ordering::Relaxed) != cpu {
+                    shared.cpu.store(cpu, Ordering::Relaxed);
+                }
+            }
             if bridge.step(py, &mut rx) {
                 // Body items the loop wrote without copying are released here (their
                 // references were dropped on the loop thread, off the GIL).
@@ -118,8 +124,8 @@ fn run(setup: HandlerSetup) {
             let credits = bridge.credits();
             // (A handler with its deferred requests full waits for a body, not the ring.)
             let takes = bridge.takes_requests();
-            // Relaxed: see `LoopShared::on_one_cpu`.
-            park::set_spin(may_spin && !loop_waker.on_one_cpu.load(Ordering::Relaxed));
+            // Relaxed: see `HandlerShared::cpu`.
+            park::set_spin(may_spin && !shared.loop_beside.load(Ordering::Relaxed));
             let parks = py.detach(move || {
                 park::wait_until(&flag.wake, || {
                     (takes && !waiting.is_empty())

@@ -303,7 +303,6 @@ fn serve(
     let loop_shared = Arc::new(LoopShared {
         wake: WakeFlag::new(),
         waker,
-        on_one_cpu: std::sync::atomic::AtomicBool::new(false),
     });
     let access_log = match &config.access_log {
         Some((target, format)) => Some(Arc::new(crate::access_log::AccessLog {

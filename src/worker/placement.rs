@@ -1,5 +1,5 @@
-//! `--cpu-affinity adaptive`: a worker's threads (its loop, its handlers, any the app
-//! started) share one CPU while that suits them, and spread again when it does not.
+//! `--cpu-affinity adaptive`, the default: a worker's loop thread runs on the CPU its one
+//! handler thread is on while that suits them, and anywhere again when it does not.
 //!
 //! Apart, the kernel places the two threads among whatever else runs (a load generator, a
 //! proxy on the same host): on a machine with few cores the handler waits behind another
@@ -10,23 +10,30 @@
 //! the worker needs less than a core: an app whose Python keeps a core busy loses the
 //! share of it its loop takes (BENCHMARKS.md, "`--cpu-affinity`").
 //!
+//! Only the loop is pinned, which never runs Python: the handler, and every thread and
+//! process the app starts from it, keep the CPUs they had, so the app's view of them
+//! (`os.sched_getaffinity`, `os.process_cpu_count`) does not change. The handler
+//! publishes the CPU it is on each time it takes up work, and the loop, beside it, looks
+//! every [`FOLLOW_EVERY`] and goes after it when the kernel has moved it.
+//!
 //! So on its first pass after each [`WINDOW`] (a window is as long as the loop slept,
-//! when it did) the loop judges from the worker's CPU time, its own and each handler's,
+//! when it did) the loop judges from the worker's CPU time, its own and its handler's,
 //! and each CPU's from `/proc/stat` ([`Placement::judge`]):
 //!
-//! - apart, it pins them all to the CPU the loop is on after two windows in a row in which the
-//!   worker used some CPU ([`MIN_USE`]) but less than [`PIN_BELOW`] cores, and none of the
-//!   loop and its handlers [`BUSY_THREAD`] of a core or more (a thread that fills a core by
-//!   itself, a handler running a heavy app or a loop with many clients elsewhere, would
+//! - apart, it pins itself to the CPU the handler is on after two windows in a row in which
+//!   the worker used some CPU ([`MIN_USE`]) but less than [`PIN_BELOW`] cores, and neither
+//!   the loop nor its handler [`BUSY_THREAD`] of a core or more (a thread that fills a core
+//!   by itself, a handler running a heavy app or a loop with many clients elsewhere, would
 //!   only lose by sharing one);
-//! - pinned, it lets them go after [`SETTLE`] when their CPU is full ([`FULL`]) while
-//!   another allowed CPU idles ([`SPARE`]), when other processes take [`CROWDED`] of
-//!   their CPU, or when that CPU is gone; then it waits [`HOLD_OFF`] (doubled each time,
-//!   up to [`HOLD_OFF_MAX`], and back to the first after a pin that held that long)
-//!   before it pins again, so a worker on the edge does not flap.
+//! - beside it, it lets itself go after [`SETTLE`] when their CPU is full ([`FULL`], by
+//!   its ticks or by the two threads' own time) while another allowed CPU idles
+//!   ([`SPARE`]), when other processes take [`CROWDED`] of their CPU, or when that CPU is
+//!   gone; then it waits [`HOLD_OFF`] (doubled each time, up to [`HOLD_OFF_MAX`], and back
+//!   to the first after a pin that held that long) before it pins again, so a worker on
+//!   the edge does not flap.
 //!
-//! Several workers each pin to where their own loop is; two that land on one CPU crowd
-//! each other and spread again.
+//! Several workers each run their loop beside their own handler, where the kernel puts
+//! that; two that share one CPU crowd each other and let go.
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +41,8 @@ use crate::sys::CpuTicks;
 
 /// How long a window is, at least.
 pub const WINDOW: Duration = Duration::from_secs(1);
+/// Beside the handler: how often the loop looks where the handler runs now.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(2);
 /// Apart: pin when the worker used less than this many cores, ...
 pub const PIN_BELOW: f64 = 1.2;
 /// ... and at least this many (an idle worker stays as it is), ...
@@ -53,7 +62,7 @@ pub const HOLD_OFF: Duration = Duration::from_secs(30);
 /// ... doubled at each letting go, up to this.
 pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
 
-/// One reading: when, the worker's CPU time so far, its loop's and each handler's (in the
+/// One reading: when, the worker's CPU time so far, its loop's and its handler's (in the
 /// same order every time), and every CPU's ticks so far.
 #[derive(Clone, Debug)]
 pub struct Reading {
@@ -63,20 +72,20 @@ pub struct Reading {
     pub cpus: Vec<CpuTicks>,
 }
 
-/// What the loop is to do with its threads.
+/// What the loop is to do with itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Move {
     Stay,
-    /// Pin every thread of the worker to this CPU.
+    /// Pin the loop to this CPU, its handler's.
     Pin(usize),
-    /// Let them run on every allowed CPU again, for this reason.
+    /// Let it run on every allowed CPU again, for this reason.
     Spread(&'static str),
 }
 
 /// The state of one worker's placement.
 #[derive(Debug)]
 pub struct Placement {
-    /// The CPUs the worker may run on, as last seen apart.
+    /// The CPUs the worker may run on (its handler's).
     allowed: Vec<usize>,
     pinned: Option<usize>,
     /// Since when, and the hold-off before that pin (for `spread_failed`).
@@ -114,8 +123,8 @@ impl Placement {
         &self.allowed
     }
 
-    /// The CPUs the worker may run on now (read while apart: `taskset` may have narrowed
-    /// them since).
+    /// The CPUs the worker may run on now (read each window from the handler: `taskset`
+    /// may have narrowed them since).
     pub fn set_allowed(&mut self, cpus: Vec<usize>) {
         if !cpus.is_empty() {
             self.allowed = cpus;
@@ -132,12 +141,19 @@ impl Placement {
         self.pinned
     }
 
+    /// Pinned: the loop went after its handler to `cpu`.
+    pub fn followed(&mut self, cpu: usize) {
+        if self.pinned.is_some() {
+            self.pinned = Some(cpu);
+        }
+    }
+
     /// Whether a window has passed since the last reading (the loop's cheap check).
     pub fn due(&self, now: Instant) -> bool {
         self.last.as_ref().is_none_or(|l| now >= l.at + WINDOW)
     }
 
-    /// Takes a reading; `on` is the CPU the loop runs on now. The caller makes the move
+    /// Takes a reading; `on` is the CPU the handler runs on now. The caller makes the move
     /// and, if it fails, calls [`failed`](Self::failed) (a pin) or
     /// [`spread_failed`](Self::spread_failed).
     pub fn judge(&mut self, now: Reading, on: Option<usize>) -> Move {
@@ -153,12 +169,7 @@ impl Placement {
         }
         let used = now.used.saturating_sub(last.used).as_secs_f64() / secs;
         let Some(cpu) = self.pinned else {
-            let busiest = now
-                .threads
-                .iter()
-                .zip(&last.threads)
-                .map(|(b, a)| b.saturating_sub(*a).as_secs_f64() / secs)
-                .fold(0.0, f64::max);
+            let busiest = threads_share(&now, &last, secs).fold(0.0, f64::max);
             if (MIN_USE..PIN_BELOW).contains(&used) && busiest < BUSY_THREAD {
                 self.suited += 1;
             } else {
@@ -203,9 +214,13 @@ impl Placement {
             .filter(|&&c| c != cpu)
             .filter_map(|&c| shares(c))
             .any(|(_, idle)| idle >= SPARE);
+        // The threads' own time: beside each other they fill the CPU they share (whichever
+        // it was: the kernel may have moved the handler, and the loop after it, during the
+        // window, splitting the ticks between two CPUs).
+        let own = threads_share(&now, &last, secs).sum::<f64>();
         let why = if busy_here - used >= CROWDED {
             "other processes take much of its CPU"
-        } else if idle_here < FULL && spare_elsewhere {
+        } else if (idle_here < FULL || own >= 1.0 - FULL) && spare_elsewhere {
             "its CPU is full while another idles"
         } else {
             return Move::Stay;
@@ -241,6 +256,18 @@ impl Placement {
         self.quiet_until = at + self.hold_off;
         self.hold_off = (self.hold_off * 2).min(HOLD_OFF_MAX);
     }
+}
+
+/// Each thread's share of a core between two readings `secs` apart.
+fn threads_share<'a>(
+    now: &'a Reading,
+    last: &'a Reading,
+    secs: f64,
+) -> impl Iterator<Item = f64> + 'a {
+    now.threads
+        .iter()
+        .zip(&last.threads)
+        .map(move |(b, a)| b.saturating_sub(*a).as_secs_f64() / secs)
 }
 
 #[cfg(test)]
@@ -387,6 +414,19 @@ mod tests {
         d.held_off_for(30);
         d.spread_when_full();
         d.held_off_for(60);
+    }
+
+    #[test]
+    fn threads_filling_a_core_spread_when_the_kernel_split_their_cpu_time() {
+        let mut d = Driver::new(0);
+        d.pin();
+        d.stays(2, LIGHT);
+        // The handler took 0.95 of a core, moved by the kernel each half window (the loop
+        // after it): each CPU half busy, neither full by its ticks; another may take them.
+        assert_eq!(
+            d.window_with(1.0, 0.95, [(50, 50), (50, 50)]),
+            Move::Spread("its CPU is full while another idles")
+        );
     }
 
     #[test]

@@ -35,7 +35,7 @@ use crate::sys::listen::{Listener, MAX_LISTENERS};
 use crate::sys::signals::SignalPipe;
 use crate::worker::conn::{Conn, Effects, Next, ReadCtx, Written};
 use crate::worker::inline::{Inline, InlineSetup};
-use crate::worker::placement::{Move, Placement, Reading};
+use crate::worker::placement::{Move, Placement, Reading, FOLLOW_EVERY};
 use accept::{AcceptErrors, ACCEPT_BATCH_ALONE, ACCEPT_BATCH_SHARED};
 pub use link::{HandlerLink, LoopOptions, Responses};
 use timeouts::{beat_every, sweep_interval};
@@ -143,10 +143,12 @@ pub struct EventLoop {
     inline_setup: Option<InlineSetup>,
     /// Inline mode: the app's side, run between passes.
     inline: Option<Inline>,
-    /// `--cpu-affinity adaptive` (with handler threads, on more than one CPU), and
+    /// `--cpu-affinity adaptive` (with one handler thread, on more than one CPU), and
     /// `/proc/stat` held open for it.
     placement: Option<Placement>,
     proc_stat: Option<crate::sys::ProcStat>,
+    /// While the loop runs beside its handler: when it next looks where that runs.
+    follow_at: Instant,
     /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
     /// section of the counters.
     metrics_listener: Option<Listener>,
@@ -176,8 +178,8 @@ impl EventLoop {
         opts: LoopOptions,
     ) -> io::Result<EventLoop> {
         let threaded = inline.is_none() && !handlers.is_empty();
-        let (placement, proc_stat) = if opts.adaptive_affinity && threaded {
-            adaptive_placement()
+        let (placement, proc_stat) = if opts.adaptive_affinity && threaded && handlers.len() == 1 {
+            adaptive_placement(&handlers[0])
         } else {
             (None, None)
         };
@@ -243,6 +245,7 @@ impl EventLoop {
             proxy_protocol: opts.proxy_protocol.clone(),
             graceful_timeout: opts.graceful_timeout,
             placement,
+            follow_at: Instant::now(),
             proc_stat,
             inline_setup: inline,
             inline: None,
@@ -322,8 +325,12 @@ impl EventLoop {
         loop {
             self.counters.passes += 1;
             self.now = Instant::now();
-            if self.placement.as_ref().is_some_and(|p| p.due(self.now)) {
-                self.place();
+            if let Some(placement) = &self.placement {
+                if placement.due(self.now) {
+                    self.place();
+                } else if placement.pinned().is_some() && self.now >= self.follow_at {
+                    self.follow();
+                }
             }
             if !self.lingering.is_empty() {
                 self.expire_lingering();
@@ -413,18 +420,20 @@ impl EventLoop {
         std::mem::forget(std::mem::take(&mut self.reserved));
     }
 
-    /// `--cpu-affinity adaptive`: a window has passed; judge it, and pin or spread this
-    /// worker's threads as `Placement` says.
+    /// `--cpu-affinity adaptive`: a window has passed; judge it, and pin the loop beside its
+    /// handler or let it go, as `Placement` says.
     fn place(&mut self) {
-        let Some(placement) = self.placement.as_mut() else {
+        let (Some(placement), [handler]) = (self.placement.as_mut(), self.handlers.as_slice())
+        else {
             return;
         };
-        if placement.pinned().is_none() {
-            // Apart, the threads may run where this one may: the set to spread to again
-            // (narrowed by `taskset` since, perhaps).
-            if let Ok(now) = crate::sys::allowed_cpus() {
-                placement.set_allowed(now);
-            }
+        let Some(join) = handler.join.as_ref() else {
+            return;
+        };
+        // Where the worker may run is where its handler may (the loop's own set is its
+        // pin while beside it; `taskset` may have narrowed the handler's since).
+        if let Ok(now) = crate::sys::thread_cpus(join) {
+            placement.set_allowed(now);
         }
         // /proc/stat only when the judgement uses it (an unreadable one judges nothing).
         let cpus = match self.proc_stat.as_mut() {
@@ -434,49 +443,68 @@ impl EventLoop {
             }),
             _ => Vec::new(),
         };
-        let threads = std::iter::once(crate::sys::own_cpu_time())
-            .chain(
-                self.handlers
-                    .iter()
-                    .filter_map(|h| crate::sys::thread_cpu_time(h.join.as_ref()?)),
-            )
-            .collect();
         let reading = Reading {
             at: self.now,
             used: crate::sys::process_cpu_time(),
-            threads,
+            threads: vec![
+                crate::sys::own_cpu_time(),
+                crate::sys::thread_cpu_time(join).unwrap_or_default(),
+            ],
             cpus,
         };
-        let (to, what) = match placement.judge(reading, crate::sys::current_cpu()) {
+        // Relaxed: see `HandlerShared::cpu`.
+        let handler_cpu = handler.shared.cpu.load(Ordering::Relaxed);
+        let (moved, what) = match placement.judge(reading, Some(handler_cpu)) {
             Move::Stay => return,
-            Move::Pin(cpu) => (vec![cpu], format!("CPU {cpu}")),
+            Move::Pin(cpu) => (
+                crate::sys::pin_to_cpu(cpu),
+                format!("beside its handler (CPU {cpu})"),
+            ),
             Move::Spread(why) => (
-                placement.allowed().to_vec(),
-                format!("every allowed CPU ({why})"),
+                crate::sys::set_own_cpus(placement.allowed()),
+                format!("on every allowed CPU ({why})"),
             ),
         };
-        let moved = move_threads(&self.handlers, &to);
-        match (&moved, placement.pinned()) {
+        match (moved, placement.pinned()) {
             (Ok(()), pinned) => {
-                // Relaxed: see `LoopShared::on_one_cpu`.
-                self.shared
-                    .on_one_cpu
+                // Relaxed: see `HandlerShared::cpu`.
+                handler
+                    .shared
+                    .loop_beside
                     .store(pinned.is_some(), Ordering::Relaxed);
-                log::info!("this worker's threads now run on {what}");
+                self.follow_at = self.now + FOLLOW_EVERY;
+                log::info!("this worker's loop now runs {what}");
             }
             (Err(e), Some(_)) => {
-                // Pinning failed part-way: back apart, and no pinning for a while.
-                log::warning!("cannot move this worker's threads to {what} ({e})");
+                // The loop is where it was: no pinning for a while.
+                log::warning!("cannot run this worker's loop {what} ({e})");
                 placement.failed(self.now);
-                if let Err(e) = move_threads(&self.handlers, placement.allowed()) {
-                    log::warning!("cannot move this worker's threads back ({e})");
-                }
             }
             (Err(e), None) => {
-                // Spreading failed: still pinned; the next window tries again.
-                log::warning!("cannot move this worker's threads to {what} ({e})");
+                // Still pinned; the next window tries again.
+                log::warning!("cannot run this worker's loop {what} ({e})");
                 placement.spread_failed();
             }
+        }
+    }
+
+    /// `--cpu-affinity adaptive`, beside the handler: the kernel may have moved the handler
+    /// since; go after it.
+    fn follow(&mut self) {
+        self.follow_at = self.now + FOLLOW_EVERY;
+        let (Some(placement), [handler]) = (self.placement.as_mut(), self.handlers.as_slice())
+        else {
+            return;
+        };
+        // Relaxed: see `HandlerShared::cpu`.
+        let cpu = handler.shared.cpu.load(Ordering::Relaxed);
+        if placement.pinned() == Some(cpu) || !placement.allowed().contains(&cpu) {
+            return;
+        }
+        match crate::sys::pin_to_cpu(cpu) {
+            Ok(()) => placement.followed(cpu),
+            // Left where it is, beside nothing: the next window judges that CPU.
+            Err(e) => log::debug!("cannot run this worker's loop on CPU {cpu} ({e})"),
         }
     }
 
@@ -1113,23 +1141,13 @@ impl EventLoop {
     }
 }
 
-/// `--cpu-affinity adaptive`: sets the CPUs of this thread and the handlers by their
-/// handles (no descriptor needed), then of whatever else runs in the process (threads the
-/// app started) as /proc lists them, which only warns if it fails.
-fn move_threads(handlers: &[HandlerLink], cpus: &[usize]) -> io::Result<()> {
-    crate::sys::set_threads_cpus(cpus, handlers.iter().filter_map(|h| h.join.as_ref()))?;
-    if let Err(e) = crate::sys::set_process_cpus(cpus) {
-        log::warning!("--cpu-affinity adaptive: threads the app started may not have moved ({e})");
-    }
-    Ok(())
-}
-
 /// `--cpu-affinity adaptive`: the placement and `/proc/stat`, or neither (one CPU to run
 /// on, or what it needs unreadable: said in the log).
-fn adaptive_placement() -> (Option<Placement>, Option<crate::sys::ProcStat>) {
-    let cpus = match crate::sys::allowed_cpus() {
-        Ok(cpus) => cpus,
-        Err(e) => {
+fn adaptive_placement(handler: &HandlerLink) -> (Option<Placement>, Option<crate::sys::ProcStat>) {
+    let cpus = match handler.join.as_ref().map(crate::sys::thread_cpus) {
+        Some(Ok(cpus)) => cpus,
+        None => return (None, None),
+        Some(Err(e)) => {
             log::warning!("--cpu-affinity adaptive: cannot read this worker's CPUs ({e}): off");
             return (None, None);
         }
