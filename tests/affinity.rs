@@ -461,6 +461,13 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The app sees every CPU: its thread, one it starts, a process it starts.
+    let pinned_loop = loop_alone_pinned(&threads_of(pid), &cpus);
+    let view = s.get("/cpus").body_text();
+    let views: Vec<Vec<usize>> = view
+        .lines()
+        .map(|l| parse_cpu_list(l.split_once(' ').unwrap().1))
+        .collect();
     // Where the handler goes (here, sent by its affinity), the loop goes after it.
     let from = loop_alone_pinned(&threads_of(pid), &cpus);
     let to = *cpus.iter().find(|&&c| Some(c) != from).unwrap();
@@ -487,6 +494,10 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
         "the loop stayed on CPU {from:?} when its handler went to CPU {to}: {seen_after:?}\n{log}"
     );
     assert!(log.contains("this worker's loop now runs beside its handler (CPU"));
+    assert!(
+        pinned_loop.is_some() && views.len() == 3 && views.iter().all(|v| *v == cpus),
+        "with the loop pinned ({pinned_loop:?}) the app saw:\n{view}"
+    );
     assert!(
         loop_alone_pinned(&later, &cpus).is_some(),
         "a light worker's loop did not stay pinned: {later:?}\n{log}"

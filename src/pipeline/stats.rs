@@ -69,6 +69,9 @@ pub struct LoopCounters {
     pub wait: Duration,
     /// Body bytes sent with `sendfile(2)`.
     pub sendfile_bytes: u64,
+    /// Moves of the loop to its handler's CPU (`--cpu-affinity adaptive`): pins and
+    /// follows.
+    pub moves: u64,
 }
 
 impl LoopCounters {
@@ -84,6 +87,7 @@ impl LoopCounters {
             ring_full: 0,
             wait: Duration::ZERO,
             sendfile_bytes: 0,
+            moves: 0,
         }
     }
 }
@@ -139,7 +143,7 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}, sendfile {} bytes",
+         ring-full {}, sendfile {} bytes, moves to its handler's CPU {}",
         secs(loop_cpu),
         wall.as_secs_f64(),
         c.requests,
@@ -150,6 +154,7 @@ pub fn report(
         per(c.handler_wakes, c.requests),
         c.ring_full,
         c.sendfile_bytes,
+        c.moves,
     );
     for (name, h, thread) in handlers {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -5,6 +5,7 @@ line each), so a test can see what happened inside the app after the fact.
 """
 
 import os
+import subprocess
 import threading
 import time
 
@@ -138,6 +139,26 @@ def r_spin(environ, start_response, q):
     return [body]
 
 
+def r_cpus(environ, start_response, q):
+    """The CPUs the app may run on, as it sees them: "thread LIST", "new-thread LIST" (a
+    thread it starts) and "child LIST" (a process it starts), a line each, LIST as 0,1."""
+    def listed(cpus):
+        return ",".join(str(c) for c in sorted(cpus))
+
+    seen = {}
+    t = threading.Thread(target=lambda: seen.update(t=os.sched_getaffinity(0)))
+    t.start()
+    t.join()
+    status = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True)
+    child = next(l.split(":", 1)[1].strip() for l in status.stdout.splitlines()
+                 if l.startswith("Cpus_allowed_list:"))
+    body = ("thread %s\nnew-thread %s\nchild %s\n" % (
+        listed(os.sched_getaffinity(0)), listed(seen["t"]), child)).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 def r_bg_thread(environ, start_response, q):
     """Starts a thread that records "thread ran" after `after` seconds, and answers at
     once: the thread can only run if the server lets go of the GIL while it is idle."""
@@ -241,6 +262,7 @@ ROUTES = {
     "/abort": r_abort,
     "/slow": r_slow,
     "/spin": r_spin,
+    "/cpus": r_cpus,
     "/bg-thread": r_bg_thread,
     "/endless": r_endless,
     "/pid": r_pid,

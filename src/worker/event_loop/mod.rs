@@ -473,6 +473,7 @@ impl EventLoop {
                     .loop_beside
                     .store(pinned.is_some(), Ordering::Relaxed);
                 self.follow_at = self.now + FOLLOW_EVERY;
+                self.counters.moves += u64::from(pinned.is_some());
                 log::info!("this worker's loop now runs {what}");
             }
             (Err(e), Some(_)) => {
@@ -502,7 +503,10 @@ impl EventLoop {
             return;
         }
         match crate::sys::pin_to_cpu(cpu) {
-            Ok(()) => placement.followed(cpu),
+            Ok(()) => {
+                placement.followed(cpu);
+                self.counters.moves += 1;
+            }
             // Left where it is, beside nothing: the next window judges that CPU.
             Err(e) => log::debug!("cannot run this worker's loop on CPU {cpu} ({e})"),
         }
