@@ -463,9 +463,10 @@ pub struct Cli {
 
     /// Where each worker's threads run. `adaptive` (the default): with one handler thread,
     /// the loop runs on the CPU its handler is on (and follows it there) while the worker
-    /// uses under 1.2 cores and neither thread fills one, so requests change hands within a
-    /// core; it lets the loop go when that CPU is full while another idles, or other
-    /// processes crowd it (judged each second). Only the loop thread, which never runs
+    /// uses half a core to 1.2 cores and neither thread fills one, so requests change hands
+    /// within a core; it lets the loop go when that CPU is full while another idles, other
+    /// processes crowd it, or the kernel keeps moving the handler (judged each second).
+    /// Only the loop thread, which never runs
     /// Python, is pinned: the app, its threads and its processes keep every CPU. `auto` pins
     /// each whole worker process (its loop, its handlers and any thread the app starts) to
     /// one CPU, the Nth worker the Nth CPU this process may run on (round robin when there

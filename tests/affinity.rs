@@ -179,7 +179,7 @@ fn none_pins_nothing() {
     let cpus = our_cpus();
     let s = Server::start("regress:app", &["--cpu-affinity", "none"]);
     let pid = s.wait_for_workers(1, PROMPT)[0];
-    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(3));
+    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
     let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(6), |t| {
         t.values().flatten().any(|c| *c != cpus)
     });
@@ -439,14 +439,21 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
     };
     let s = Server::start(
         "regress:app",
-        &["--workers", "1", "--blocking-threads", "1"],
+        &[
+            "--workers",
+            "1",
+            "--blocking-threads",
+            "1",
+            "--log-level",
+            "debug",
+        ],
     );
     let pid = s.wait_for_workers(1, PROMPT)[0];
     let apart = |t: &Threads| t.values().flatten().all(|c| *c == cpus);
     assert!(apart(&threads_of(pid)), "pinned before any load");
 
-    // About 0.4 of a core: 2 ms of Python, then 3 ms of quiet.
-    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(3));
+    // About 0.65 of a core: 2 ms of Python, then 1 ms of quiet.
+    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
     let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(15), |t| {
         loop_alone_pinned(t, &cpus).is_some()
     });

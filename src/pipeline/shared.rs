@@ -70,10 +70,12 @@ pub struct HandlerShared {
     /// responses.
     pub defer_loop_wake: AtomicBool,
     pub wake_owed: AtomicUsize,
-    /// The CPU the handler thread was on when it last took up work (`usize::MAX` before
-    /// then), and whether the loop runs beside it there (`--cpu-affinity adaptive`), when
-    /// its wait does not spin (`park::set_spin`). Relaxed, all: hints, nothing published
-    /// with them.
+    /// `--cpu-affinity adaptive`: whether the loop places itself by this handler (set once,
+    /// before any request), the CPU the handler thread was on when it last took up work
+    /// (`usize::MAX` before then; kept only when placing), and whether the loop runs beside
+    /// it there, when its wait does not spin (`park::set_spin`). Relaxed, all: hints,
+    /// nothing published with them.
+    pub placing: AtomicBool,
     pub cpu: AtomicUsize,
     pub loop_beside: AtomicBool,
     /// What its streamed responses have unwritten, all together.
@@ -185,6 +187,7 @@ impl HandlerShared {
         HandlerShared {
             index,
             defer_loop_wake: AtomicBool::new(false),
+            placing: AtomicBool::new(false),
             cpu: AtomicUsize::new(usize::MAX),
             loop_beside: AtomicBool::new(false),
             wake_owed: AtomicUsize::new(0),

@@ -91,10 +91,12 @@ fn run(setup: HandlerSetup) {
             }
         };
         loop {
-            if let Some(cpu) = crate::sys::current_cpu() {
-                // Relaxed: see `HandlerShared::cpu`; stored only when it changed.
-                if shared.cpu.load(Ordering::Relaxed) != cpu {
-                    shared.cpu.store(cpu, Ordering::Relaxed);
+            // Relaxed: see `HandlerShared::cpu`; stored only when it changed.
+            if shared.placing.load(Ordering::Relaxed) {
+                if let Some(cpu) = crate::sys::current_cpu() {
+                    if shared.cpu.load(Ordering::Relaxed) != cpu {
+                        shared.cpu.store(cpu, Ordering::Relaxed);
+                    }
                 }
             }
             if bridge.step(py, &mut rx) {

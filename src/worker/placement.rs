@@ -21,7 +21,8 @@
 //! and each CPU's from `/proc/stat` ([`Placement::judge`]):
 //!
 //! - apart, it pins itself to the CPU the handler is on after two windows in a row in which
-//!   the worker used some CPU ([`MIN_USE`]) but less than [`PIN_BELOW`] cores, and neither
+//!   the worker used half a core or more ([`MIN_USE`]) but less than [`PIN_BELOW`] cores,
+//!   and neither
 //!   the loop nor its handler [`BUSY_THREAD`] of a core or more (a thread that fills a core
 //!   by itself, a handler running a heavy app or a loop with many clients elsewhere, would
 //!   only lose by sharing one);
@@ -43,10 +44,13 @@ use crate::sys::CpuTicks;
 pub const WINDOW: Duration = Duration::from_secs(1);
 /// Beside the handler: how often the loop looks where the handler runs now.
 pub const FOLLOW_EVERY: Duration = Duration::from_millis(2);
+/// Beside the handler: more moves after it than this a second, and the loop lets it go
+/// (the kernel keeps waking the handler elsewhere: chasing it is no pairing).
+pub const MAX_FOLLOWS: f64 = 50.0;
 /// Apart: pin when the worker used less than this many cores, ...
 pub const PIN_BELOW: f64 = 1.2;
 /// ... and at least this many (an idle worker stays as it is), ...
-pub const MIN_USE: f64 = 0.02;
+pub const MIN_USE: f64 = 0.5;
 /// ... and none of its loop and handler threads this much of a core.
 pub const BUSY_THREAD: f64 = 0.85;
 /// Pinned: no judgement this long after pinning.
@@ -99,6 +103,8 @@ pub struct Placement {
     last: Option<Reading>,
     /// Windows in a row, apart, in which pinning suited.
     suited: u32,
+    /// Moves after the handler since the last judgement.
+    follows: u32,
 }
 
 impl Placement {
@@ -115,6 +121,7 @@ impl Placement {
             hold_off: HOLD_OFF,
             last: None,
             suited: 0,
+            follows: 0,
         })
     }
 
@@ -145,6 +152,7 @@ impl Placement {
     pub fn followed(&mut self, cpu: usize) {
         if self.pinned.is_some() {
             self.pinned = Some(cpu);
+            self.follows += 1;
         }
     }
 
@@ -158,6 +166,7 @@ impl Placement {
     /// [`spread_failed`](Self::spread_failed).
     pub fn judge(&mut self, now: Reading, on: Option<usize>) -> Move {
         self.spread_from = None;
+        let follows = std::mem::take(&mut self.follows);
         let Some(last) = self.last.replace(now.clone()) else {
             return Move::Stay;
         };
@@ -186,6 +195,10 @@ impl Placement {
                 _ => Move::Stay,
             };
         };
+        if f64::from(follows) / secs > MAX_FOLLOWS {
+            self.spread(at);
+            return Move::Spread("the kernel keeps moving its handler");
+        }
         // A CPU's (busy, idle) shares over the window.
         let shares = |c: usize| {
             let a = last.cpus.iter().find(|t| t.cpu == c)?;
@@ -229,14 +242,14 @@ impl Placement {
         Move::Spread(why)
     }
 
-    /// The move could not be made: the threads stay (or are put back) apart, and pinning
-    /// waits as after letting go.
+    /// The move could not be made, or something else moved the loop: it is left apart (or
+    /// where that put it), and pinning waits as after letting go.
     pub fn failed(&mut self, at: Instant) {
         self.spread(at);
     }
 
-    /// Spreading could not be done: the threads are still pinned, to be judged again at
-    /// the next window as before.
+    /// Letting go could not be done: the loop is still pinned, to be judged again at the
+    /// next window as before.
     pub fn spread_failed(&mut self) {
         if let Some(cpu) = self.spread_from.take() {
             self.pinned = Some(cpu);
@@ -276,7 +289,7 @@ mod tests {
 
     /// Feeds a placement readings one window apart: the worker's CPU use in the window
     /// (its busiest thread half of it unless said), and each CPU's (busy, idle) share of
-    /// 100 ticks (the rest interrupt time). The loop runs on CPU `on`.
+    /// 100 ticks (the rest interrupt time). The handler runs on CPU `on`.
     struct Driver {
         p: Placement,
         on: usize,
@@ -286,8 +299,8 @@ mod tests {
         ticks: Vec<CpuTicks>,
     }
 
-    /// A light worker beside a busy client: half a core, CPU 0 half idle, CPU 1 90 %.
-    const LIGHT: (f64, [(u64, u64); 2]) = (0.5, [(50, 50), (10, 90)]);
+    /// A light worker beside a busy client: 0.6 of a core, CPU 0 60 % idle, CPU 1 90 %.
+    const LIGHT: (f64, [(u64, u64); 2]) = (0.6, [(40, 60), (10, 90)]);
     /// Its CPU full, the other nearly idle.
     const FULL_BESIDE_SPARE: (f64, [(u64, u64); 2]) = (1.0, [(100, 0), (5, 95)]);
 
@@ -427,6 +440,34 @@ mod tests {
             d.window_with(1.0, 0.95, [(50, 50), (50, 50)]),
             Move::Spread("its CPU is full while another idles")
         );
+    }
+
+    #[test]
+    fn under_half_a_core_is_not_pinned() {
+        let mut d = Driver::new(0);
+        // Apart, each thread finds a core idle when it wakes.
+        d.stays(5, (0.4, [(40, 60), (10, 90)]));
+    }
+
+    #[test]
+    fn a_handler_the_kernel_keeps_moving_is_let_go() {
+        let mut d = Driver::new(0);
+        d.pin();
+        d.stays(2, LIGHT);
+        for cpu in (0..50).map(|i| i % 2) {
+            d.p.followed(cpu);
+        }
+        d.stays(1, LIGHT);
+        for cpu in (0..51).map(|i| i % 2) {
+            d.p.followed(cpu);
+        }
+        assert_eq!(
+            d.window(LIGHT),
+            Move::Spread("the kernel keeps moving its handler")
+        );
+        // Apart, a move after the handler is none.
+        d.p.followed(1);
+        assert_eq!(d.p.pinned(), None);
     }
 
     #[test]

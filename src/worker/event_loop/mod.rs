@@ -178,10 +178,11 @@ impl EventLoop {
         opts: LoopOptions,
     ) -> io::Result<EventLoop> {
         let threaded = inline.is_none() && !handlers.is_empty();
-        let (placement, proc_stat) = if opts.adaptive_affinity && threaded && handlers.len() == 1 {
-            adaptive_placement(&handlers[0])
-        } else {
-            (None, None)
+        let (placement, proc_stat) = match handlers.as_slice() {
+            [handler] if opts.adaptive_affinity && threaded && !opts.static_response => {
+                adaptive_placement(handler)
+            }
+            _ => (None, None),
         };
         let registry = poll.registry();
         if listeners.len() > MAX_LISTENERS {
@@ -430,6 +431,26 @@ impl EventLoop {
         let Some(join) = handler.join.as_ref() else {
             return;
         };
+        if join.is_finished() {
+            // The handler is gone (it could not set up, or panicked): nothing to be beside,
+            // and its handle no longer names a thread to ask.
+            if placement.pinned().is_some() {
+                let _ = crate::sys::set_own_cpus(placement.allowed());
+            }
+            self.placement = None;
+            return;
+        }
+        if let Some(cpu) = placement.pinned() {
+            if crate::sys::allowed_cpus().is_ok_and(|own| own != [cpu]) {
+                // Something else set the loop's CPUs (`taskset`, a cpuset, the CPU going
+                // offline): left as they are, and no pinning for a while.
+                log::debug!("this worker's loop was moved off CPU {cpu}; leaving it there");
+                placement.failed(self.now);
+                // Relaxed: see `HandlerShared::cpu`.
+                handler.shared.loop_beside.store(false, Ordering::Relaxed);
+                return;
+            }
+        }
         // Where the worker may run is where its handler may (the loop's own set is its
         // pin while beside it; `taskset` may have narrowed the handler's since).
         if let Ok(now) = crate::sys::thread_cpus(join) {
@@ -453,8 +474,9 @@ impl EventLoop {
             cpus,
         };
         // Relaxed: see `HandlerShared::cpu`.
-        let handler_cpu = handler.shared.cpu.load(Ordering::Relaxed);
-        let (moved, what) = match placement.judge(reading, Some(handler_cpu)) {
+        let handler_cpu =
+            Some(handler.shared.cpu.load(Ordering::Relaxed)).filter(|&cpu| cpu != usize::MAX);
+        let (moved, what) = match placement.judge(reading, handler_cpu) {
             Move::Stay => return,
             Move::Pin(cpu) => (
                 crate::sys::pin_to_cpu(cpu),
@@ -474,7 +496,7 @@ impl EventLoop {
                     .store(pinned.is_some(), Ordering::Relaxed);
                 self.follow_at = self.now + FOLLOW_EVERY;
                 self.counters.moves += u64::from(pinned.is_some());
-                log::info!("this worker's loop now runs {what}");
+                log::debug!("this worker's loop now runs {what}");
             }
             (Err(e), Some(_)) => {
                 // The loop is where it was: no pinning for a while.
@@ -507,8 +529,16 @@ impl EventLoop {
                 placement.followed(cpu);
                 self.counters.moves += 1;
             }
-            // Left where it is, beside nothing: the next window judges that CPU.
-            Err(e) => log::debug!("cannot run this worker's loop on CPU {cpu} ({e})"),
+            Err(e) => {
+                // Apart, then, and no pinning for a while.
+                log::warning!("cannot run this worker's loop on CPU {cpu} ({e}); letting it go");
+                if let Err(e) = crate::sys::set_own_cpus(placement.allowed()) {
+                    log::warning!("cannot run this worker's loop on every allowed CPU ({e})");
+                }
+                placement.failed(self.now);
+                // Relaxed: see `HandlerShared::cpu`.
+                handler.shared.loop_beside.store(false, Ordering::Relaxed);
+            }
         }
     }
 
@@ -1160,13 +1190,28 @@ fn adaptive_placement(handler: &HandlerLink) -> (Option<Placement>, Option<crate
         log::debug!("--cpu-affinity adaptive: one CPU to run on, nothing to place");
         return (None, None);
     };
-    match crate::sys::ProcStat::open() {
-        Ok(stat) => (Some(placement), Some(stat)),
+    let mut stat = match crate::sys::ProcStat::open() {
+        Ok(stat) => stat,
         Err(e) => {
             log::warning!("--cpu-affinity adaptive: cannot open /proc/stat ({e}): off");
-            (None, None)
+            return (None, None);
         }
+    };
+    // Where /proc/stat does not list the CPUs as the affinity numbers them (a container
+    // with a virtualised /proc), no CPU could be judged.
+    let listed = stat.cpu_ticks().is_ok_and(|ticks| {
+        placement
+            .allowed()
+            .iter()
+            .all(|c| ticks.iter().any(|t| t.cpu == *c))
+    });
+    if !listed {
+        log::debug!("--cpu-affinity adaptive: /proc/stat does not list this worker's CPUs: off");
+        return (None, None);
     }
+    // Relaxed: see `HandlerShared::cpu`.
+    handler.shared.placing.store(true, Ordering::Relaxed);
+    (Some(placement), Some(stat))
 }
 
 /// `n` bytes of a stream were written (or dropped): back to its credit, and its handler
