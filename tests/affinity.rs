@@ -523,6 +523,41 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
     s.assert_no_panic();
 }
 
+/// A loop beside its handler whose CPUs something else sets (`taskset -p` on its thread) is
+/// left where that put it, not pinned back. (Run alone, as the test above.)
+#[test]
+fn by_default_a_loop_moved_by_something_else_is_left_there() {
+    let Some(cpus) = two_or_more_cpus() else {
+        return;
+    };
+    let s = Server::start("regress:app", &["--log-level", "debug"]);
+    let pid = s.wait_for_workers(1, PROMPT)[0];
+    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
+    let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(15), |t| {
+        loop_alone_pinned(t, &cpus).is_some()
+    });
+    assert!(
+        pinned,
+        "not pinned under a light load: {seen:?}\n{}",
+        s.log_text()
+    );
+    set_thread_cpus(pid, "m0s-loop", &cpus);
+    // Two windows and more: still where `taskset` put it.
+    std::thread::sleep(Duration::from_secs(3));
+    let after = threads_of(pid);
+    stop_asking(light);
+    let log = s.log_text();
+    assert_eq!(
+        after.get("m0s-loop"),
+        Some(&vec![cpus.clone()]),
+        "pinned again after being moved\n{log}"
+    );
+    assert!(
+        log.contains("this worker's loop was moved off CPU"),
+        "{log}"
+    );
+}
+
 /// Inline mode and several handlers have no one handler to run the loop beside: `adaptive`
 /// said outright says so at start, and serves; left as the default, it says nothing.
 #[test]
