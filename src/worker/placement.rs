@@ -29,7 +29,9 @@
 //! - beside it, it lets itself go after [`SETTLE`] when their CPU is full ([`FULL`], by
 //!   its ticks or by the two threads' own time) while another allowed CPU idles
 //!   ([`SPARE`]), when other processes take [`CROWDED`] of their CPU, or when that CPU is
-//!   gone; then it waits [`HOLD_OFF`] (doubled each time, up to [`HOLD_OFF_MAX`], and back
+//!   gone, and from the first window when it had to follow the handler more than
+//!   [`MAX_FOLLOWS`] times a second; then it waits [`HOLD_OFF`] (doubled each time, up to
+//!   [`HOLD_OFF_MAX`], and back
 //!   to the first after a pin that held that long) before it pins again, so a worker on
 //!   the edge does not flap.
 //!
@@ -172,6 +174,11 @@ impl Placement {
         };
         let at = now.at;
         let secs = at.saturating_duration_since(last.at).as_secs_f64();
+        if secs > 0.0 && self.pinned.is_some() && f64::from(follows) / secs > MAX_FOLLOWS {
+            // Chasing the handler is judged from the first window: no settling for it.
+            self.spread(at);
+            return Move::Spread("the kernel keeps moving its handler");
+        }
         if secs <= 0.0 || at < self.quiet_until {
             self.suited = 0;
             return Move::Stay;
@@ -195,10 +202,6 @@ impl Placement {
                 _ => Move::Stay,
             };
         };
-        if f64::from(follows) / secs > MAX_FOLLOWS {
-            self.spread(at);
-            return Move::Spread("the kernel keeps moving its handler");
-        }
         // A CPU's (busy, idle) shares over the window.
         let shares = |c: usize| {
             let a = last.cpus.iter().find(|t| t.cpu == c)?;
@@ -452,7 +455,17 @@ mod tests {
     #[test]
     fn a_handler_the_kernel_keeps_moving_is_let_go() {
         let mut d = Driver::new(0);
+        // In the first window after pinning (no settling for this).
         d.pin();
+        for cpu in (0..51).map(|i| i % 2) {
+            d.p.followed(cpu);
+        }
+        assert_eq!(
+            d.window(LIGHT),
+            Move::Spread("the kernel keeps moving its handler")
+        );
+        // And later, over a limit of 50 a second.
+        d.held_off_for(30);
         d.stays(2, LIGHT);
         for cpu in (0..50).map(|i| i % 2) {
             d.p.followed(cpu);
