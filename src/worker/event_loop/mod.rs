@@ -440,16 +440,8 @@ impl EventLoop {
             self.placement = None;
             return;
         }
-        if let Some(cpu) = placement.pinned() {
-            if crate::sys::allowed_cpus().is_ok_and(|own| own != [cpu]) {
-                // Something else set the loop's CPUs (`taskset`, a cpuset, the CPU going
-                // offline): left as they are, and no pinning for a while.
-                log::debug!("this worker's loop was moved off CPU {cpu}; leaving it there");
-                placement.failed(self.now);
-                // Relaxed: see `HandlerShared::cpu`.
-                handler.shared.loop_beside.store(false, Ordering::Relaxed);
-                return;
-            }
+        if moved_by_another(placement, handler, self.now) {
+            return;
         }
         // Where the worker may run is where its handler may (the loop's own set is its
         // pin while beside it; `taskset` may have narrowed the handler's since).
@@ -521,7 +513,10 @@ impl EventLoop {
         };
         // Relaxed: see `HandlerShared::cpu`.
         let cpu = handler.shared.cpu.load(Ordering::Relaxed);
-        if placement.pinned() == Some(cpu) || !placement.allowed().contains(&cpu) {
+        if placement.pinned() == Some(cpu)
+            || !placement.allowed().contains(&cpu)
+            || moved_by_another(placement, handler, self.now)
+        {
             return;
         }
         match crate::sys::pin_to_cpu(cpu) {
@@ -1173,6 +1168,23 @@ impl EventLoop {
             self.accept_metrics();
         }
     }
+}
+
+/// `--cpu-affinity adaptive`, beside the handler: whether something else has set the loop's
+/// CPUs since it pinned itself (`taskset`, a cpuset, the CPU going offline); they are then
+/// left as they are, and pinning waits as after letting go.
+fn moved_by_another(placement: &mut Placement, handler: &HandlerLink, now: Instant) -> bool {
+    let Some(cpu) = placement.pinned() else {
+        return false;
+    };
+    if !crate::sys::allowed_cpus().is_ok_and(|own| own != [cpu]) {
+        return false;
+    }
+    log::debug!("this worker's loop was moved off CPU {cpu}; leaving it there");
+    placement.failed(now);
+    // Relaxed: see `HandlerShared::cpu`.
+    handler.shared.loop_beside.store(false, Ordering::Relaxed);
+    true
 }
 
 /// `--cpu-affinity adaptive`: the placement and `/proc/stat`, or neither (one CPU to run
