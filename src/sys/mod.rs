@@ -70,28 +70,24 @@ fn cpu_set(cpus: &[usize]) -> std::io::Result<libc::cpu_set_t> {
     Ok(set)
 }
 
-/// Sets the CPUs the calling thread may run on.
-fn set_affinity(set: &libc::cpu_set_t) -> std::io::Result<()> {
+/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    set_own_cpus(&[cpu])
+}
+
+/// Lets the calling thread run on `cpus`.
+pub fn set_own_cpus(cpus: &[usize]) -> std::io::Result<()> {
+    let set = cpu_set(cpus)?;
     // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
     // thread.
     unsafe {
         syscall!(sched_setaffinity(
             0,
             std::mem::size_of::<libc::cpu_set_t>(),
-            set
+            &set
         ))
     }
     .map(drop)
-}
-
-/// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    set_affinity(&cpu_set(&[cpu])?)
-}
-
-/// Lets the calling thread run on `cpus`.
-pub fn set_own_cpus(cpus: &[usize]) -> std::io::Result<()> {
-    set_affinity(&cpu_set(cpus)?)
 }
 
 /// The CPUs `thread` (a live thread of this process) may run on, in ascending order.

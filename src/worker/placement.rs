@@ -381,6 +381,13 @@ mod tests {
             assert_eq!(self.p.pinned(), None);
         }
 
+        /// The loop went after the handler `n` times, back and forth between CPUs 0 and 1.
+        fn chase(&mut self, n: usize) {
+            for cpu in (0..n).map(|i| i % 2) {
+                self.p.followed(cpu);
+            }
+        }
+
         /// Light windows: no pin for `secs` windows (the hold-off), then pinned.
         fn held_off_for(&mut self, secs: usize) {
             self.stays(secs - 1, LIGHT);
@@ -456,28 +463,17 @@ mod tests {
     fn a_handler_the_kernel_keeps_moving_is_let_go() {
         let mut d = Driver::new(0);
         // In the first window after pinning (no settling for this).
+        let chased = Move::Spread("the kernel keeps moving its handler");
         d.pin();
-        for cpu in (0..51).map(|i| i % 2) {
-            d.p.followed(cpu);
-        }
-        assert_eq!(
-            d.window(LIGHT),
-            Move::Spread("the kernel keeps moving its handler")
-        );
+        d.chase(51);
+        assert_eq!(d.window(LIGHT), chased);
         // And later, over a limit of 50 a second.
         d.held_off_for(30);
         d.stays(2, LIGHT);
-        for cpu in (0..50).map(|i| i % 2) {
-            d.p.followed(cpu);
-        }
+        d.chase(50);
         d.stays(1, LIGHT);
-        for cpu in (0..51).map(|i| i % 2) {
-            d.p.followed(cpu);
-        }
-        assert_eq!(
-            d.window(LIGHT),
-            Move::Spread("the kernel keeps moving its handler")
-        );
+        d.chase(51);
+        assert_eq!(d.window(LIGHT), chased);
         // Apart, a move after the handler is none.
         d.p.followed(1);
         assert_eq!(d.p.pinned(), None);
