@@ -473,8 +473,17 @@ pub struct Cli {
     /// are more workers than CPUs), or a list such as `0,2,4-7` to take them from: for apps
     /// light on Python, since one whose Python keeps a core busy loses the other core its
     /// loop would use (docs/operations.md). `none` pins nothing.
-    #[arg(long, env = "M0SERVE_CPU_AFFINITY", value_name = "CPUS")]
-    pub cpu_affinity: Option<String>,
+    #[arg(
+        long,
+        env = "M0SERVE_CPU_AFFINITY",
+        value_name = "CPUS",
+        default_value = "adaptive"
+    )]
+    pub cpu_affinity: String,
+
+    /// `--cpu-affinity` was given (flag, file or environment), not left to its default.
+    #[arg(skip)]
+    pub cpu_affinity_given: bool,
 
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
@@ -553,7 +562,9 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
     all.extend(file_args.iter().map(OsString::from));
     all.extend(argv.iter().skip(1).cloned());
     let matches = Cli::command().try_get_matches_from(&all).map_err(fail)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(fail)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(fail)?;
+    cli.cpu_affinity_given =
+        matches.value_source("cpu_affinity") != Some(ValueSource::DefaultValue);
     if cli.print_config {
         print_config(&matches, &first);
         return Err(0);

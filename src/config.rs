@@ -505,9 +505,8 @@ impl Config {
         }
         let mut warnings = Vec::new();
         // `adaptive` is the default; said, it warns where it does nothing.
-        let affinity = cli.cpu_affinity.as_deref().map(str::trim);
-        let adaptive_affinity = matches!(affinity, None | Some("adaptive"));
-        if affinity == Some("adaptive") && cli.blocking_threads != 1 {
+        let adaptive_affinity = cli.cpu_affinity.trim() == "adaptive";
+        if adaptive_affinity && cli.cpu_affinity_given && cli.blocking_threads != 1 {
             warnings.push(format!(
                 "--cpu-affinity adaptive: does nothing with --blocking-threads {} (it runs the \
                  loop beside a worker's one handler thread)",
@@ -603,11 +602,10 @@ impl Config {
             metrics,
             // A worker gets its CPU from the master (checked there, against the CPUs the
             // master may use); its own set may since have been narrowed under it.
-            cpu_affinity: match cli.cpu_affinity.as_deref() {
+            cpu_affinity: match cli.cpu_affinity.as_str() {
                 _ if std::env::var_os(crate::sys::ipc::WORKER_ENV).is_some() => None,
-                None => None,
-                Some(spec) if matches!(spec.trim(), "none" | "adaptive") => None,
-                Some(spec) => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
+                spec if matches!(spec.trim(), "none" | "adaptive") => None,
+                spec => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
             },
             adaptive_affinity,
             venv,

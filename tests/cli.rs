@@ -525,6 +525,10 @@ fn config_file_flags_yield_to_the_environment_and_the_command_line() {
         "{}",
         line("--backlog")
     );
+    assert_eq!(
+        line("--cpu-affinity"),
+        "--cpu-affinity = \"adaptive\"  # default"
+    );
 
     // And a server started with it runs as the file says.
     let s = Server::builder("regress:app")
