@@ -315,6 +315,14 @@ impl Config {
                         .trim()
                         .trim_start_matches('[')
                         .trim_end_matches(']');
+                    // Empty (`M0SERVE_HOST=`) is a mistake, not every interface.
+                    if host.is_empty() {
+                        return Err(format!(
+                            "--host {:?}: empty; give an address or a name (0.0.0.0 for \
+                             every IPv4 interface, 127.0.0.1 for this machine only)",
+                            cli.host
+                        ));
+                    }
                     crate::sys::listen::resolve("--host", host, cli.port)?
                         .into_iter()
                         .map(ListenSpec::Tcp)

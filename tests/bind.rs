@@ -100,6 +100,32 @@ fn bad_binds_are_refused_naming_the_flag() {
     assert!(out.stderr.contains("--uds-permissions"), "{}", out.stderr);
 }
 
+/// An empty address (an environment variable set to nothing, a trailing comma) is refused
+/// at start; it is never taken to mean every interface.
+#[test]
+fn empty_addresses_are_refused_not_bound_on_every_interface() {
+    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+        (&["--bind", ""], &[], "--bind"),
+        (&["--bind", " "], &[], "--bind"),
+        (&[], &[("M0SERVE_BIND", "")], "--bind"),
+        (&[], &[("M0SERVE_BIND", "127.0.0.1:0,")], "--bind"),
+        (&["--host", ""], &[], "--host"),
+        (&["--port", "0"], &[("M0SERVE_HOST", " ")], "--host"),
+    ];
+    for (args, env, flag) in cases {
+        let argv: Vec<&str> = ["hello:app"].iter().chain(args).copied().collect();
+        let out = run_to_exit(&argv, env, Duration::from_secs(5));
+        let what = format!("{args:?} {env:?}");
+        assert_eq!(out.status.code(), Some(2), "{what}: {}", out.stderr);
+        assert!(
+            out.stderr.contains(flag) && out.stderr.contains("empty"),
+            "{what}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("listening"), "{what}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn server_name_and_port_are_those_of_the_listener_that_accepted() {
     let (p1, p2) = (free_port(), free_port());

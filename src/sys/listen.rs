@@ -30,6 +30,14 @@ impl ListenSpec {
     /// which listens on every address it resolves to), `[V6]:PORT`, `:PORT` (every IPv4
     /// interface), `HOST` (port 8000), `unix:PATH` or `fd://N`.
     pub fn parse(s: &str) -> Result<Vec<ListenSpec>, String> {
+        // An empty value (`M0SERVE_BIND=`, a trailing comma) is a mistake, not a request for
+        // every interface: that takes `:PORT` or `0.0.0.0`, said outright.
+        if s.is_empty() {
+            return Err(format!(
+                "--bind {s:?}: empty; give HOST:PORT, [V6]:PORT, :PORT (every IPv4 \
+                 interface), HOST, unix:PATH or fd://N"
+            ));
+        }
         if let Some(path) = s.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(format!("--bind {s:?}: no path after unix:"));
