@@ -104,7 +104,9 @@ fn bad_binds_are_refused_naming_the_flag() {
 /// at start; it is never taken to mean every interface.
 #[test]
 fn empty_addresses_are_refused_not_bound_on_every_interface() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+    // (arguments after the app, environment, the flag the error names)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 6] = [
         (&["--bind", ""], &[], "--bind"),
         (&["--bind", " "], &[], "--bind"),
         (&[], &[("M0SERVE_BIND", "")], "--bind"),
