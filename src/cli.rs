@@ -491,7 +491,10 @@ pub struct Cli {
     pub static_response: bool,
 
     /// Read more flags from FILE: one per line as on the command line (`--workers 4`,
-    /// `--access-log`); blank lines and lines starting with `#` are skipped.
+    /// `--access-log`); blank lines and lines starting with `#` are skipped. The rest of a
+    /// line after the flag is its value as written, less one pair of quotes around all of
+    /// it (`--forwarded-allow-ips ""` is an empty value; an access log format keeps its own
+    /// quotes).
     #[arg(short = 'c', long, env = "M0SERVE_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
 
@@ -665,7 +668,7 @@ fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>,
             continue;
         }
         let (flag, value) = match line.split_once(|c: char| c == '=' || c.is_whitespace()) {
-            Some((f, v)) => (f.trim(), Some(v.trim().trim_matches('"'))),
+            Some((f, v)) => (f.trim(), Some(file_value(v.trim()))),
             None => (line, None),
         };
         let Some(long) = flag.strip_prefix("--") else {
@@ -684,12 +687,40 @@ fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>,
         ) {
             continue;
         }
-        out.push(format!("--{long}"));
-        if let Some(v) = value.filter(|v| !v.is_empty()) {
-            out.push(v.to_string());
+        // One `--flag=VALUE` word: an empty value stays a value, and a value never becomes
+        // the next word (the APP argument).
+        match (value, arg.get_action().takes_values()) {
+            (Some(v), true) => out.push(format!("--{long}={v}")),
+            (None, false) => out.push(format!("--{long}")),
+            (Some(_), false) => {
+                return Err(format!(
+                    "line {}: --{long} takes no value (the flag alone turns it on)",
+                    n + 1
+                ))
+            }
+            (None, true) => {
+                return Err(format!(
+                    "line {}: --{long} needs a value (`\"\"` for an empty one)",
+                    n + 1
+                ))
+            }
         }
     }
     Ok(out)
+}
+
+/// A `--config` file's value: the rest of the line as written, less one pair of quotes
+/// around all of it (`"..."` or `'...'`, with no other quote of that kind inside), so that
+/// `""` is an empty value and a value with its own quotes (an access log format) is kept.
+fn file_value(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if let Some(inner) = v.strip_prefix(q).and_then(|r| r.strip_suffix(q)) {
+            if !inner.contains(q) {
+                return inner;
+            }
+        }
+    }
+    v
 }
 
 /// docs/configuration.md, from the clap definition itself (a test keeps the file equal to

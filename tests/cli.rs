@@ -567,6 +567,54 @@ fn a_bad_config_file_is_refused_naming_the_line() {
     assert!(out.stderr.contains("--config"), "{}", out.stderr);
 }
 
+/// A config file's value is the rest of the line as written, less one pair of quotes
+/// around all of it; a flag that needs a value and has none, or takes none and has one, is
+/// refused naming the line (neither may take the APP argument as its value).
+#[test]
+fn config_file_values_keep_their_own_quotes_and_an_empty_value_stays_a_value() {
+    let tmp = TempDir::new("config-quotes");
+    let file = tmp.file("m0serve.conf");
+    std::fs::write(
+        &file,
+        "--access-log-format %(h)s \"%(r)s\" %(s)s \"%(a)s\"\n\
+         --forwarded-allow-ips \"\"\n\
+         --root-path '/api'\n\
+         --env A=\"x y\"\n",
+    )
+    .unwrap();
+    let out = run_to_exit(
+        &["hello:app", "--config", &file, "--print-config"],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    for want in [
+        r#"--access-log-format = "%(h)s \"%(r)s\" %(s)s \"%(a)s\""  # file"#,
+        r#"--forwarded-allow-ips = ""  # file"#,
+        r#"--root-path = "/api"  # file"#,
+        r#"--env = "A=\"x y\""  # file"#,
+    ] {
+        assert!(
+            out.stdout.lines().any(|l| l == want),
+            "{want}\n{}",
+            out.stdout
+        );
+    }
+    for (line, says) in [
+        ("--workers\n", "--workers needs a value"),
+        ("--proxy-protocol true\n", "--proxy-protocol takes no value"),
+    ] {
+        std::fs::write(&file, format!("--access-log\n{line}")).unwrap();
+        let out = run_to_exit(&["hello:app", "--config", &file], &[], EXIT_TIMEOUT);
+        assert_eq!(out.status.code(), Some(2), "{line:?}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("line 2") && out.stderr.contains(says),
+            "{line:?}: {}",
+            out.stderr
+        );
+    }
+}
+
 #[test]
 fn docs_configuration_md_is_what_the_binary_generates() {
     let out = run_to_exit(&["--print-flags-markdown"], &[], EXIT_TIMEOUT);
