@@ -128,6 +128,62 @@ fn pid_file_holds_the_master_pid_until_exit() {
     );
 }
 
+/// The pid file is not taken over from a running server, nor written over a file that
+/// holds something else; a stale one is replaced; at exit it is removed only while it still
+/// names this server.
+#[test]
+fn pid_file_is_not_taken_from_a_running_server_and_removed_only_while_ours() {
+    let tmp = TempDir::new("pid-file-shared");
+    let pid_file = tmp.file("m0serve.pid");
+    let mut first = Server::start("hello:app", &["--pid-file", &pid_file]);
+    let first_pid = first.pid().to_string();
+
+    let second = run_to_exit(
+        &["hello:app", "--port", "0", "--pid-file", &pid_file],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert_ne!(second.status.code(), Some(0), "{}", second.stderr);
+    assert!(
+        second.stderr.contains("--pid-file") && second.stderr.contains("running"),
+        "{}",
+        second.stderr
+    );
+    let text = std::fs::read_to_string(&pid_file).expect("the first server's pid file");
+    assert_eq!(
+        text.trim(),
+        first_pid,
+        "the second server took the file over"
+    );
+    let r = first.request(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    assert_eq!(r.status, 200, "the first server still serves");
+
+    // Someone else's pid written there meanwhile stays when this server exits.
+    std::fs::write(&pid_file, "4194304\n").unwrap();
+    first.stop();
+    let text = std::fs::read_to_string(&pid_file).expect("a pid file not ours is left");
+    assert_eq!(text.trim(), "4194304");
+
+    // A stale pid (no such process: above the kernel's pid_max) is replaced.
+    let mut s = Server::start("hello:app", &["--pid-file", &pid_file]);
+    let text = std::fs::read_to_string(&pid_file).unwrap();
+    assert_eq!(text.trim(), s.pid().to_string());
+    s.stop();
+    assert!(!std::path::Path::new(&pid_file).exists());
+
+    // A file that holds something else is not written over.
+    let other = tmp.file("notes.txt");
+    std::fs::write(&other, "keep me\n").unwrap();
+    let out = run_to_exit(
+        &["hello:app", "--port", "0", "--pid-file", &other],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert_ne!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(out.stderr.contains("--pid-file"), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "keep me\n");
+}
+
 /// Zombie processes whose parent is `pid`.
 fn zombies_of(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();

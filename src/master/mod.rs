@@ -147,20 +147,53 @@ pub struct Master {
     _pid_file: Option<PidFile>,
 }
 
-/// `--pid-file`: written at start, removed when the master exits.
+/// `--pid-file`: written at start, removed when the master exits if it still holds our pid.
 struct PidFile(PathBuf);
 
 impl PidFile {
+    /// Writes our pid to `path`, which may be missing, empty or stale (a pid no process
+    /// has). A file naming a running process (a second server given the same file), or
+    /// holding anything but a pid, is left as it is and the start refused.
     fn write(path: &std::path::Path) -> Result<PidFile, String> {
+        let shown = path.display();
+        match std::fs::read_to_string(path) {
+            Ok(text) => match text.trim().parse::<libc::pid_t>() {
+                Ok(pid)
+                    if pid > 0
+                        && u32::try_from(pid) != Ok(std::process::id())
+                        && crate::sys::process_exists(pid) =>
+                {
+                    return Err(format!(
+                        "--pid-file {shown}: it names process {pid}, which is running \
+                         (another server on the same file?); stop it or give another path"
+                    ));
+                }
+                Ok(_) => {}
+                Err(_) if text.trim().is_empty() => {}
+                Err(_) => {
+                    return Err(format!(
+                        "--pid-file {shown}: the file holds something other than a pid; \
+                         not overwriting it"
+                    ));
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("--pid-file {shown}: {e}")),
+        }
         std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|e| format!("--pid-file {}: {e}", path.display()))?;
+            .map_err(|e| format!("--pid-file {shown}: {e}"))?;
         Ok(PidFile(path.to_path_buf()))
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        // Another server may have taken the file over meanwhile: its pid stays.
+        let ours = std::fs::read_to_string(&self.0)
+            .is_ok_and(|t| t.trim() == std::process::id().to_string());
+        if ours {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 }
 

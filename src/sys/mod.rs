@@ -119,6 +119,14 @@ fn set_members(set: &libc::cpu_set_t) -> Vec<usize> {
         .collect()
 }
 
+/// A process `pid` exists (ours to signal or not).
+pub fn process_exists(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 sends nothing; kill only checks that `pid` exists and whether we
+    // may signal it.
+    let sent = unsafe { libc::kill(pid, 0) };
+    sent == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// The CPU the calling thread is running on.
 pub fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments; it returns -1 where the kernel cannot say.
