@@ -481,10 +481,6 @@ pub struct Cli {
     )]
     pub cpu_affinity: String,
 
-    /// `--cpu-affinity` was given (flag, file or environment), not left to its default.
-    #[arg(skip)]
-    pub cpu_affinity_given: bool,
-
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
     #[arg(long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]
@@ -533,6 +529,11 @@ pub struct Cli {
     /// (appending; reopened on SIGUSR1); `-` is standard error.
     #[arg(long, env = "M0SERVE_ERROR_LOG_FILE", value_name = "PATH")]
     pub error_log_file: Option<PathBuf>,
+
+    /// The options given (flag, file or environment) rather than left to their defaults,
+    /// by clap id (`cpu_affinity`): for warnings about a value that does nothing.
+    #[arg(skip)]
+    pub given: std::collections::BTreeSet<String>,
 }
 
 /// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the
@@ -566,8 +567,16 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
     all.extend(argv.iter().skip(1).cloned());
     let matches = Cli::command().try_get_matches_from(&all).map_err(fail)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(fail)?;
-    cli.cpu_affinity_given =
-        matches.value_source("cpu_affinity") != Some(ValueSource::DefaultValue);
+    cli.given = matches
+        .ids()
+        .filter(|id| {
+            matches!(
+                matches.value_source(id.as_str()),
+                Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+            )
+        })
+        .map(|id| id.as_str().to_string())
+        .collect();
     if cli.print_config {
         print_config(&matches, &first);
         return Err(0);

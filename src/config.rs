@@ -514,12 +514,38 @@ impl Config {
         let mut warnings = Vec::new();
         // `adaptive` is the default; said, it warns where it does nothing.
         let adaptive_affinity = cli.cpu_affinity.trim() == "adaptive";
-        if adaptive_affinity && cli.cpu_affinity_given && cli.blocking_threads != 1 {
+        if adaptive_affinity && cli.given.contains("cpu_affinity") && cli.blocking_threads != 1 {
             warnings.push(format!(
                 "--cpu-affinity adaptive: does nothing with --blocking-threads {} (it runs the \
                  loop beside a worker's one handler thread)",
                 cli.blocking_threads
             ));
+        }
+        // Values that do nothing in this configuration: said, not silently dropped.
+        if !cli.bind.is_empty() {
+            for (id, flag) in [("uds", "--uds"), ("host", "--host"), ("port", "--port")] {
+                if cli.given.contains(id) {
+                    warnings.push(format!(
+                        "{flag}: ignored, --bind gives the addresses (add this one to it)"
+                    ));
+                }
+            }
+        }
+        if cli.timeout > 0.0 && cli.blocking_threads == 0 {
+            warnings.push(format!(
+                "--timeout {}: does nothing in inline mode (--blocking-threads 0); \
+                 --silent-timeout bounds a request there",
+                cli.timeout
+            ));
+        }
+        if cli.max_requests_jitter > 0 && cli.max_requests == 0 {
+            warnings.push("--max-requests-jitter: does nothing without --max-requests".into());
+        }
+        if cli.uds_permissions.is_some() && !listen.iter().any(|l| matches!(l, ListenSpec::Unix(_)))
+        {
+            warnings.push(
+                "--uds-permissions: no Unix socket is bound here (--uds, --bind unix:PATH)".into(),
+            );
         }
         if let Some(class) = &cli.worker_class {
             match class.trim() {

@@ -225,6 +225,9 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     log::set_level(config.log_level);
     log::set_format(config.log_format);
     if config.check_only {
+        for w in &config.warnings {
+            eprintln!("m0serve: warning: {w}");
+        }
         return match check(&config) {
             Ok(what) => {
                 println!("m0serve: configuration OK; {what}");

@@ -615,6 +615,51 @@ fn config_file_values_keep_their_own_quotes_and_an_empty_value_stays_a_value() {
     }
 }
 
+/// A value that does nothing in the configuration it is given in is warned about (at
+/// start, and by --check-config), not dropped in silence.
+#[test]
+fn values_that_do_nothing_are_warned_about() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--bind", "127.0.0.1:0", "--uds", "/tmp/m0-unused.sock"],
+            "--uds: ignored",
+        ),
+        (&["--bind", "127.0.0.1:0", "--port", "9"], "--port: ignored"),
+        (
+            &["--blocking-threads", "0", "--timeout", "5"],
+            "--timeout 5: does nothing",
+        ),
+        (
+            &["--max-requests-jitter", "10"],
+            "--max-requests-jitter: does nothing",
+        ),
+        (
+            &["--uds-permissions", "600"],
+            "--uds-permissions: no Unix socket",
+        ),
+    ];
+    for (args, says) in cases {
+        let argv: Vec<&str> = ["hello:app", "--check-config"]
+            .iter()
+            .chain(args)
+            .copied()
+            .collect();
+        let out = run_to_exit(&argv, &[], EXIT_TIMEOUT);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+    }
+    // The environment's --host is ignored beside --bind too; the defaults say nothing.
+    let out = run_to_exit(
+        &["hello:app", "--check-config", "--bind", "127.0.0.1:0"],
+        &[("M0SERVE_HOST", "0.0.0.0")],
+        EXIT_TIMEOUT,
+    );
+    assert!(out.stderr.contains("--host: ignored"), "{}", out.stderr);
+    let out = run_to_exit(&["hello:app", "--check-config"], &[], EXIT_TIMEOUT);
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(!out.stderr.contains("warning"), "{}", out.stderr);
+}
+
 #[test]
 fn docs_configuration_md_is_what_the_binary_generates() {
     let out = run_to_exit(&["--print-flags-markdown"], &[], EXIT_TIMEOUT);
