@@ -572,13 +572,25 @@ impl Config {
             }
             pythonpath.push(abs);
         }
-        let root_path = match cli
-            .root_path
-            .clone()
-            .or_else(|| std::env::var("SCRIPT_NAME").ok().filter(|v| !v.is_empty()))
-        {
-            Some(r) => root_path(&r)?,
-            None => None,
+        let root_path = match (
+            &cli.root_path,
+            std::env::var("SCRIPT_NAME").ok().filter(|v| !v.is_empty()),
+        ) {
+            (Some(r), _) => root_path(r)?,
+            // Inherited, it changes what is served: said at start, and named if bad.
+            (None, Some(r)) => {
+                let p = root_path(&r).map_err(|e| {
+                    format!("SCRIPT_NAME in the environment (taken as --root-path): {e}")
+                })?;
+                if let Some(p) = &p {
+                    warnings.push(format!(
+                        "SCRIPT_NAME={r} in the environment: serving under {p} as with \
+                         --root-path {p} (other paths get 404 unless --root-path-outside app)"
+                    ));
+                }
+                p
+            }
+            (None, None) => None,
         };
         Ok(Config {
             app,

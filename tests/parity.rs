@@ -360,10 +360,27 @@ fn root_path_makes_the_prefix_script_name_and_answers_404_outside_it() {
         (Some("/from-env"), Some("/x"))
     );
     assert_eq!(s.get("/x").status, 404);
+    // Inherited, it changes what is served: the start says so.
+    assert!(
+        s.wait_for_log(
+            "SCRIPT_NAME=/from-env in the environment",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        s.stderr_text()
+    );
     drop(s);
 
     let out = run_to_exit(&["probe:app", "--root-path", "noslash"], &[], PROMPT);
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    // A bad one from the environment is named as such.
+    let out = run_to_exit(
+        &["probe:app", "--check-config"],
+        &[("SCRIPT_NAME", "noslash")],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(out.stderr.contains("SCRIPT_NAME"), "{}", out.stderr);
 }
 
 fn with_test_venv(venv: &Path, app: &str, args: &[&str]) -> Server {
