@@ -53,6 +53,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[cfg(not(loom))]
 fn check(config: &config::Config) -> Result<String, String> {
     use pyo3::prelude::*;
+    check_places(config)?;
     let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
         let interp = python::describe(py, &interpreter);
@@ -75,6 +76,74 @@ fn check(config: &config::Config) -> Result<String, String> {
             config.describe_listen()
         ))
     })
+}
+
+/// `--check-config`: what a start would open or be handed, without opening or creating
+/// anything: the files it writes (their directory, or the file itself, writable), the
+/// directories of the Unix sockets it binds, the descriptors of `fd://N`, and a metrics
+/// port that is also a listening port.
+fn check_places(config: &config::Config) -> Result<(), String> {
+    use std::path::Path;
+    fn writable(flag: &str, path: &Path) -> Result<(), String> {
+        let shown = path.display();
+        let may_write = |p: &Path| sys::may_write(p).map_err(|e| format!("{flag} {shown}: {e}"));
+        match std::fs::metadata(path) {
+            Ok(m) if m.is_dir() => Err(format!("{flag} {shown}: is a directory")),
+            Ok(_) => may_write(path),
+            Err(_) => {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                match std::fs::metadata(dir) {
+                    Ok(m) if m.is_dir() => may_write(dir),
+                    _ => Err(format!("{flag} {shown}: no directory {}", dir.display())),
+                }
+            }
+        }
+    }
+    if let Some(path) = &config.pid_file {
+        writable("--pid-file", path)?;
+    }
+    if let Some((crate::access_log::Target::File(path), _)) = &config.access_log {
+        writable("--access-log-file", path)?;
+    }
+    if let Some(path) = &config.error_log_file {
+        writable("--error-log-file", path)?;
+    }
+    for spec in &config.listen {
+        match spec {
+            sys::listen::ListenSpec::Unix(path) => {
+                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+                let dir = dir.unwrap_or(Path::new("."));
+                if !dir.is_dir() {
+                    return Err(format!(
+                        "--uds {}: no directory {}",
+                        path.display(),
+                        dir.display()
+                    ));
+                }
+                sys::may_write(dir).map_err(|e| format!("--uds {}: {e}", path.display()))?;
+            }
+            sys::listen::ListenSpec::Fd(fd) => {
+                if !sys::is_socket(*fd) {
+                    return Err(format!("--bind fd://{fd}: not an open socket"));
+                }
+            }
+            sys::listen::ListenSpec::Tcp(addr) => {
+                if let Some(m) = config.metrics {
+                    if addr.port() != 0 && addr.port() == m.port() {
+                        return Err(format!(
+                            "--metrics-port {}: also the port of {addr}, which the server \
+                             listens on",
+                            m.port()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How this process came to run m0serve: it decides who initialises Python and what a

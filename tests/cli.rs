@@ -660,6 +660,61 @@ fn values_that_do_nothing_are_warned_about() {
     assert!(!out.stderr.contains("warning"), "{}", out.stderr);
 }
 
+/// --check-config refuses what a start would fail to open or bind, without creating any of
+/// it: files in a missing directory or that are directories, a Unix socket's missing
+/// directory, `fd://N` that is no socket, a metrics port that is a listening port.
+#[test]
+fn check_config_refuses_what_the_start_could_not_open_and_creates_nothing() {
+    let tmp = TempDir::new("check-places");
+    let dir = tmp.file("");
+    let missing = tmp.file("missing/x");
+    let cases: [(&[&str], &str); 8] = [
+        (&["--pid-file", &missing], "--pid-file"),
+        (&["--pid-file", &dir], "--pid-file"),
+        (&["--access-log-file", &missing], "--access-log-file"),
+        (&["--access-log-file", &dir], "--access-log-file"),
+        (&["--error-log-file", &missing], "--error-log-file"),
+        (&["--uds", &missing], "--uds"),
+        (&["--bind", "fd://99"], "fd://99"),
+        (
+            &["--port", "18011", "--metrics-port", "18011"],
+            "--metrics-port",
+        ),
+    ];
+    for (args, flag) in cases {
+        let argv: Vec<&str> = ["hello:app", "--check-config"]
+            .iter()
+            .chain(args)
+            .copied()
+            .collect();
+        let out = run_to_exit(&argv, &[], EXIT_TIMEOUT);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(flag), "{args:?}: {}", out.stderr);
+    }
+    let (pid, log, sock) = (tmp.file("m0.pid"), tmp.file("a.log"), tmp.file("m0.sock"));
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--check-config",
+            "--pid-file",
+            &pid,
+            "--access-log-file",
+            &log,
+            "--uds",
+            &sock,
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    for p in [&pid, &log, &sock] {
+        assert!(
+            !std::path::Path::new(p).exists(),
+            "--check-config created {p}"
+        );
+    }
+}
+
 #[test]
 fn docs_configuration_md_is_what_the_binary_generates() {
     let out = run_to_exit(&["--print-flags-markdown"], &[], EXIT_TIMEOUT);
