@@ -363,20 +363,44 @@ fn max_requests_recycles_workers_without_failing_a_request() {
 
 #[test]
 fn workers_max_rss_recycles_a_worker_over_the_limit() {
-    // Every worker is over 1 MiB: each is replaced once its replacement is ready.
-    let s = Server::start("regress:app", &["--workers-max-rss", "1"]);
+    // A fresh worker is well under 200 MiB; one that holds 250 MiB more is replaced once
+    // its replacement is ready.
+    let s = Server::start("regress:app", &["--workers-max-rss", "200"]);
     let first = s.wait_for_workers(1, PROMPT);
+    assert_eq!(s.get("/hold?mib=250").status, 200);
     let replaced = wait_until(PROMPT, || {
         let now = s.worker_pids();
         !now.is_empty() && now.iter().all(|p| !first.contains(p))
     });
     assert!(replaced, "{:?}\n{}", s.worker_pids(), s.log_text());
     assert!(
-        s.log_text().contains("over --workers-max-rss 1"),
+        s.log_text()
+            .contains("over --workers-max-rss 200: recycling it"),
         "{}",
         s.log_text()
     );
-    assert_served(&s, PROMPT, "while workers are recycled for memory");
+    assert_served(&s, PROMPT, "after a worker was recycled for memory");
+    assert!(
+        !s.log_text().contains("the limit is off"),
+        "{}",
+        s.log_text()
+    );
+}
+
+#[test]
+fn workers_max_rss_below_a_fresh_worker_is_turned_off_not_recycled_forever() {
+    // Every worker is over 1 MiB as it starts: replacing it would never end.
+    let s = Server::start("regress:app", &["--workers-max-rss", "1"]);
+    let first = s.wait_for_workers(1, PROMPT);
+    assert!(
+        s.wait_for_log("the limit is off", PROMPT),
+        "{}",
+        s.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(s.worker_pids(), first, "{}", s.log_text());
+    assert!(!s.log_text().contains("recycling it"), "{}", s.log_text());
+    assert_served(&s, PROMPT, "with the memory limit off");
 }
 
 #[test]

@@ -140,6 +140,9 @@ pub struct Master {
     watchdog: Option<Duration>,
     next_watchdog: Instant,
     next_rss_check: Instant,
+    /// A worker was over `--workers-max-rss` at its first look: recycling for memory would
+    /// never end, so it is off.
+    rss_limit_off: bool,
     /// `--metrics-port`: the counters every worker writes, and the socket they serve them on.
     metrics: Option<(crate::metrics::Region, Listener)>,
     /// `--reload`: the watch on the app's `.py` files.
@@ -297,6 +300,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         watchdog: systemd::take_watchdog(),
         next_watchdog: Instant::now(),
         next_rss_check: Instant::now(),
+        rss_limit_off: false,
         metrics,
         watcher,
         _pid_file: pid_file,
@@ -406,7 +410,7 @@ impl Master {
         }
         self.kill_silent(now);
         self.kill_overdue_drains(now);
-        if self.config.workers_max_rss > 0 && now >= self.next_rss_check {
+        if self.config.workers_max_rss > 0 && !self.rss_limit_off && now >= self.next_rss_check {
             self.next_rss_check = now + RSS_CHECK_EVERY;
             self.check_rss();
         }
@@ -715,7 +719,24 @@ impl Master {
     fn read_status_pipes(&mut self) {
         let mut became_ready = false;
         for w in &mut self.workers {
-            became_ready |= check_ready(w);
+            let ready = check_ready(w);
+            became_ready |= ready;
+            let limit_mib = self.config.workers_max_rss;
+            if ready && limit_mib > 0 && !self.rss_limit_off {
+                // Ready, it has imported the app and served nothing yet: its size now is
+                // what every replacement would start with.
+                let rss = rss_kib(w.pid);
+                if rss > limit_mib * 1024 {
+                    log::error!(
+                        "worker {} uses {} MiB as it starts serving, over --workers-max-rss \
+                         {limit_mib}: every worker would be recycled at once, so the limit is \
+                         off; raise it above what a fresh worker uses",
+                        w.pid,
+                        rss / 1024
+                    );
+                    self.rss_limit_off = true;
+                }
+            }
         }
         if became_ready {
             self.ever_ready = true;

@@ -249,7 +249,20 @@ def r_count(environ, start_response, q):
     return [body]
 
 
+_HELD = []
+
+
+def r_hold(environ, start_response, q):
+    """Keeps `mib` MiB more (written, so resident) for the life of the worker."""
+    _HELD.append(b"x" * (int(q.get("mib", "1")) << 20))
+    body = str(os.getpid()).encode()
+    start_response("200 OK", [("Content-Type", "text/plain"),
+                              ("Content-Length", str(len(body)))])
+    return [body]
+
+
 ROUTES = {
+    "/hold": r_hold,
     "/count": r_count,
     "/hello": r_hello,
     "/sse": r_sse,
