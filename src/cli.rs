@@ -307,7 +307,8 @@ pub struct Cli {
     pub max_headers: usize,
 
     /// Largest request body, in bytes, or with a K, M or G suffix (larger: 413, answered
-    /// before `100 Continue` and before the app runs when the length is declared).
+    /// before `100 Continue` and before the app runs when the length is declared). 0 is a
+    /// limit, not none: every request with a body gets 413.
     #[arg(long, env = "M0SERVE_MAX_BODY_SIZE", default_value = "100M", value_name = "SIZE",
           value_parser = parse_size)]
     pub max_body_size: u64,
