@@ -407,7 +407,7 @@ pub struct Cli {
     /// NLB send), whose source address becomes REMOTE_ADDR and REMOTE_PORT. Only peers in
     /// --forwarded-allow-ips may connect; others, and connections without a valid
     /// header, are closed (logged at debug, counted in the metrics).
-    #[arg(long, env = "M0SERVE_PROXY_PROTOCOL")]
+    #[arg(long, env = "M0SERVE_PROXY_PROTOCOL", value_parser = clap::builder::BoolishValueParser::new())]
     pub proxy_protocol: bool,
 
     /// Serve Prometheus metrics (`/metrics`, and `/healthz`) on this port, answered by the

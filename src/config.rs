@@ -308,6 +308,9 @@ impl Config {
             all
         } else {
             match cli.uds {
+                Some(path) if path.to_string_lossy().trim().is_empty() => {
+                    return Err(format!("--uds {path:?}: empty; give the socket's path"));
+                }
                 Some(path) => vec![ListenSpec::Unix(path)],
                 None => {
                     let host = cli

@@ -660,6 +660,27 @@ fn values_that_do_nothing_are_warned_about() {
     assert!(!out.stderr.contains("warning"), "{}", out.stderr);
 }
 
+/// Every on/off option reads its environment variable the same way (1/0, yes/no, on/off,
+/// true/false).
+#[test]
+fn boolean_environment_variables_all_take_the_same_words() {
+    for var in [
+        "M0SERVE_PROXY_PROTOCOL",
+        "M0SERVE_ACCESS_LOG",
+        "M0SERVE_STATS",
+        "M0SERVE_RELOAD",
+    ] {
+        for word in ["1", "yes", "on", "true"] {
+            let out = run_to_exit(
+                &["hello:app", "--print-config"],
+                &[(var, word)],
+                EXIT_TIMEOUT,
+            );
+            assert_eq!(out.status.code(), Some(0), "{var}={word}: {}", out.stderr);
+        }
+    }
+}
+
 /// --check-config refuses what a start would fail to open or bind, without creating any of
 /// it: files in a missing directory or that are directories, a Unix socket's missing
 /// directory, `fd://N` that is no socket, a metrics port that is a listening port.
