@@ -396,14 +396,9 @@ impl Config {
             ));
         }
         let uds_permissions = match &cli.uds_permissions {
-            Some(m) => Some(
-                u32::from_str_radix(m.trim(), 8)
-                    .ok()
-                    .filter(|&m| m <= 0o777)
-                    .ok_or_else(|| {
-                        format!("--uds-permissions {m:?}: expected an octal mode such as 660")
-                    })?,
-            ),
+            Some(m) => Some(crate::sys::privileges::octal_mode(m.trim()).ok_or_else(|| {
+                format!("--uds-permissions {m:?}: expected an octal mode such as 660")
+            })?),
             None => None,
         };
         if cli.workers == 0 || cli.workers > MAX_WORKERS {

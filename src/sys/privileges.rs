@@ -254,15 +254,19 @@ impl Identity {
     }
 }
 
+/// An octal mode or mask (`022`, `0o027`, `660`), at most 0o777.
+pub fn octal_mode(s: &str) -> Option<u32> {
+    let digits = s.strip_prefix("0o").unwrap_or(s);
+    if digits.is_empty() || digits.starts_with('+') {
+        return None;
+    }
+    u32::from_str_radix(digits, 8).ok().filter(|&v| v <= 0o777)
+}
+
 /// `--umask`: an octal mask (`022`, `0o027`, `77`), at most 0o777.
 pub fn parse_umask(s: &str) -> Result<libc::mode_t, String> {
-    let digits = s.strip_prefix("0o").unwrap_or(s);
-    match u32::from_str_radix(digits, 8) {
-        Ok(v) if v <= 0o777 && !digits.is_empty() && !digits.starts_with('+') => Ok(v),
-        _ => Err(format!(
-            "--umask {s}: expected an octal mask from 0 to 777 (e.g. 022)"
-        )),
-    }
+    octal_mode(s)
+        .ok_or_else(|| format!("--umask {s}: expected an octal mask from 0 to 777 (e.g. 022)"))
 }
 
 /// Sets the process's file creation mask; the workers inherit it.
@@ -280,6 +284,9 @@ mod tests {
         assert_eq!(parse_umask("022"), Ok(0o22));
         assert_eq!(parse_umask("0o027"), Ok(0o27));
         assert_eq!(parse_umask("77"), Ok(0o77));
+        // --uds-permissions reads its mode the same way.
+        assert_eq!(octal_mode("0o660"), Some(0o660));
+        assert_eq!(octal_mode("660"), Some(0o660));
         assert_eq!(parse_umask("0"), Ok(0));
         for bad in ["", "8", "0o", "1000", "-1", "+7", "0x12", "abc"] {
             assert!(parse_umask(bad).is_err(), "{bad:?}");
