@@ -742,8 +742,10 @@ pub fn flags_markdown() -> String {
          (`m0serve --print-flags-markdown`; a test checks this file against it). Each can be \
          given on the command line, in the environment variable shown, or in a `--config` \
          file (one flag per line); the command line wins over the environment, which wins \
-         over the file. `m0serve --print-config` shows the values in effect and where each \
-         came from.\n\n| option | environment | default | what it does |\n|---|---|---|---|\n",
+         over the file. A list option (`--bind`, `--env`, `--pythonpath`...) set in a place \
+         that wins replaces the list the others give; it is not added to it. \
+         `m0serve --print-config` shows the values in effect and where each came from.\n\n\
+         | option | environment | default | what it does |\n|---|---|---|---|\n",
     );
     let cmd = Cli::command();
     for arg in cmd.get_arguments() {
