@@ -439,8 +439,9 @@ pub struct Cli {
     pub reload_ignore: Vec<String>,
 
     /// Check the configuration and import the app, then exit: 0 when both are good, else 1
-    /// with a message naming the module or attribute at fault (2 for a bad flag). Serves
-    /// nothing.
+    /// with a message naming the module, attribute or file at fault (2 for a bad flag).
+    /// What this host lacks and the server's may not (a log file's directory, `fd://N`)
+    /// is a warning. Serves nothing and creates nothing.
     #[arg(long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
     pub check_config: bool,
 
@@ -535,6 +536,10 @@ pub struct Cli {
     /// by clap id (`cpu_affinity`): for warnings about a value that does nothing.
     #[arg(skip)]
     pub given: std::collections::BTreeSet<String>,
+
+    /// Of `given`, those the environment set (an image's `M0SERVE_HOST`, say).
+    #[arg(skip)]
+    pub from_env: std::collections::BTreeSet<String>,
 }
 
 /// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the
@@ -577,6 +582,12 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
             )
         })
         .map(|id| id.as_str().to_string())
+        .collect();
+    cli.from_env = cli
+        .given
+        .iter()
+        .filter(|id| matches.value_source(id) == Some(ValueSource::EnvVariable))
+        .cloned()
         .collect();
     if cli.print_config {
         print_config(&matches, &first);

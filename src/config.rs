@@ -522,7 +522,10 @@ impl Config {
         // Values that do nothing in this configuration: said, not silently dropped.
         if !cli.bind.is_empty() {
             for (id, flag) in [("uds", "--uds"), ("host", "--host"), ("port", "--port")] {
-                if cli.given.contains(id) {
+                // An image may set M0SERVE_HOST and M0SERVE_PORT for every container; a
+                // --bind of one of them is no mistake.
+                let image_default = id != "uds" && cli.from_env.contains(id);
+                if cli.given.contains(id) && !image_default {
                     warnings.push(format!(
                         "{flag}: ignored, --bind gives the addresses (add this one to it)"
                     ));
@@ -578,7 +581,10 @@ impl Config {
             // Inherited, it changes what is served: said at start, and named if bad.
             (None, Some(r)) => {
                 let p = root_path(&r).map_err(|e| {
-                    format!("SCRIPT_NAME in the environment (taken as --root-path): {e}")
+                    let why = e
+                        .trim_start_matches(&format!("--root-path {r:?}: "))
+                        .to_string();
+                    format!("SCRIPT_NAME={r:?} in the environment (taken as --root-path): {why}")
                 })?;
                 if let Some(p) = &p {
                     warnings.push(format!(

@@ -53,7 +53,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[cfg(not(loom))]
 fn check(config: &config::Config) -> Result<String, String> {
     use pyo3::prelude::*;
-    check_places(config)?;
+    for w in check_places(config)? {
+        eprintln!("m0serve: warning: {w}");
+    }
     let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
         let interp = python::describe(py, &interpreter);
@@ -79,63 +81,86 @@ fn check(config: &config::Config) -> Result<String, String> {
 }
 
 /// `--check-config`: what a start would open or be handed, without opening or creating
-/// anything: the files it writes (their directory, or the file itself, writable), the
-/// directories of the Unix sockets it binds, the descriptors of `fd://N`, and a metrics
-/// port that is also a listening port.
-fn check_places(config: &config::Config) -> Result<(), String> {
+/// anything. Wrong anywhere (an error): a file that is a directory, `fd://N` open but not
+/// a socket, a metrics port on a listening address. True only of the host the check runs
+/// on, as its user (a warning, so a check in CI passes): a missing or unwritable
+/// directory, `fd://N` not open here. The warnings are returned.
+fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
     use std::path::Path;
-    fn writable(flag: &str, path: &Path) -> Result<(), String> {
-        let shown = path.display();
-        let may_write = |p: &Path| sys::may_write(p).map_err(|e| format!("{flag} {shown}: {e}"));
+    let mut warnings = Vec::new();
+    // A directory something is to be created in.
+    fn dir_place(what: &str, dir: &Path, warnings: &mut Vec<String>) {
+        if !dir.is_dir() {
+            warnings.push(format!("{what}: no directory {} here", dir.display()));
+        } else if let Err(e) = sys::may_write(dir) {
+            warnings.push(format!(
+                "{what}: {} cannot be written here: {e}",
+                dir.display()
+            ));
+        }
+    }
+    // A file written, or created if missing.
+    fn file_place(what: &str, path: &Path, warnings: &mut Vec<String>) -> Result<(), String> {
         match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => Err(format!("{flag} {shown}: is a directory")),
-            Ok(_) => may_write(path),
-            Err(_) => {
-                let dir = match path.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
-                match std::fs::metadata(dir) {
-                    Ok(m) if m.is_dir() => may_write(dir),
-                    _ => Err(format!("{flag} {shown}: no directory {}", dir.display())),
+            Ok(m) if m.is_dir() => Err(format!("{what}: is a directory")),
+            Ok(_) => {
+                if let Err(e) = sys::may_write(path) {
+                    warnings.push(format!("{what}: cannot be written here: {e}"));
                 }
+                Ok(())
+            }
+            Err(_) => {
+                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+                dir_place(what, dir.unwrap_or(Path::new(".")), warnings);
+                Ok(())
             }
         }
     }
     if let Some(path) = &config.pid_file {
-        writable("--pid-file", path)?;
+        file_place(
+            &format!("--pid-file {}", path.display()),
+            path,
+            &mut warnings,
+        )?;
     }
     if let Some((crate::access_log::Target::File(path), _)) = &config.access_log {
-        writable("--access-log-file", path)?;
+        file_place(
+            &format!("--access-log-file {}", path.display()),
+            path,
+            &mut warnings,
+        )?;
     }
     if let Some(path) = &config.error_log_file {
-        writable("--error-log-file", path)?;
+        file_place(
+            &format!("--error-log-file {}", path.display()),
+            path,
+            &mut warnings,
+        )?;
     }
     for spec in &config.listen {
         match spec {
             sys::listen::ListenSpec::Unix(path) => {
                 let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-                let dir = dir.unwrap_or(Path::new("."));
-                if !dir.is_dir() {
-                    return Err(format!(
-                        "--uds {}: no directory {}",
-                        path.display(),
-                        dir.display()
-                    ));
-                }
-                sys::may_write(dir).map_err(|e| format!("--uds {}: {e}", path.display()))?;
+                let what = format!("the Unix socket {}", path.display());
+                dir_place(&what, dir.unwrap_or(Path::new(".")), &mut warnings);
             }
-            sys::listen::ListenSpec::Fd(fd) => {
-                if !sys::is_socket(*fd) {
-                    return Err(format!("--bind fd://{fd}: not an open socket"));
-                }
-            }
+            sys::listen::ListenSpec::Fd(fd) => match sys::is_socket(*fd) {
+                Some(true) => {}
+                Some(false) => return Err(format!("--bind fd://{fd}: not a socket")),
+                None => warnings.push(format!(
+                    "--bind fd://{fd}: not open here (the supervisor that starts the server \
+                     must pass it)"
+                )),
+            },
             sys::listen::ListenSpec::Tcp(addr) => {
                 if let Some(m) = config.metrics {
-                    if addr.port() != 0 && addr.port() == m.port() {
+                    let overlap = addr.ip() == m.ip()
+                        || (addr.is_ipv4() == m.is_ipv4()
+                            && (addr.ip().is_unspecified() || m.ip().is_unspecified()));
+                    if addr.port() != 0 && addr.port() == m.port() && overlap {
                         return Err(format!(
-                            "--metrics-port {}: also the port of {addr}, which the server \
-                             listens on",
+                            "--metrics-port {}: {m} is also an address the server listens \
+                             on ({addr})",
                             m.port()
                         ));
                     }
@@ -143,7 +168,7 @@ fn check_places(config: &config::Config) -> Result<(), String> {
             }
         }
     }
-    Ok(())
+    Ok(warnings)
 }
 
 /// How this process came to run m0serve: it decides who initialises Python and what a

@@ -106,8 +106,9 @@ fn bad_binds_are_refused_naming_the_flag() {
 fn empty_addresses_are_refused_not_bound_on_every_interface() {
     // (arguments after the app, environment, the flag the error names)
     type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
-    let cases: [Case; 7] = [
+    let cases: [Case; 8] = [
         (&["--uds", " "], &[], "--uds"),
+        (&["--bind", "unix: "], &[], "--bind"),
         (&["--bind", ""], &[], "--bind"),
         (&["--bind", " "], &[], "--bind"),
         (&[], &[("M0SERVE_BIND", "")], "--bind"),

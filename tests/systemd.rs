@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -135,11 +136,24 @@ fn pid_file_holds_the_master_pid_until_exit() {
 fn pid_file_is_not_taken_from_a_running_server_and_removed_only_while_ours() {
     let tmp = TempDir::new("pid-file-shared");
     let pid_file = tmp.file("m0serve.pid");
-    let mut first = Server::start("hello:app", &["--pid-file", &pid_file]);
+    let sock = tmp.file("m0.sock");
+    let port = free_port();
+    let mut first = Server::builder("hello:app")
+        .without_port_flag()
+        .args(&[
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--bind",
+            &format!("unix:{sock}"),
+            "--pid-file",
+            &pid_file,
+        ])
+        .start();
     let first_pid = first.pid().to_string();
 
+    // The second is refused before it binds: the first's Unix socket stays its own.
     let second = run_to_exit(
-        &["hello:app", "--port", "0", "--pid-file", &pid_file],
+        &["hello:app", "--uds", &sock, "--pid-file", &pid_file],
         &[],
         Duration::from_secs(10),
     );
@@ -157,6 +171,12 @@ fn pid_file_is_not_taken_from_a_running_server_and_removed_only_while_ours() {
     );
     let r = first.request(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert_eq!(r.status, 200, "the first server still serves");
+    let mut u = std::os::unix::net::UnixStream::connect(&sock).expect("the first's socket");
+    u.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    u.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 
     // Someone else's pid written there meanwhile stays when this server exits.
     std::fs::write(&pid_file, "4194304\n").unwrap();

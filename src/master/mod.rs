@@ -161,6 +161,7 @@ impl PidFile {
         let shown = path.display();
         match std::fs::read_to_string(path) {
             Ok(text) => match text.trim().parse::<libc::pid_t>() {
+                // (`process_exists` takes a pid above 0: 0 and below name groups.)
                 Ok(pid)
                     if pid > 0
                         && u32::try_from(pid) != Ok(std::process::id())
@@ -168,7 +169,8 @@ impl PidFile {
                 {
                     return Err(format!(
                         "--pid-file {shown}: it names process {pid}, which is running \
-                         (another server on the same file?); stop it or give another path"
+                         (another server on the same file, or a stale file whose pid was \
+                         reused); stop it, remove the file, or give another path"
                     ));
                 }
                 Ok(_) => {}
@@ -181,19 +183,32 @@ impl PidFile {
                 }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(format!(
+                    "--pid-file {shown}: the file holds something other than a pid; \
+                     not overwriting it"
+                ));
+            }
             Err(e) => return Err(format!("--pid-file {shown}: {e}")),
         }
         std::fs::write(path, format!("{}\n", std::process::id()))
             .map_err(|e| format!("--pid-file {shown}: {e}"))?;
+        // Readable by all whatever the umask, so that the master, once it runs as --user,
+        // can still see at exit that the file is its own.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644));
         Ok(PidFile(path.to_path_buf()))
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        // Another server may have taken the file over meanwhile: its pid stays.
-        let ours = std::fs::read_to_string(&self.0)
-            .is_ok_and(|t| t.trim() == std::process::id().to_string());
+        // Another server may have taken the file over meanwhile: its pid stays. One this
+        // master cannot read (made unreadable since) is removed as before, if it may.
+        let ours = match std::fs::read_to_string(&self.0) {
+            Ok(t) => t.trim() == std::process::id().to_string(),
+            Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+        };
         if ours {
             let _ = std::fs::remove_file(&self.0);
         }
@@ -215,6 +230,12 @@ pub struct WorkerCommand {
 pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
     let notifier = systemd::Notifier::from_env();
     let passed = systemd::take_listen_fds()?;
+    // Before binding: a second server refused for the pid file must not have replaced a
+    // running one's Unix socket meanwhile.
+    let pid_file = match &config.pid_file {
+        Some(path) => Some(PidFile::write(path)?),
+        None => None,
+    };
     let listeners = if passed.is_empty() {
         config
             .listen
@@ -265,10 +286,6 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
             std::env::set_var("PYTHONDONTWRITEBYTECODE", "1");
             Some(w)
         }
-        None => None,
-    };
-    let pid_file = match &config.pid_file {
-        Some(path) => Some(PidFile::write(path)?),
         None => None,
     };
     // Everything that needs root is done: the sockets are bound, the pid file written,
@@ -537,6 +554,8 @@ impl Master {
     /// new ones are ready.
     fn begin_reload(&mut self, why: &str) {
         self.generation += 1;
+        // New code may be smaller: its workers are measured again when ready.
+        self.rss_limit_off = false;
         self.reloading = true;
         // A reload is a new attempt: a generation that failed to boot (a syntax error
         // under `--reload`) does not make the next one wait out its backoff.
@@ -723,8 +742,9 @@ impl Master {
             became_ready |= ready;
             let limit_mib = self.config.workers_max_rss;
             if ready && limit_mib > 0 && !self.rss_limit_off {
-                // Ready, it has imported the app and served nothing yet: its size now is
-                // what every replacement would start with.
+                // Ready, it has imported the app and served little or nothing yet (it
+                // accepts as it reports): its size now is about what every replacement
+                // would start with. A reload turns the limit back on.
                 let rss = rss_kib(w.pid);
                 if rss > limit_mib * 1024 {
                     log::error!(

@@ -39,8 +39,8 @@ impl ListenSpec {
             ));
         }
         if let Some(path) = s.strip_prefix("unix:") {
-            if path.is_empty() {
-                return Err(format!("--bind {s:?}: no path after unix:"));
+            if path.trim().is_empty() {
+                return Err(format!("--bind {s:?}: empty path after unix:"));
             }
             return Ok(vec![ListenSpec::Unix(PathBuf::from(path))]);
         }

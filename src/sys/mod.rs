@@ -120,28 +120,34 @@ fn set_members(set: &libc::cpu_set_t) -> Vec<usize> {
 }
 
 /// This process may write `path` (a file, or a directory to create one in), by its
-/// real ids as `access(2)` checks.
+/// effective ids as `open(2)` would check them.
 pub fn may_write(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-    // SAFETY: `c` is a NUL-terminated path that lives across the call.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+    // SAFETY: `c` is a NUL-terminated path that lives across the call; AT_FDCWD resolves
+    // a relative one from the working directory.
+    let r = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    if r == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
     }
 }
 
-/// Descriptor `fd` is open and is a socket.
-pub fn is_socket(fd: i32) -> bool {
+/// Whether descriptor `fd` is a socket; `None` when it is not open.
+pub fn is_socket(fd: i32) -> Option<bool> {
     // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one stat into the live `st`; a closed `fd` only fails.
-    unsafe { libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK }
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return None;
+    }
+    Some((st.st_mode & libc::S_IFMT) == libc::S_IFSOCK)
 }
 
-/// A process `pid` exists (ours to signal or not).
+/// A process `pid` (above 0: 0 and below name process groups) exists, ours to signal or
+/// not.
 pub fn process_exists(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 sends nothing; kill only checks that `pid` exists and whether we
     // may signal it.
