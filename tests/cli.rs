@@ -615,6 +615,16 @@ fn config_file_values_keep_their_own_quotes_and_an_empty_value_stays_a_value() {
     }
 }
 
+/// `m0serve hello:app --check-config ARGS...` to its exit.
+fn check_config(args: &[&str]) -> Output {
+    let argv: Vec<&str> = ["hello:app", "--check-config"]
+        .iter()
+        .chain(args)
+        .copied()
+        .collect();
+    run_to_exit(&argv, &[], EXIT_TIMEOUT)
+}
+
 /// A value that does nothing in the configuration it is given in is warned about (at
 /// start, and by --check-config), not dropped in silence.
 #[test]
@@ -639,12 +649,7 @@ fn values_that_do_nothing_are_warned_about() {
         ),
     ];
     for (args, says) in cases {
-        let argv: Vec<&str> = ["hello:app", "--check-config"]
-            .iter()
-            .chain(args)
-            .copied()
-            .collect();
-        let out = run_to_exit(&argv, &[], EXIT_TIMEOUT);
+        let out = check_config(args);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", out.stderr);
         assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
     }
@@ -717,12 +722,7 @@ fn check_config_refuses_what_no_start_could_use_warns_of_what_is_missing_here() 
         ),
     ];
     for (args, flag) in refused {
-        let argv: Vec<&str> = ["hello:app", "--check-config"]
-            .iter()
-            .chain(args)
-            .copied()
-            .collect();
-        let out = run_to_exit(&argv, &[], EXIT_TIMEOUT);
+        let out = check_config(args);
         assert_ne!(out.status.code(), Some(0), "{args:?}: {}", out.stderr);
         assert!(out.stderr.contains(flag), "{args:?}: {}", out.stderr);
     }
@@ -734,12 +734,7 @@ fn check_config_refuses_what_no_start_could_use_warns_of_what_is_missing_here() 
         (&["--bind", "fd://99"], "fd://99: not open here"),
     ];
     for (args, says) in warned {
-        let argv: Vec<&str> = ["hello:app", "--check-config"]
-            .iter()
-            .chain(args)
-            .copied()
-            .collect();
-        let out = run_to_exit(&argv, &[], EXIT_TIMEOUT);
+        let out = check_config(args);
         assert_eq!(out.status.code(), Some(0), "{args:?}: {}", out.stderr);
         assert!(
             out.stderr.contains("warning") && out.stderr.contains(says),
