@@ -85,6 +85,7 @@ fn check(config: &config::Config) -> Result<String, String> {
 /// a socket, a metrics port on a listening address. True only of the host the check runs
 /// on, as its user (a warning, so a check in CI passes): a missing or unwritable
 /// directory, `fd://N` not open here. The warnings are returned.
+#[cfg(not(loom))]
 fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
     use std::path::Path;
     let mut warnings = Vec::new();
