@@ -302,6 +302,16 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    // A worker reads the --config file again (a reload's new workers see an edit), from
+    // the directory --chdir moved to: it is given the path the master read, made absolute
+    // here, last on its command line (a repeated flag's last value wins).
+    let mut worker_argv = argv.to_vec();
+    if let Some(path) = cli.config.as_deref().filter(|p| p.is_relative()) {
+        if let Ok(abs) = std::path::absolute(path) {
+            worker_argv.push("--config".into());
+            worker_argv.push(abs.into_os_string());
+        }
+    }
     // The master changes directory and sets the app's environment; a worker inherits both.
     let is_worker = std::env::var_os(sys::ipc::WORKER_ENV).is_some();
     if !is_worker {
@@ -349,7 +359,7 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
                 log::warning!("{w}");
             }
             host.warn_other_venv();
-            host.worker_command(argv)
+            host.worker_command(&worker_argv)
                 .and_then(|command| master::run(config, command))
         }
         Err(e) => Err(e),

@@ -615,6 +615,37 @@ fn config_file_values_keep_their_own_quotes_and_an_empty_value_stays_a_value() {
     }
 }
 
+/// A relative --config with --chdir: the workers (which read the file again, from the
+/// directory --chdir moved to) read the file the master read.
+#[test]
+fn a_relative_config_file_reaches_the_workers_after_chdir() {
+    let tmp = TempDir::new("config-chdir");
+    let launch = tmp.file("");
+    std::fs::write(tmp.file("m0.conf"), "--workers 2\n--access-log\n").unwrap();
+    let log = tmp.file("stderr.log");
+    let port = free_port();
+    let mut child = std::process::Command::new(bin())
+        .args(["hello:app", "--config", "m0.conf", "--chdir"])
+        .arg(apps_dir())
+        .args(["--port", &port.to_string()])
+        .current_dir(&launch)
+        .env_remove("M0SERVE_PORT")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let both = wait_until(Duration::from_secs(20), || {
+        text().matches("worker: m0serve").count() == 2
+    });
+    // SAFETY: signalling the child this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = child.wait();
+    assert!(both, "{}", text());
+    assert!(!text().contains("failed to boot"), "{}", text());
+}
+
 /// `m0serve hello:app --check-config ARGS...` to its exit.
 fn check_config(args: &[&str]) -> Output {
     let argv: Vec<&str> = ["hello:app", "--check-config"]
