@@ -156,48 +156,75 @@ struct PidFile(PathBuf);
 impl PidFile {
     /// Writes our pid to `path`, which may be missing, empty or stale (a pid no process
     /// has). A file naming a running process (a second server given the same file), or
-    /// holding anything but a pid, is left as it is and the start refused.
+    /// holding anything but a pid, is left as it is and the start refused. The file is
+    /// created only where none is (`O_EXCL`), a stale one removed first, so of two servers
+    /// started together one gets it and the other sees it taken.
     fn write(path: &std::path::Path) -> Result<PidFile, String> {
+        use std::io::Write;
         let shown = path.display();
-        match std::fs::read_to_string(path) {
-            Ok(text) => match text.trim().parse::<libc::pid_t>() {
-                // (`process_exists` takes a pid above 0: 0 and below name groups.)
-                Ok(pid)
-                    if pid > 0
-                        && u32::try_from(pid) != Ok(std::process::id())
-                        && crate::sys::process_exists(pid) =>
-                {
-                    return Err(format!(
-                        "--pid-file {shown}: it names process {pid}, which is running \
-                         (another server on the same file, or a stale file whose pid was \
-                         reused); stop it, remove the file, or give another path"
-                    ));
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(path)
+            {
+                Ok(mut f) => {
+                    f.write_all(format!("{}\n", std::process::id()).as_bytes())
+                        .map_err(|e| format!("--pid-file {shown}: {e}"))?;
+                    // Readable by all whatever the umask, so that the master, once it runs
+                    // as --user, can still see at exit that the file is its own.
+                    use std::os::unix::fs::PermissionsExt;
+                    let _ = f.set_permissions(std::fs::Permissions::from_mode(0o644));
+                    return Ok(PidFile(path.to_path_buf()));
                 }
-                Ok(_) => {}
-                Err(_) if text.trim().is_empty() => {}
-                Err(_) => {
-                    return Err(format!(
-                        "--pid-file {shown}: the file holds something other than a pid; \
-                         not overwriting it"
-                    ));
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    Self::judge_existing(path)?;
+                    match std::fs::remove_file(path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => return Err(format!("--pid-file {shown}: {e}")),
+                    }
                 }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                return Err(format!(
-                    "--pid-file {shown}: the file holds something other than a pid; \
-                     not overwriting it"
-                ));
+                Err(e) => return Err(format!("--pid-file {shown}: {e}")),
             }
-            Err(e) => return Err(format!("--pid-file {shown}: {e}")),
         }
-        std::fs::write(path, format!("{}\n", std::process::id()))
-            .map_err(|e| format!("--pid-file {shown}: {e}"))?;
-        // Readable by all whatever the umask, so that the master, once it runs as --user,
-        // can still see at exit that the file is its own.
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644));
-        Ok(PidFile(path.to_path_buf()))
+        Err(format!(
+            "--pid-file {shown}: another server took it as this one started"
+        ))
+    }
+
+    /// `Ok` for a file that may be replaced: gone meanwhile, empty, or naming no running
+    /// process but this one.
+    fn judge_existing(path: &std::path::Path) -> Result<(), String> {
+        let shown = path.display();
+        let not_a_pid = || {
+            format!(
+                "--pid-file {shown}: the file holds something other than a pid; not overwriting it"
+            )
+        };
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return Err(not_a_pid()),
+            Err(e) => return Err(format!("--pid-file {shown}: {e}")),
+        };
+        match text.trim().parse::<libc::pid_t>() {
+            // (`process_exists` takes a pid above 0: 0 and below name groups.)
+            Ok(pid)
+                if pid > 0
+                    && u32::try_from(pid) != Ok(std::process::id())
+                    && crate::sys::process_exists(pid) =>
+            {
+                Err(format!(
+                    "--pid-file {shown}: it names process {pid}, which is running \
+                     (another server on the same file, or a stale file whose pid was \
+                     reused); stop it, remove the file, or give another path"
+                ))
+            }
+            Ok(_) => Ok(()),
+            Err(_) if text.trim().is_empty() => Ok(()),
+            Err(_) => Err(not_a_pid()),
+        }
     }
 }
 
