@@ -140,8 +140,8 @@ pub struct Master {
     watchdog: Option<Duration>,
     next_watchdog: Instant,
     next_rss_check: Instant,
-    /// A worker was over `--workers-max-rss` at its first look: recycling for memory would
-    /// never end, so it is off.
+    /// A worker was over `--workers-max-rss` as it reported ready: recycling for memory
+    /// would never end, so it is off (until a reload).
     rss_limit_off: bool,
     /// `--metrics-port`: the counters every worker writes, and the socket they serve them on.
     metrics: Option<(crate::metrics::Region, Listener)>,
@@ -231,7 +231,8 @@ impl PidFile {
 impl Drop for PidFile {
     fn drop(&mut self) {
         // Another server may have taken the file over meanwhile: its pid stays. One this
-        // master cannot read (made unreadable since) is removed as before, if it may.
+        // master cannot read (made unreadable since) is taken for its own and removed, if
+        // it may.
         let ours = match std::fs::read_to_string(&self.0) {
             Ok(t) => t.trim() == std::process::id().to_string(),
             Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
