@@ -89,6 +89,13 @@ fn check(config: &config::Config) -> Result<String, String> {
 fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
     use std::path::Path;
     let mut warnings = Vec::new();
+    // Where a file is created: its directory, the working one for a bare name.
+    fn dir_of(path: &Path) -> &Path {
+        match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        }
+    }
     // A directory something is to be created in.
     fn dir_place(what: &str, dir: &Path, warnings: &mut Vec<String>) {
         if !dir.is_dir() {
@@ -100,50 +107,34 @@ fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
             ));
         }
     }
-    // A file written, or created if missing.
-    fn file_place(what: &str, path: &Path, warnings: &mut Vec<String>) -> Result<(), String> {
+    // The files a start writes, or creates if missing.
+    let access_log = match &config.access_log {
+        Some((crate::access_log::Target::File(path), _)) => Some(path.as_path()),
+        _ => None,
+    };
+    let files = [
+        ("--pid-file", config.pid_file.as_deref()),
+        ("--access-log-file", access_log),
+        ("--error-log-file", config.error_log_file.as_deref()),
+    ];
+    for (flag, path) in files {
+        let Some(path) = path else { continue };
+        let what = format!("{flag} {}", path.display());
         match std::fs::metadata(path) {
-            Ok(m) if m.is_dir() => Err(format!("{what}: is a directory")),
+            Ok(m) if m.is_dir() => return Err(format!("{what}: is a directory")),
             Ok(_) => {
                 if let Err(e) = sys::may_write(path) {
                     warnings.push(format!("{what}: cannot be written here: {e}"));
                 }
-                Ok(())
             }
-            Err(_) => {
-                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-                dir_place(what, dir.unwrap_or(Path::new(".")), warnings);
-                Ok(())
-            }
+            Err(_) => dir_place(&what, dir_of(path), &mut warnings),
         }
-    }
-    if let Some(path) = &config.pid_file {
-        file_place(
-            &format!("--pid-file {}", path.display()),
-            path,
-            &mut warnings,
-        )?;
-    }
-    if let Some((crate::access_log::Target::File(path), _)) = &config.access_log {
-        file_place(
-            &format!("--access-log-file {}", path.display()),
-            path,
-            &mut warnings,
-        )?;
-    }
-    if let Some(path) = &config.error_log_file {
-        file_place(
-            &format!("--error-log-file {}", path.display()),
-            path,
-            &mut warnings,
-        )?;
     }
     for spec in &config.listen {
         match spec {
             sys::listen::ListenSpec::Unix(path) => {
-                let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
                 let what = format!("the Unix socket {}", path.display());
-                dir_place(&what, dir.unwrap_or(Path::new(".")), &mut warnings);
+                dir_place(&what, dir_of(path), &mut warnings);
             }
             sys::listen::ListenSpec::Fd(fd) => match sys::is_socket(*fd) {
                 Some(true) => {}

@@ -530,9 +530,7 @@ impl EventLoop {
                 if let Err(e) = crate::sys::set_own_cpus(placement.allowed()) {
                     log::warning!("cannot run this worker's loop on every allowed CPU ({e})");
                 }
-                placement.failed(self.now);
-                // Relaxed: see `HandlerShared::cpu`.
-                handler.shared.loop_beside.store(false, Ordering::Relaxed);
+                left_apart(placement, handler, self.now);
             }
         }
     }
@@ -1181,10 +1179,16 @@ fn moved_by_another(placement: &mut Placement, handler: &HandlerLink, now: Insta
         return false;
     }
     log::debug!("this worker's loop was moved off CPU {cpu}; leaving it there");
+    left_apart(placement, handler, now);
+    true
+}
+
+/// `--cpu-affinity adaptive`: the loop is no longer beside its handler by its own doing (a
+/// move failed, or something else moved it); pinning waits as after letting go.
+fn left_apart(placement: &mut Placement, handler: &HandlerLink, now: Instant) {
     placement.failed(now);
     // Relaxed: see `HandlerShared::cpu`.
     handler.shared.loop_beside.store(false, Ordering::Relaxed);
-    true
 }
 
 /// `--cpu-affinity adaptive`: the placement and `/proc/stat`, or neither (one CPU to run
