@@ -120,3 +120,6 @@ else
     M0S_TEST_BINARY="$M0S_WHEEL_VENV/bin/m0serve" \
         cargo test --no-fail-fast "${INLINE_SUITES[@]}" "$@"
 fi
+
+# The benchmark client's response reader (benches/loadgen, a crate of its own).
+cargo test --quiet --manifest-path benches/loadgen/Cargo.toml --target-dir target/loadgen
