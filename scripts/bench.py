@@ -14,6 +14,11 @@ connections per scenario (docs/bench-<scenario>.svg).
 `--tls`: every server serves HTTPS with a certificate made for the run, and wrk speaks TLS.
 `--pin 1:0`: every server runs on CPU 1 and the load generator on CPU 0 (`taskset -c`), so
 that the two do not compete for a core.
+`--client m0load`: benches/loadgen (built into target/loadgen on first use) in place of wrk:
+the same closed loop, one thread, one request outstanding a connection, but one `read` of up
+to 256 KiB a wake-up where wrk reads 8 KiB and asks FIONREAD between reads (20 system calls
+for a 64 KiB response), so that a large response measures the server rather than the client.
+Every run records the client's own CPU (`client_cores`) beside the server's.
 
 Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB POST
 echoed back; throughput reported in MiB/s each way), flask (a small Flask app, jsonify).
@@ -361,6 +366,16 @@ def client_cpus():
     return ["taskset", "-c", PIN[1]] if PIN else []
 
 
+def run_client(cmd, duration):
+    """Runs the load generator; returns its CompletedProcess and the CPU seconds it used
+    (the children's rusage: the server, also a child, is reaped only after)."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return p, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 def wrk(port, conns, duration, script=None, path="/"):
     cmd = client_cpus() + ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
     for h in HEADERS:
@@ -368,7 +383,7 @@ def wrk(port, conns, duration, script=None, path="/"):
     if script:
         cmd += ["-s", script]
     cmd.append(f"{'https' if TLS else 'http'}://127.0.0.1:{port}{path}")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    p, cpu = run_client(cmd, duration)
     out = p.stdout
     if p.returncode != 0 or "Requests/sec" not in out:
         raise RuntimeError(f"wrk failed (exit {p.returncode}): {(out + p.stderr)[-500:]}")
@@ -386,6 +401,48 @@ def wrk(port, conns, duration, script=None, path="/"):
         "non_2xx": int(errors.group(1)) if errors else 0,
         "socket_errors": dict(zip(("connect", "read", "write", "timeout"),
                                   map(int, sock.groups()))) if sock else {},
+        "client_cpu_s": cpu,
+    }
+
+
+M0LOAD = os.path.join(ROOT, "target", "loadgen", "release", "m0load")
+
+
+def build_m0load():
+    """cargo builds benches/loadgen into target/loadgen (a no-op when it is current)."""
+    r = subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path",
+                        os.path.join(ROOT, "benches", "loadgen", "Cargo.toml"),
+                        "--target-dir", os.path.join(ROOT, "target", "loadgen")])
+    if r.returncode != 0 or not os.access(M0LOAD, os.X_OK):
+        raise SystemExit(f"building benches/loadgen failed (exit {r.returncode})")
+
+
+def m0load(port, conns, duration, post_bytes=0, path="/"):
+    """A saturation run with benches/loadgen: wrk's closed loop at a lower cost a response."""
+    if TLS:
+        raise RuntimeError("--client m0load speaks plain HTTP only")
+    cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(duration)]
+    for h in HEADERS:
+        cmd += ["-H", h]
+    if post_bytes:
+        cmd += ["--body-bytes", str(post_bytes)]
+    cmd.append(f"http://127.0.0.1:{port}{path}")
+    p, cpu = run_client(cmd, duration)
+    try:
+        d = json.loads(p.stdout)
+    except ValueError:
+        d = None
+    if p.returncode != 0 or d is None:
+        raise RuntimeError(f"m0load failed (exit {p.returncode}): {(p.stdout + p.stderr)[-500:]}")
+    e = d["errors"]
+    return {
+        "rps": d["rps"],
+        "requests": d["requests"],
+        "latency_avg_ms": d["latency_avg_ms"],
+        "latency_p99_ms": d["latency_p99_ms"],
+        "non_2xx": d["non_2xx"],
+        "socket_errors": {k: e[k] for k in ("connect", "read", "write", "timeout")},
+        "client_cpu_s": cpu,
     }
 
 
@@ -404,7 +461,7 @@ def oha(port, conns, duration, rate, script=None, path="/"):
     if TLS:
         cmd.insert(1, "--insecure")
     cmd = client_cpus() + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
+    p, cpu = run_client(cmd, duration)
     try:
         d = json.loads(p.stdout)
     except ValueError:
@@ -423,13 +480,16 @@ def oha(port, conns, duration, rate, script=None, path="/"):
         # the end of the run, not an error.
         "socket_errors": {k: v for k, v in d.get("errorDistribution", {}).items()
                           if k != "aborted due to deadline"},
+        "client_cpu_s": cpu,
     }
 
 
-def load(port, conns, duration, args, script=None):
-    """One measured run: wrk at saturation, or oha at `--rate`."""
+def load(port, conns, duration, args, scen, script=None):
+    """One measured run: wrk (or m0load, --client) at saturation, or oha at `--rate`."""
     if args.rate:
         return oha(port, conns, duration, args.rate, script)
+    if args.client == "m0load":
+        return m0load(port, conns, duration, scen.get("post_bytes", 0))
     return wrk(port, conns, duration, script)
 
 
@@ -466,10 +526,10 @@ def run_one(srv, scen_name, app, conns, args, script):
             wait_ready(port, proc)
             check_response(port, scen)
             if args.warmup > 0:
-                load(port, conns, args.warmup, args, script)
+                load(port, conns, args.warmup, args, scen, script)
             before = sample(proc.pid)
             t0 = time.time()
-            res = load(port, conns, args.duration, args, script)
+            res = load(port, conns, args.duration, args, scen, script)
             wall = time.time() - t0
             after = sample(proc.pid)
         except Exception as e:  # reported with the server's stderr, and the bench goes on
@@ -493,6 +553,7 @@ def run_one(srv, scen_name, app, conns, args, script):
         "server": srv["spec"], "kind": srv["kind"], "scenario": scen_name, "app": app,
         "connections": conns, "wall_s": wall, "cpu_s": total,
         "cores": total / wall, "cpu_us_per_req": total / max(res["requests"], 1) * 1e6,
+        "client_cores": res["client_cpu_s"] / wall,
         "command": shlex.join(cmd), "threads": threads_cpu,
     })
     if scen.get("post_bytes"):
@@ -550,6 +611,12 @@ def thread_cell(run, min_busy):
     return ", ".join(parts)
 
 
+def client_name(meta):
+    """The load generator of a saturation run, as the reports name it."""
+    return "m0load (benches/loadgen, one thread)" if meta.get("client") == "m0load" \
+        else "wrk -t1"
+
+
 def markdown(doc):
     meta, results = doc["meta"], doc["results"]
     servers = meta["servers"]
@@ -566,7 +633,7 @@ def markdown(doc):
     lines.append(f"- **Command**: `{meta.get('command')}`")
     lines.append(f"- **Shape**: `--workers {meta['workers']} --blocking-threads "
                  f"{meta['blocking_threads']}` (per-server overrides in the server names); "
-                 f"wrk -t1, {meta['duration']} s per run after {meta['warmup']} s of warm-up, "
+                 f"{client_name(meta)}, {meta['duration']} s per run after {meta['warmup']} s of warm-up, "
                  f"{meta['rounds']} alternating rounds, medians shown"
                  + ("; **HTTPS** (TLS 1.3, P-256 certificate, one handshake per connection)"
                     if meta.get("tls") else "")
@@ -593,6 +660,9 @@ def markdown(doc):
         fixed_rate = bool(meta.get("rate"))
         head += (["p50 ms", "p99 ms", "p99.9 ms"] if fixed_rate else ["lat avg ms", "p99 ms"])
         head += ["cores", "CPU µs/req"]
+        with_client = any("client_cores" in r for r in results if r["scenario"] == scen)
+        if with_client:
+            head.append("client cores")
         if gran:
             head.append("CPU vs Granian")
         head.append("threads: busy share (CPU µs/req)")
@@ -619,6 +689,8 @@ def markdown(doc):
                 else:
                     row += [f"{r['latency_avg_ms']:.2f}", f"{r['latency_p99_ms']:.2f}"]
                 row += [f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
+                if with_client:
+                    row.append(f"{r['client_cores']:.2f}" if "client_cores" in r else "")
                 if gran:
                     row.append("" if s == gran or not ref_g else
                                f"{r['cpu_us_per_req'] / ref_g['median']['cpu_us_per_req']:.2f}×")
@@ -736,7 +808,8 @@ def svg_chart(doc, scen):
     sub = (f"median of {meta['rounds']} alternating rounds of {meta['duration']} s "
            f"(bars: min–max), --workers {meta['workers']} --blocking-threads "
            f"{meta['blocking_threads']}",
-           f"{mach.get('cpus')} CPUs ({mach.get('cpu')}), wrk on the same host; "
+           f"{mach.get('cpus')} CPUs ({mach.get('cpu')}), {client_name(meta).split()[0]} on "
+           f"the same host; "
            f"{meta.get('date', '')[:10]}")
     ylabel = "requests/s" + (" = MiB/s each way" if SCENARIOS.get(scen, {}).get(
         "post_bytes") == MIB else "")
@@ -762,7 +835,7 @@ def svg_chart(doc, scen):
     o.append(f'<line x1="{L}" y1="{T + ph}" x2="{L + pw}" y2="{T + ph}" stroke="#333"/>')
     o.append(f'<line x1="{L}" y1="{T}" x2="{L}" y2="{T + ph}" stroke="#333"/>')
     o.append(f'<text x="{L + pw / 2:.1f}" y="{H - 15}" text-anchor="middle">connections '
-             '(wrk -t1, log scale)</text>')
+             f'({esc(client_name(meta))}, log scale)</text>')
     o.append(f'<text transform="translate(18 {T + ph / 2:.1f}) rotate(-90)" '
              f'text-anchor="middle">{esc(ylabel)}</text>')
     extra = iter(EXTRA)
@@ -848,6 +921,10 @@ def main():
     ap.add_argument("--rate", type=int, default=0,
                     help="requests a second: a fixed-rate run with oha (latency-corrected "
                          "p50/p99/p99.9) instead of wrk at saturation")
+    ap.add_argument("--client", choices=("wrk", "m0load"), default="wrk",
+                    help="the load generator at saturation: wrk -t1 (default), or "
+                         "benches/loadgen's m0load, the same closed loop reading up to 256 KiB "
+                         "a call (for large responses, where wrk's 8 KiB reads bound the run)")
     ap.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
                     help="run every server on SERVER_CPUS and the load generator on "
                          "CLIENT_CPUS (taskset -c lists, e.g. 1:0), so that they do not "
@@ -913,6 +990,10 @@ def main():
     if not servers:
         raise SystemExit("no server left to measure")
 
+    if args.client == "m0load" and not args.rate:
+        if args.tls:
+            raise SystemExit("--client m0load speaks plain HTTP only (no --tls)")
+        build_m0load()
     conns_list = [int(c) for c in args.connections.split(",") if c]
     doc = {"meta": {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -920,7 +1001,7 @@ def main():
         "servers": [s["spec"] for s in servers], "scenarios": scenarios,
         "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
         "rounds": args.rounds, "workers": args.workers, "tls": bool(args.tls),
-        "rate": args.rate, "pin": list(PIN) if PIN else None,
+        "rate": args.rate, "pin": list(PIN) if PIN else None, "client": args.client,
         "blocking_threads": args.blocking_threads,
         "machine": machine(), "versions": versions(servers),
     }, "results": []}
