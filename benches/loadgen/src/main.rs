@@ -252,11 +252,13 @@ fn parse_head(head: &[u8], c: &mut Response) -> Result<usize, String> {
     c.status = parts
         .next()
         .and_then(|s| s.parse().ok())
-        .ok_or(format!("bad status line {status_line:?}"))?;
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
     c.close_after = version == "HTTP/1.0";
     let mut length = None;
     for line in lines.filter(|l| !l.is_empty()) {
-        let (name, value) = line.split_once(':').ok_or(format!("bad header {line:?}"))?;
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("bad header {line:?}"))?;
         let value = value.trim();
         if name.eq_ignore_ascii_case("content-length") {
             length = Some(
