@@ -11,8 +11,10 @@
 //!
 //! Prints one JSON object: requests, seconds, rps, bytes read, non_2xx, errors, and
 //! latency (send of a request to the end of its response; closed loop, like wrk's).
-//! Content-Length and bodiless responses are read; a chunked response is an error that
-//! names itself, so the run fails rather than measuring something else.
+//! Content-Length bodies and bodiless statuses are read (an interim 1xx is passed over); a
+//! chunked response is an error that names itself, so the run fails rather than measuring
+//! something else. Connects are non-blocking, so a server slow to accept holds up neither
+//! the other connections nor the end of the run; a lost connection is opened again.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -124,8 +126,8 @@ fn request(a: &Args) -> Vec<u8> {
 
 /// Where a connection's current response is.
 enum Reading {
-    /// The head, whole or in part: the part that has arrived is in `Conn::head` unless it
-    /// arrived within one read.
+    /// The head, whole or in part: the part that has arrived is in `Response::head` unless
+    /// it arrived within one read.
     Head,
     /// The body: this many bytes still to come.
     Body(usize),
@@ -152,13 +154,74 @@ impl Response {
 
 struct Conn {
     stream: TcpStream,
+    /// The connect has not completed yet (it completes when the socket is writable).
+    connecting: bool,
+    /// EPOLLOUT is in the socket's epoll interest (a request is partly written).
+    want_out: bool,
     resp: Response,
     /// Bytes of the request written so far (the whole request once sent).
     written: usize,
     sent_at: Instant,
 }
 
-#[derive(Default)]
+/// Latencies in microseconds, one bucket a microsecond up to a second (the last bucket
+/// holds everything longer): recording one costs an increment, nothing grows during a run.
+struct Histogram {
+    buckets: Vec<u64>,
+    count: u64,
+    sum_us: u64,
+    max_us: u64,
+}
+
+const HISTOGRAM_US: usize = 1_000_000;
+
+impl Histogram {
+    fn new() -> Histogram {
+        Histogram {
+            // Zeroed memory comes from the kernel untouched: only used buckets cost a page.
+            buckets: vec![0; HISTOGRAM_US + 1],
+            count: 0,
+            sum_us: 0,
+            max_us: 0,
+        }
+    }
+
+    fn record(&mut self, us: u64) {
+        self.buckets[(us as usize).min(HISTOGRAM_US)] += 1;
+        self.count += 1;
+        self.sum_us += us;
+        self.max_us = self.max_us.max(us);
+    }
+
+    /// The latency at percentile `p` (0-100) in ms; 0 when nothing was recorded.
+    fn percentile_ms(&self, p: f64) -> f64 {
+        if self.count == 0 {
+            return 0.0;
+        }
+        let rank = ((p / 100.0) * self.count as f64).ceil().max(1.0) as u64;
+        let mut seen = 0;
+        for (us, &n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return if us == HISTOGRAM_US {
+                    self.max_us as f64 / 1000.0
+                } else {
+                    us as f64 / 1000.0
+                };
+            }
+        }
+        self.max_us as f64 / 1000.0
+    }
+
+    fn avg_ms(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.sum_us as f64 / self.count as f64 / 1000.0
+        }
+    }
+}
+
 struct Counts {
     requests: u64,
     bytes: u64,
@@ -168,7 +231,7 @@ struct Counts {
     write: u64,
     /// Protocol errors: what the server sent cannot be read as the response asked for.
     protocol: u64,
-    latencies_us: Vec<u32>,
+    latency: Histogram,
     first_protocol_error: Option<String>,
 }
 
@@ -223,11 +286,75 @@ impl Epoll {
     }
 }
 
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    s.set_nodelay(true)?;
-    s.set_nonblocking(true)?;
-    Ok(s)
+/// Starts a non-blocking connect (it completes when the socket turns writable), so that a
+/// server slow to accept never holds up the other connections or the end of the run.
+fn start_connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: socket takes no pointers; a non-negative result is a new fd owned by nothing
+    // else, which the TcpStream below takes over (and closes).
+    let fd = unsafe {
+        libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is an open TCP socket that nothing else owns (see above).
+    let stream = unsafe { TcpStream::from_raw_fd(fd) };
+    // SAFETY: sockaddr_storage is plain data for which all zeroes is a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    // SAFETY: storage holds a sockaddr of `len` bytes for the socket's family.
+    let rc = unsafe {
+        libc::connect(
+            fd,
+            &storage as *const _ as *const libc::sockaddr,
+            len as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+    }
+    stream.set_nodelay(true)?;
+    Ok(stream)
 }
 
 /// What reading a response's bytes came to.
@@ -242,9 +369,17 @@ fn find_head_end(b: &[u8]) -> Option<usize> {
     b.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
 }
 
-/// Reads a response head: the status and what frames the body.
+/// Whether a Connection header's comma-separated tokens include `token`.
+fn has_token(value: &str, token: &str) -> bool {
+    value
+        .split(',')
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// Reads a response head: the status and how long its body is. A head's bytes need not
+/// be UTF-8 (a Latin-1 header value is read as it is).
 fn parse_head(head: &[u8], c: &mut Response) -> Result<usize, String> {
-    let text = std::str::from_utf8(head).map_err(|_| "response head is not UTF-8".to_string())?;
+    let text = String::from_utf8_lossy(head);
     let mut lines = text.split("\r\n");
     let status_line = lines.next().unwrap_or("");
     let mut parts = status_line.splitn(3, ' ');
@@ -253,7 +388,8 @@ fn parse_head(head: &[u8], c: &mut Response) -> Result<usize, String> {
         .next()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| format!("bad status line {status_line:?}"))?;
-    c.close_after = version == "HTTP/1.0";
+    let http10 = version == "HTTP/1.0";
+    c.close_after = http10;
     let mut length = None;
     for line in lines.filter(|l| !l.is_empty()) {
         let (name, value) = line
@@ -271,64 +407,73 @@ fn parse_head(head: &[u8], c: &mut Response) -> Result<usize, String> {
                 "Transfer-Encoding: {value}: m0load reads Content-Length bodies only"
             ));
         } else if name.eq_ignore_ascii_case("connection") {
-            c.close_after = value.eq_ignore_ascii_case("close")
-                || (version == "HTTP/1.0" && !value.eq_ignore_ascii_case("keep-alive"));
+            c.close_after =
+                has_token(value, "close") || (http10 && !has_token(value, "keep-alive"));
         }
     }
-    match length {
-        Some(n) => Ok(n),
-        None if c.status == 204 || c.status == 304 || c.status < 200 => Ok(0),
-        None => Err(format!("status {}: no Content-Length", c.status)),
+    // A 1xx, 204 or 304 response has no body, whatever Content-Length says (RFC 9112 6.3).
+    if c.status < 200 || c.status == 204 || c.status == 304 {
+        return Ok(0);
     }
+    length.ok_or_else(|| format!("status {}: no Content-Length", c.status))
 }
 
 /// Takes `data` as the next bytes of the connection's response.
 fn feed(c: &mut Response, mut data: &[u8]) -> Result<Fed, String> {
-    if let Reading::Head = c.reading {
-        let (head_len, rest_from) = if c.head.is_empty() {
-            match find_head_end(data) {
-                Some(end) => (end, end),
-                None => {
-                    c.head.extend_from_slice(data);
-                    return Ok(Fed::More);
-                }
-            }
-        } else {
+    loop {
+        if let Reading::Head = c.reading {
+            // Where the head ends in `data`: a terminator straddling the join with bytes
+            // already kept starts in their last three.
             let before = c.head.len();
-            let from = before.saturating_sub(3);
-            c.head.extend_from_slice(data);
-            match find_head_end(&c.head[from..]) {
-                Some(end) => (from + end, from + end - before),
-                None if c.head.len() > MAX_HEAD => {
-                    return Err(format!("response head over {MAX_HEAD} bytes"))
+            let keep = before.min(3);
+            let mut join = [0u8; 6];
+            join[..keep].copy_from_slice(&c.head[before - keep..]);
+            let take = data.len().min(3);
+            join[keep..keep + take].copy_from_slice(&data[..take]);
+            let end = match find_head_end(&join[..keep + take]) {
+                Some(e) if before > 0 => Some(e - keep),
+                _ => find_head_end(data),
+            };
+            let Some(end) = end else {
+                if before + data.len() > MAX_HEAD {
+                    return Err(format!("response head over {MAX_HEAD} bytes"));
                 }
-                None => return Ok(Fed::More),
+                c.head.extend_from_slice(data);
+                return Ok(Fed::More);
+            };
+            let length = if before == 0 {
+                parse_head(&data[..end], c)?
+            } else {
+                let mut head = std::mem::take(&mut c.head);
+                head.extend_from_slice(&data[..end]);
+                let r = parse_head(&head, c);
+                head.clear();
+                c.head = head;
+                r?
+            };
+            data = &data[end..];
+            if (100..200).contains(&c.status) {
+                if c.status == 101 {
+                    return Err("101 Switching Protocols: m0load speaks HTTP/1.1 only".into());
+                }
+                // An interim response (100 Continue, 103 Early Hints): the final one follows.
+                continue;
             }
+            c.reading = Reading::Body(length);
+        }
+        let Reading::Body(left) = c.reading else {
+            unreachable!("the head was read above")
         };
-        let length = if c.head.is_empty() {
-            parse_head(&data[..head_len], c)?
-        } else {
-            let head = std::mem::take(&mut c.head);
-            let r = parse_head(&head[..head_len], c);
-            c.head = head;
-            c.head.clear();
-            r?
-        };
-        data = &data[rest_from..];
-        c.reading = Reading::Body(length);
+        if data.len() > left {
+            return Err(format!(
+                "{} bytes past the end of a response (m0load sends one request at a time)",
+                data.len() - left
+            ));
+        }
+        let left = left - data.len();
+        c.reading = Reading::Body(left);
+        return Ok(if left == 0 { Fed::Done } else { Fed::More });
     }
-    let Reading::Body(left) = c.reading else {
-        unreachable!("the head was read above")
-    };
-    if data.len() > left {
-        return Err(format!(
-            "{} bytes past the end of a response (m0load sends one request at a time)",
-            data.len() - left
-        ));
-    }
-    let left = left - data.len();
-    c.reading = Reading::Body(left);
-    Ok(if left == 0 { Fed::Done } else { Fed::More })
 }
 
 /// Writes what is left of the request; Ok(true) once all of it is written.
@@ -351,40 +496,82 @@ struct Run {
     req: Vec<u8>,
     addr: SocketAddr,
     counts: Counts,
-    /// Connections that could not be opened, tried again one a pass.
+    /// Connections lost (closed by the server, or broken): opened again after this pass.
     closed: Vec<usize>,
+    /// Connections whose connect failed: tried again every `RETRY` (a server that
+    /// refuses is not hammered).
+    refused: Vec<usize>,
 }
 
+const RETRY: Duration = Duration::from_millis(10);
+
 impl Run {
-    /// Opens connection `i` (again) and sends its first request.
+    /// Starts connecting connection `i`; its first request goes once it is connected.
     fn open(&mut self, i: usize) {
-        let stream = match connect(self.addr) {
+        self.conns[i] = None;
+        let stream = match start_connect(self.addr) {
             Ok(s) => s,
             Err(_) => {
                 self.counts.connect += 1;
-                self.conns[i] = None;
-                self.closed.push(i);
+                self.refused.push(i);
                 return;
             }
         };
-        let fd = stream.as_raw_fd();
+        let out = libc::EPOLLOUT as u32;
+        if let Err(e) = self.ep.ctl(libc::EPOLL_CTL_ADD, stream.as_raw_fd(), out, i) {
+            eprintln!("m0load: epoll_ctl: {e}");
+            self.counts.connect += 1;
+            self.refused.push(i);
+            return;
+        }
         self.conns[i] = Some(Conn {
             stream,
+            connecting: true,
+            want_out: true,
             resp: Response::new(),
             written: 0,
             sent_at: Instant::now(),
         });
-        if let Err(e) = self
-            .ep
-            .ctl(libc::EPOLL_CTL_ADD, fd, libc::EPOLLIN as u32, i)
-        {
-            eprintln!("m0load: epoll_ctl: {e}");
-            self.counts.connect += 1;
-            self.conns[i] = None;
-            self.closed.push(i);
+    }
+
+    /// Drops connection `i` (closing it takes it out of the epoll set); it is opened again
+    /// on a later pass.
+    fn lose(&mut self, i: usize) {
+        self.conns[i] = None;
+        self.closed.push(i);
+    }
+
+    /// Writes what is left of connection `i`'s request, with EPOLLOUT in its interest
+    /// exactly while some is left.
+    fn write(&mut self, i: usize) {
+        let Some(c) = self.conns[i].as_mut() else {
+            return;
+        };
+        let done = match write_request(c, &self.req) {
+            Ok(done) => done,
+            Err(_) => {
+                self.counts.write += 1;
+                self.lose(i);
+                return;
+            }
+        };
+        if c.want_out != done {
             return;
         }
-        self.send(i);
+        c.want_out = !done;
+        let ev = if done {
+            libc::EPOLLIN as u32
+        } else {
+            (libc::EPOLLIN | libc::EPOLLOUT) as u32
+        };
+        if self
+            .ep
+            .ctl(libc::EPOLL_CTL_MOD, c.stream.as_raw_fd(), ev, i)
+            .is_err()
+        {
+            self.counts.write += 1;
+            self.lose(i);
+        }
     }
 
     /// Starts the next request on connection `i`.
@@ -395,62 +582,40 @@ impl Run {
         c.written = 0;
         c.resp.reading = Reading::Head;
         c.sent_at = Instant::now();
-        match write_request(c, &self.req) {
-            Ok(true) => {}
-            Ok(false) => {
-                let fd = c.stream.as_raw_fd();
-                let ev = (libc::EPOLLIN | libc::EPOLLOUT) as u32;
-                if self.ep.ctl(libc::EPOLL_CTL_MOD, fd, ev, i).is_err() {
-                    self.counts.write += 1;
-                    self.reopen(i);
-                }
-            }
-            Err(_) => {
-                self.counts.write += 1;
-                self.reopen(i);
-            }
-        }
-    }
-
-    fn reopen(&mut self, i: usize) {
-        // Dropping the stream closes it, which also takes it out of the epoll set.
-        self.conns[i] = None;
-        self.open(i);
+        self.write(i);
     }
 
     fn writable(&mut self, i: usize) {
         let Some(c) = self.conns[i].as_mut() else {
             return;
         };
-        match write_request(c, &self.req) {
-            Ok(true) => {
-                let fd = c.stream.as_raw_fd();
-                if self
-                    .ep
-                    .ctl(libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, i)
-                    .is_err()
-                {
-                    self.counts.write += 1;
-                    self.reopen(i);
-                }
+        if c.connecting {
+            if !matches!(c.stream.take_error(), Ok(None)) {
+                self.counts.connect += 1;
+                self.conns[i] = None;
+                self.refused.push(i);
+                return;
             }
-            Ok(false) => {}
-            Err(_) => {
-                self.counts.write += 1;
-                self.reopen(i);
-            }
+            c.connecting = false;
+            self.send(i);
+            return;
         }
+        self.write(i);
     }
 
     fn readable(&mut self, i: usize, buf: &mut [u8]) {
         let Some(c) = self.conns[i].as_mut() else {
             return;
         };
+        if c.connecting {
+            // A refused connect reports EPOLLERR/EPOLLHUP: `writable` counts it.
+            return;
+        }
         let n = match c.stream.read(buf) {
             Ok(0) => {
                 // The server closed the connection with a request outstanding.
                 self.counts.read += 1;
-                self.reopen(i);
+                self.lose(i);
                 return;
             }
             Ok(n) => n,
@@ -458,7 +623,7 @@ impl Run {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
             Err(_) => {
                 self.counts.read += 1;
-                self.reopen(i);
+                self.lose(i);
                 return;
             }
         };
@@ -466,14 +631,19 @@ impl Run {
         match feed(&mut c.resp, &buf[..n]) {
             Ok(Fed::More) => {}
             Ok(Fed::Done) => {
-                let us = c.sent_at.elapsed().as_micros().min(u32::MAX as u128) as u32;
-                self.counts.latencies_us.push(us);
+                let us = c.sent_at.elapsed().as_micros() as u64;
+                self.counts.latency.record(us);
                 self.counts.requests += 1;
                 if !(200..400).contains(&c.resp.status) {
                     self.counts.non_2xx += 1;
                 }
-                if c.resp.close_after {
-                    self.reopen(i);
+                if c.written < self.req.len() {
+                    // Answered before the request was all written (a 413 to a large
+                    // body): the rest of it must not be taken for the next request.
+                    self.counts.write += 1;
+                    self.lose(i);
+                } else if c.resp.close_after {
+                    self.lose(i);
                 } else {
                     self.send(i);
                 }
@@ -481,18 +651,10 @@ impl Run {
             Err(msg) => {
                 self.counts.protocol += 1;
                 self.counts.first_protocol_error.get_or_insert(msg);
-                self.reopen(i);
+                self.lose(i);
             }
         }
     }
-}
-
-fn percentile(sorted: &[u32], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[i] as f64 / 1000.0
 }
 
 fn json_str(s: &str) -> String {
@@ -529,9 +691,21 @@ fn main() -> ExitCode {
         conns: (0..args.conns).map(|_| None).collect(),
         req: request(&args),
         addr: args.addr,
-        counts: Counts::default(),
+        counts: Counts {
+            requests: 0,
+            bytes: 0,
+            non_2xx: 0,
+            connect: 0,
+            read: 0,
+            write: 0,
+            protocol: 0,
+            latency: Histogram::new(),
+            first_protocol_error: None,
+        },
         closed: Vec::new(),
+        refused: Vec::new(),
     };
+    let mut retry_at = Instant::now();
     let start = Instant::now();
     for i in 0..args.conns {
         run.open(i);
@@ -545,8 +719,8 @@ fn main() -> ExitCode {
             break;
         }
         let mut wait = end - now + Duration::from_millis(1);
-        if !run.closed.is_empty() {
-            wait = wait.min(Duration::from_millis(10));
+        if !run.refused.is_empty() {
+            wait = wait.min(retry_at.saturating_duration_since(now));
         }
         let n = match run.ep.wait(&mut events, wait) {
             Ok(n) => n,
@@ -555,21 +729,33 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
+        let (out, fail) = (
+            libc::EPOLLOUT as u32,
+            (libc::EPOLLHUP | libc::EPOLLERR) as u32,
+        );
         for ev in &events[..n] {
             let (flags, i) = (ev.events, ev.u64 as usize);
-            if flags & libc::EPOLLOUT as u32 != 0 {
+            let connecting = run.conns[i].as_ref().is_some_and(|c| c.connecting);
+            // A connect that failed may report only EPOLLERR/EPOLLHUP: `writable` judges it.
+            if flags & out != 0 || (connecting && flags & fail != 0) {
                 run.writable(i);
             }
-            if flags & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR) as u32 != 0 {
+            if flags & (libc::EPOLLIN as u32 | fail) != 0 {
                 run.readable(i, &mut buf);
             }
         }
-        if let Some(i) = run.closed.pop() {
+        for i in std::mem::take(&mut run.closed) {
             run.open(i);
+        }
+        if !run.refused.is_empty() && Instant::now() >= retry_at {
+            retry_at = Instant::now() + RETRY;
+            for i in std::mem::take(&mut run.refused) {
+                run.open(i);
+            }
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let c = &mut run.counts;
+    let c = &run.counts;
     // Requests still outstanding after 2 s count as timeouts, as wrk counts them.
     let timeout = run
         .conns
@@ -577,12 +763,6 @@ fn main() -> ExitCode {
         .flatten()
         .filter(|c| c.sent_at.elapsed() > Duration::from_secs(2))
         .count();
-    c.latencies_us.sort_unstable();
-    let avg = if c.latencies_us.is_empty() {
-        0.0
-    } else {
-        c.latencies_us.iter().map(|&u| u as f64).sum::<f64>() / c.latencies_us.len() as f64 / 1000.0
-    };
     println!(
         "{{\"requests\": {}, \"seconds\": {:.3}, \"rps\": {:.1}, \"bytes\": {}, \"non_2xx\": {}, \
          \"errors\": {{\"connect\": {}, \"read\": {}, \"write\": {}, \"timeout\": {}, \"protocol\": {}}}, \
@@ -599,10 +779,10 @@ fn main() -> ExitCode {
         timeout,
         c.protocol,
         c.first_protocol_error.as_deref().map_or("null".to_string(), json_str),
-        avg,
-        percentile(&c.latencies_us, 50.0),
-        percentile(&c.latencies_us, 99.0),
-        percentile(&c.latencies_us, 100.0),
+        c.latency.avg_ms(),
+        c.latency.percentile_ms(50.0),
+        c.latency.percentile_ms(99.0),
+        c.latency.max_us as f64 / 1000.0,
     );
     if c.requests == 0 || c.protocol > 0 {
         return ExitCode::FAILURE;
@@ -699,11 +879,58 @@ mod tests {
 
     #[test]
     fn a_closing_response_and_a_bodiless_status_are_read() {
-        let (resp, out) = feed_cut(&response("connection: Close\r\n"), &[]);
-        assert_eq!(out, [Ok(true)]);
-        assert!(resp.close_after);
+        for close in ["connection: Close\r\n", "Connection: foo, close\r\n"] {
+            let (resp, out) = feed_cut(&response(close), &[]);
+            assert_eq!(out, [Ok(true)]);
+            assert!(resp.close_after, "{close:?}");
+        }
+        let (resp, _) = feed_cut(&response("Connection: keep-alive\r\n"), &[]);
+        assert!(!resp.close_after);
         let (resp, out) = feed_cut(b"HTTP/1.1 304 Not Modified\r\n\r\n", &[]);
         assert_eq!(out, [Ok(true)]);
         assert_eq!(resp.status, 304);
+        // No body after a 204 or 304, whatever Content-Length says.
+        let (resp, out) = feed_cut(b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n", &[]);
+        assert_eq!(out, [Ok(true)]);
+        assert_eq!(resp.status, 204);
+        // An HTTP/1.0 response closes unless it says keep-alive.
+        let (resp, _) = feed_cut(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", &[]);
+        assert!(resp.close_after);
+    }
+
+    #[test]
+    fn an_interim_response_is_passed_over_for_the_final_one() {
+        let mut bytes = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+        bytes.extend_from_slice(&response(""));
+        let (resp, out) = feed_cut(&bytes, &[]);
+        assert_eq!(out, [Ok(true)]);
+        assert_eq!(resp.status, 200);
+        let (resp, out) = feed_cut(&bytes, &[10, 30]);
+        assert_eq!(out, [Ok(false), Ok(false), Ok(true)]);
+        assert_eq!(resp.status, 200);
+    }
+
+    #[test]
+    fn a_header_value_that_is_not_utf8_is_read() {
+        let mut r = b"HTTP/1.1 200 OK\r\nServer: caf\xe9\r\nContent-Length: 2\r\n\r\nok".to_vec();
+        let (_, out) = feed_cut(&r, &[]);
+        assert_eq!(out, [Ok(true)]);
+        r.truncate(r.len() - 1);
+        let (_, out) = feed_cut(&r, &[]);
+        assert_eq!(out, [Ok(false)]);
+    }
+
+    #[test]
+    fn the_histogram_gives_percentiles_and_the_maximum() {
+        let mut h = Histogram::new();
+        assert_eq!(h.percentile_ms(99.0), 0.0);
+        for us in 1..=100 {
+            h.record(us);
+        }
+        h.record(5_000_000);
+        assert_eq!(h.percentile_ms(50.0), 0.051);
+        assert_eq!(h.percentile_ms(99.0), 0.1);
+        assert_eq!(h.percentile_ms(100.0), 5000.0);
+        assert_eq!(h.max_us, 5_000_000);
     }
 }
