@@ -44,6 +44,7 @@ import math
 import os
 import platform
 import re
+import resource
 import shlex
 import signal
 import socket
@@ -369,7 +370,6 @@ def client_cpus():
 def run_client(cmd, duration):
     """Runs the load generator; returns its CompletedProcess and the CPU seconds it used
     (the children's rusage: the server, also a child, is reaped only after)."""
-    import resource
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -91,12 +91,13 @@ fn parse_args() -> Result<Args, String> {
         .next()
         .ok_or(format!("{host}: no address"))?;
     let conns = conns.filter(|&c| c > 0).ok_or("-c: give 1 or more")?;
-    let secs = secs
+    let duration = secs
         .filter(|&s| s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or("-d: give a number of seconds above 0")?;
     Ok(Args {
         conns,
-        duration: Duration::from_secs_f64(secs),
+        duration,
         headers,
         body_bytes,
         addr,
