@@ -17,10 +17,12 @@
 //! the other connections nor the end of the run; a lost connection is opened again.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
 
 const READ_BUF: usize = 256 * 1024;
 const MAX_HEAD: usize = 64 * 1024;
@@ -287,73 +289,10 @@ impl Epoll {
     }
 }
 
-/// Starts a non-blocking connect (it completes when the socket turns writable), so that a
-/// server slow to accept never holds up the other connections or the end of the run.
+/// Starts a non-blocking connect (mio's; it completes when the socket turns writable), so
+/// that a server slow to accept never holds up the other connections or the end of the run.
 fn start_connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let domain = if addr.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: socket takes no pointers; a non-negative result is a new fd owned by nothing
-    // else, which the TcpStream below takes over (and closes).
-    let fd = unsafe {
-        libc::socket(
-            domain,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is an open TCP socket that nothing else owns (see above).
-    let stream = unsafe { TcpStream::from_raw_fd(fd) };
-    // SAFETY: sockaddr_storage is plain data for which all zeroes is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
-            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in, sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
-            unsafe { std::ptr::write(&mut storage as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    // SAFETY: storage holds a sockaddr of `len` bytes for the socket's family.
-    let rc = unsafe {
-        libc::connect(
-            fd,
-            &storage as *const _ as *const libc::sockaddr,
-            len as libc::socklen_t,
-        )
-    };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINPROGRESS) {
-            return Err(e);
-        }
-    }
+    let stream = TcpStream::connect(addr)?;
     stream.set_nodelay(true)?;
     Ok(stream)
 }
@@ -509,7 +448,6 @@ const RETRY: Duration = Duration::from_millis(10);
 impl Run {
     /// Starts connecting connection `i`; its first request goes once it is connected.
     fn open(&mut self, i: usize) {
-        self.conns[i] = None;
         let stream = match start_connect(self.addr) {
             Ok(s) => s,
             Err(_) => {
