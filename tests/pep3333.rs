@@ -591,6 +591,43 @@ fn callables_kept_past_their_request_raise_runtime_error_from_any_thread() {
 }
 
 #[test]
+fn any_one_part_of_the_callables_kept_past_its_request_stays_with_that_request() {
+    // A handler hands the same start_response and write to the next request unless
+    // something else still holds them: each way of holding one must make the next request
+    // get new ones, so what was kept still answers for its own request (or, for a weak
+    // reference, is gone), in both modes.
+    for threads in ["1", "0"] {
+        let s = Server::start("pep3333:app", &["--blocking-threads", threads]);
+        let mut c = s.connect();
+        for kind in [
+            "sr",
+            "write",
+            "sr-self",
+            "write-self",
+            "sr-weak",
+            "write-weak",
+        ] {
+            c.send(&get(&format!("/kept-one?keep={kind}")));
+            assert_eq!(c.read_response().body_text(), "kept", "{kind}");
+            c.send(&get("/kept-one?use=1"));
+            let r = c.read_response();
+            assert_eq!(r.status, 200, "{kind}: {}", r.status_line());
+            let text = r.body_text();
+            let ok = if kind.ends_with("-weak") {
+                text == format!("{kind}: gone")
+            } else {
+                text.starts_with(&format!("{kind}: RuntimeError"))
+                    && text.contains("outside its request")
+            };
+            assert!(ok, "blocking threads {threads}: {text}");
+        }
+        // And the set handed on when nothing kept it still serves.
+        c.send(&get("/list"));
+        assert_eq!(c.read_response().status, 200);
+    }
+}
+
+#[test]
 fn a_write_from_a_thread_after_its_request_ended_raises_and_sends_nothing() {
     // The thread holds write() past the response's end, on a keep-alive connection: its
     // bytes must not follow the response (the client would take them for the next one).

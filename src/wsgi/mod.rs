@@ -30,7 +30,7 @@ use input::Input;
 use pystr::bytes_of;
 pub use response::Sink;
 use response::{Credit, Exchange, LengthMismatch, ReqInfo};
-use start_response::{ClientDisconnected, StartResponse};
+use start_response::{Callables, ClientDisconnected};
 
 /// What the access log needs of the request being served, kept from its start.
 struct LogCtx {
@@ -80,6 +80,8 @@ pub struct Bridge {
     timing: Option<Timing>,
     ex: Arc<Exchange>,
     env: EnvBuilder,
+    /// `start_response` and `write`, handed to one request after another.
+    callables: Callables,
     next_id: u64,
     /// Streamed bodies set aside while their clients catch up, oldest first, and their
     /// credits (the same order), which a waiting handler checks without the GIL.
@@ -150,6 +152,7 @@ impl Bridge {
         let env = EnvBuilder::new(py, info)?;
         let gone = Bound::new(py, ClientDisconnected { ex: ex.clone() })?;
         env.add_constant(py, "m0serve.client_disconnected", gone.into_any())?;
+        let callables = Callables::new(py, &ex)?;
         Ok(Bridge {
             app,
             log: access_log.map(AccessLogger::new),
@@ -158,6 +161,7 @@ impl Bridge {
             timing: None,
             ex,
             env,
+            callables,
             next_id: 0,
             suspended: Vec::new(),
             credits: Vec::new(),
@@ -394,15 +398,7 @@ impl Bridge {
         let input = Input::new(req.data, head_len, req.spooled);
         let called = Bound::new(py, input)
             .and_then(|input| environ.set_item(self.env.input_key(py), input))
-            .and_then(|()| {
-                Bound::new(
-                    py,
-                    StartResponse {
-                        ex: self.ex.clone(),
-                        id,
-                    },
-                )
-            })
+            .and_then(|()| self.callables.for_request(py, id))
             .and_then(|sr| self.app.bind(py).call1((environ, sr)));
         let iterable = match called {
             Ok(it) => it,

@@ -12,6 +12,7 @@ import os
 import threading
 import sys
 import time
+import weakref
 
 
 def _query(environ):
@@ -561,8 +562,52 @@ def r_stale_callables(environ, start_response, q):
     return [body]
 
 
+def r_kept_one(environ, start_response, q):
+    """`?keep=KIND`: answers and keeps one thing of its callables: `sr` or `write` (the
+    callables), `sr-self` or `write-self` (the objects they are methods of), `sr-weak` or
+    `write-weak` (a weak reference to a callable). `?use=1`: calls what was kept for a
+    request that ended, and answers what that did ("gone" for a dead weak reference)."""
+    kind = q.get("keep")
+    if kind:
+        _KEPT.clear()
+        write = start_response("200 OK", text() + [("Content-Length", "4")])
+        sr = start_response
+        _KEPT["kind"] = kind
+        _KEPT["it"] = {
+            "sr": lambda: sr,
+            "write": lambda: write,
+            "sr-self": lambda: sr.__self__,
+            "write-self": lambda: write.__self__,
+            "sr-weak": lambda: weakref.ref(sr),
+            "write-weak": lambda: weakref.ref(write),
+        }[kind]()
+        del sr, write
+        return [b"kept"]
+    kind, it = _KEPT["kind"], _KEPT["it"]
+    if kind.endswith("-weak"):
+        it = it()
+    if it is None:
+        outcome = "gone"
+    else:
+        call = {
+            "sr": lambda: it("500 Stale", []),
+            "write": lambda: it(b"stale"),
+            "sr-self": lambda: it.start_response("500 Stale", []),
+            "write-self": lambda: it.write(b"stale"),
+        }[kind.replace("-weak", "")]
+        try:
+            call()
+            outcome = "no error"
+        except Exception as e:  # noqa: BLE001 -- the type is what the test checks
+            outcome = "%s: %s" % (type(e).__name__, e)
+    body = ("%s: %s" % (kind, outcome)).encode()
+    start_response("200 OK", text() + [("Content-Length", str(len(body)))])
+    return [body]
+
+
 ROUTES = {
     "/thread-start": r_thread_start,
+    "/kept-one": r_kept_one,
     "/thread-writers": r_thread_writers,
     "/stale-callables": r_stale_callables,
     "/late-writer": r_late_writer,
