@@ -21,10 +21,14 @@
 //! profile one with `perf record`).
 
 use m0serve::pipeline::msg::{ConnRef, Peer, Request};
+use m0serve::pipeline::park::WakeFlag;
+use m0serve::pipeline::shared::{HandlerShared, LoopShared};
 use m0serve::wsgi::environ::EnvBuilder;
-use m0serve::wsgi::ServerInfo;
+use m0serve::wsgi::{Bridge, Observers, ServerInfo, Sink};
 use pyo3::prelude::*;
+use std::collections::VecDeque;
 use std::hint::black_box;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use m0serve::http::date::DateCache;
@@ -207,6 +211,52 @@ fn main() {
             format!("{keys} keys (without `wsgi.input`); dict created and freed"),
             || {
                 black_box(env.build(py, black_box(&request)).ok());
+            },
+        ));
+    });
+
+    // The app's side of a request, inline mode: the bridge serves a hello-world app (the
+    // one every server is measured with) and its response is taken from the inline queue,
+    // as the loop takes it. Includes the hand-off record above (a `Request` is consumed).
+    Python::attach(|py| {
+        let code = c"def app(environ, start_response):\n    start_response('200 OK', [('Content-Type', 'text/plain'), ('Content-Length', '13')])\n    return [b'Hello, World!']\n";
+        let module = PyModule::from_code(py, code, c"hello.py", c"hello").expect("the app");
+        let app = module.getattr("app").expect("app").unbind();
+        let out = Arc::new(Mutex::new(VecDeque::new()));
+        let poll = mio::Poll::new().expect("a poller");
+        let waker = mio::Waker::new(poll.registry(), mio::Token(1)).expect("a waker");
+        let loop_shared = Arc::new(LoopShared {
+            wake: WakeFlag::new(),
+            waker,
+        });
+        let mut bridge = Bridge::new(
+            py,
+            app,
+            Sink::Inline(out.clone()),
+            Arc::new(HandlerShared::new(0, false)),
+            loop_shared,
+            &info,
+            Observers {
+                access_log: None,
+                metrics: None,
+            },
+        )
+        .expect("the bridge");
+        let mut serve = || {
+            bridge.serve(py, record(FIREFOX_GET));
+            let resp = out.lock().expect("the queue").pop_front();
+            resp.expect("a response")
+        };
+        let first = serve();
+        assert!(
+            first.data.starts_with(b"HTTP/1.1 200 OK\r\n")
+                && first.data.ends_with(b"Hello, World!")
+        );
+        rows.push(bench(
+            "the app's side, inline (`Bridge::serve`, hello world), Firefox",
+            "environ, call, start_response, response encoded; with the hand-off record".to_string(),
+            || {
+                black_box(serve());
             },
         ));
     });

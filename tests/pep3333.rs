@@ -591,7 +591,7 @@ fn callables_kept_past_their_request_raise_runtime_error_from_any_thread() {
 }
 
 #[test]
-fn any_one_part_of_the_callables_kept_past_its_request_stays_with_that_request() {
+fn the_callables_or_wsgi_input_kept_past_their_request_stay_with_that_request() {
     // A handler hands the same start_response and write to the next request unless
     // something else still holds them: each way of holding one must make the next request
     // get new ones, so what was kept still answers for its own request (or, for a weak
@@ -621,9 +621,19 @@ fn any_one_part_of_the_callables_kept_past_its_request_stays_with_that_request()
             };
             assert!(ok, "blocking threads {threads}: {text}");
         }
-        // And the set handed on when nothing kept it still serves.
-        c.send(&get("/list"));
-        assert_eq!(c.read_response().status, 200);
+        // wsgi.input kept past its request still reads that request's body, and the next
+        // request gets its own.
+        c.send(&post("/kept-one?keep=input", b"first body"));
+        assert_eq!(c.read_response().body_text(), "kept");
+        c.send(&post("/kept-one?use=1", b"second"));
+        assert_eq!(
+            c.read_response().body_text(),
+            "input: first body / this request's: second",
+            "blocking threads {threads}"
+        );
+        // And what is handed on when nothing kept it still serves.
+        c.send(&post("/echo-body", b"third"));
+        assert_eq!(c.read_response().body_text(), "third");
     }
 }
 

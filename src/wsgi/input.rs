@@ -89,6 +89,53 @@ impl Input {
     }
 }
 
+/// A handler's `wsgi.input`, handed to one request after another while nothing else holds
+/// it (an app may keep it, or a body set aside keeps its environ): a request allocates no
+/// object for it.
+#[derive(Default)]
+pub struct Inputs {
+    last: Option<Py<Input>>,
+}
+
+impl Inputs {
+    /// `wsgi.input` over `data[start..]` or `spooled`.
+    pub fn for_request<'py>(
+        &mut self,
+        py: Python<'py>,
+        data: Vec<u8>,
+        start: usize,
+        spooled: Option<SpooledBody>,
+    ) -> PyResult<Bound<'py, Input>> {
+        let fresh = Input::new(data, start, spooled);
+        if let Some(last) = self.unshared(py) {
+            if let Ok(mut input) = last.try_borrow_mut() {
+                *input = fresh;
+                drop(input);
+                return Ok(last);
+            }
+        }
+        let input = Bound::new(py, fresh)?;
+        self.last = Some(input.clone().unbind());
+        Ok(input)
+    }
+
+    /// The request is over: the body is let go now, not when the next request comes, if
+    /// nothing else holds the object (else its holder keeps it).
+    pub fn release(&mut self, py: Python<'_>) {
+        if let Some(last) = self.unshared(py) {
+            if let Ok(mut input) = last.try_borrow_mut() {
+                *input = Input::new(Vec::new(), 0, None);
+            }
+        }
+    }
+
+    /// The last object handed out, if only this holds it.
+    fn unshared<'py>(&self, py: Python<'py>) -> Option<Bound<'py, Input>> {
+        let last = self.last.as_ref()?;
+        (super::refs(py, last) == 1).then(|| last.bind(py).clone())
+    }
+}
+
 /// A size argument: `None` or a negative number means "no limit".
 fn limit(size: Option<isize>) -> usize {
     match size {

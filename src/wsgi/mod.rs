@@ -26,7 +26,7 @@ use crate::pipeline::stats;
 use environ::EnvBuilder;
 pub use environ::ServerInfo;
 use file_wrapper::FileWrapper;
-use input::Input;
+use input::Inputs;
 use pystr::bytes_of;
 pub use response::Sink;
 use response::{Credit, Exchange, LengthMismatch, ReqInfo};
@@ -82,6 +82,8 @@ pub struct Bridge {
     env: EnvBuilder,
     /// `start_response` and `write`, handed to one request after another.
     callables: Callables,
+    /// `wsgi.input`, likewise.
+    inputs: Inputs,
     next_id: u64,
     /// Streamed bodies set aside while their clients catch up, oldest first, and their
     /// credits (the same order), which a waiting handler checks without the GIL.
@@ -162,6 +164,7 @@ impl Bridge {
             ex,
             env,
             callables,
+            inputs: Inputs::default(),
             next_id: 0,
             suspended: Vec::new(),
             credits: Vec::new(),
@@ -290,6 +293,7 @@ impl Bridge {
             });
         }
         let served = self.serve_request(py, req);
+        self.inputs.release(py);
         if served == Served::Done {
             self.request_done(py);
         }
@@ -395,8 +399,9 @@ impl Bridge {
         // For log lines on the error paths only: a reference, not a formatted string.
         let env_ref = environ.clone();
         let head_len = req.head.head_len;
-        let input = Input::new(req.data, head_len, req.spooled);
-        let called = Bound::new(py, input)
+        let called = self
+            .inputs
+            .for_request(py, req.data, head_len, req.spooled)
             .and_then(|input| environ.set_item(self.env.input_key(py), input))
             .and_then(|()| self.callables.for_request(py, id))
             .and_then(|sr| self.app.bind(py).call1((environ, sr)));
@@ -431,6 +436,7 @@ impl Bridge {
             p.environ.into_bound(py),
             outcome,
         );
+        self.inputs.release(py);
         if served == Served::Done {
             self.request_done(py);
         }
@@ -585,6 +591,13 @@ impl Bridge {
         self.ex.send_whole(py, items, total)?;
         Ok(Outcome::Done)
     }
+}
+
+/// The references to `obj`: an object the bridge holds and finds with one reference (its
+/// own) is nobody else's, and may be handed to the next request.
+fn refs<T>(_py: Python<'_>, obj: &Py<T>) -> isize {
+    // SAFETY: `obj` is alive for the borrow, and its count is read with the GIL held.
+    unsafe { pyo3::ffi::Py_REFCNT(obj.as_ptr()) }
 }
 
 fn close_iterable(iterable: &Bound<'_, PyAny>) -> PyResult<()> {

@@ -18,6 +18,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::pystr::bytes_of;
+use super::refs;
 use super::response::{Credit, Exchange};
 
 #[pyclass(module = "m0serve", name = "StartResponse", frozen)]
@@ -143,12 +144,6 @@ impl Callables {
             && no_weak_refs(&self.start_fn)
             && no_weak_refs(&sr.write_fn)
     }
-}
-
-/// The references to `obj`.
-fn refs<T>(_py: Python<'_>, obj: &Py<T>) -> isize {
-    // SAFETY: `obj` is alive for the borrow, and its count is read with the GIL held.
-    unsafe { ffi::Py_REFCNT(obj.as_ptr()) }
 }
 
 /// No weak reference to the built-in method `f` is alive.

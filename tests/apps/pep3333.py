@@ -565,9 +565,15 @@ def r_stale_callables(environ, start_response, q):
 def r_kept_one(environ, start_response, q):
     """`?keep=KIND`: answers and keeps one thing of its callables: `sr` or `write` (the
     callables), `sr-self` or `write-self` (the objects they are methods of), `sr-weak` or
-    `write-weak` (a weak reference to a callable). `?use=1`: calls what was kept for a
-    request that ended, and answers what that did ("gone" for a dead weak reference)."""
+    `write-weak` (a weak reference to a callable), `input` (`wsgi.input`, unread).
+    `?use=1`: calls what was kept for a request that ended, and answers what that did
+    ("gone" for a dead weak reference; the body read, for `input`)."""
     kind = q.get("keep")
+    if kind == "input":
+        _KEPT.clear()
+        _KEPT["kind"], _KEPT["it"] = kind, environ["wsgi.input"]
+        start_response("200 OK", text() + [("Content-Length", "4")])
+        return [b"kept"]
     if kind:
         _KEPT.clear()
         write = start_response("200 OK", text() + [("Content-Length", "4")])
@@ -584,6 +590,10 @@ def r_kept_one(environ, start_response, q):
         del sr, write
         return [b"kept"]
     kind, it = _KEPT["kind"], _KEPT["it"]
+    if kind == "input":
+        body = b"input: " + it.read() + b" / this request's: " + environ["wsgi.input"].read()
+        start_response("200 OK", text() + [("Content-Length", str(len(body)))])
+        return [body]
     if kind.endswith("-weak"):
         it = it()
     if it is None:
