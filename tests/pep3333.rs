@@ -16,6 +16,83 @@ const MARK_TIMEOUT: Duration = Duration::from_secs(10);
 // ---------------------------------------------------------------------------
 
 #[test]
+fn a_head_repeated_byte_for_byte_still_gets_its_own_target_peer_and_environ() {
+    // A handler builds the environ of a head whose method, version and header lines repeat
+    // the previous request's from a copy it keeps: each request must still get its own
+    // target, peer and forwarded client, and nothing an app did to an earlier environ.
+    let s = Server::start(
+        "echo:app",
+        &[
+            "--blocking-threads",
+            "1",
+            "--forwarded-allow-ips",
+            "127.0.0.1",
+        ],
+    );
+    let lines = "Host: memo.test\r\nUser-Agent: m0test/1\r\nAccept: a\r\nAccept: b\r\n\
+                 X-Forwarded-For: 203.0.113.7\r\n\r\n";
+    let mut c = s.connect();
+    for (i, target) in [
+        "/one?a=1",
+        "/two",
+        "/th%20ree?b=2&mutate=1",
+        "/four?c",
+        "/five",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.send(format!("GET {target} HTTP/1.1\r\n{lines}").as_bytes());
+        let e = c.read_response().echo();
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        assert_eq!(e.must("PATH_INFO"), path.replace("%20", " "), "request {i}");
+        assert_eq!(e.must("QUERY_STRING"), query, "request {i}");
+        assert_eq!(e.must("HTTP_ACCEPT"), "a,b", "request {i}");
+        assert_eq!(e.must("HTTP_USER_AGENT"), "m0test/1", "request {i}");
+        assert_eq!(e.var("X_ADDED"), None, "request {i}");
+        assert_eq!(e.must("REMOTE_ADDR"), "203.0.113.7", "request {i}");
+        assert_eq!(
+            e.must("REMOTE_PORT"),
+            c.local_port().to_string(),
+            "request {i}"
+        );
+        assert_eq!(e.must("HTTP_HOST"), "memo.test", "request {i}");
+        assert_eq!(e.must("REQUEST_METHOD"), "GET", "request {i}");
+    }
+    // Another connection with the same head: its own port.
+    let mut d = s.connect();
+    d.send(format!("GET /other HTTP/1.1\r\n{lines}").as_bytes());
+    let e = d.read_response().echo();
+    assert_eq!(e.must("REMOTE_PORT"), d.local_port().to_string());
+    assert_eq!(e.must("PATH_INFO"), "/other");
+    // An absolute-form target's authority still replaces Host.
+    c.send(format!("GET http://elsewhere.test/abs HTTP/1.1\r\n{lines}").as_bytes());
+    let e = c.read_response().echo();
+    assert_eq!(e.must("HTTP_HOST"), "elsewhere.test");
+    assert_eq!(e.must("SERVER_NAME"), "elsewhere.test");
+    assert_eq!(e.must("PATH_INFO"), "/abs");
+    // The same lines with another method or version, or one byte changed, are their own.
+    c.send(format!("POST /p HTTP/1.1\r\n{lines}").as_bytes());
+    assert_eq!(c.read_response().echo().must("REQUEST_METHOD"), "POST");
+    for (version, want) in [
+        ("1.1", "HTTP/1.1"),
+        ("1.1", "HTTP/1.1"),
+        ("1.0", "HTTP/1.0"),
+    ] {
+        c.send(format!("GET /v HTTP/{version}\r\n{lines}").as_bytes());
+        assert_eq!(c.read_response().echo().must("SERVER_PROTOCOL"), want);
+    }
+    let mut c = s.connect();
+    let changed = lines.replace("m0test/1", "m0test/2");
+    for _ in 0..3 {
+        c.send(format!("GET /u HTTP/1.1\r\n{changed}").as_bytes());
+        assert_eq!(c.read_response().echo().must("HTTP_USER_AGENT"), "m0test/2");
+    }
+    c.send(format!("GET /w HTTP/1.1\r\n{lines}").as_bytes());
+    assert_eq!(c.read_response().echo().must("HTTP_USER_AGENT"), "m0test/1");
+}
+
+#[test]
 fn environ_has_every_required_key_with_the_right_type() {
     let s = Server::start("echo:app", &[]);
     let mut c = s.connect();

@@ -14,6 +14,10 @@
 //!   equal to the previous request's at that position reuses its `str` (immutable, so
 //!   sharing it is invisible to the app) instead of allocating another.
 //! - One `PyDict_SetDefault` per header inserts it and tells a repeated one apart.
+//! - A request whose method, version and header lines are byte for byte the previous
+//!   request's (clients of one kind send the same headers every time; only the target and
+//!   the peer differ) starts from a copy of the environ those made, kept after the second
+//!   time in a row: no header is matched or inserted (`Memo`).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -53,6 +57,30 @@ const RECENT_HEADER_POSITIONS: usize = 32;
 
 /// Header values longer than this are not remembered for reuse.
 const RECENT_VALUE_MAX_BYTES: usize = 512;
+
+/// Heads whose header lines are longer than this are not remembered (`Memo`).
+const MEMO_MAX_BYTES: usize = 4096;
+
+/// What the previous request's method, version and header lines made, for the next
+/// request that sends the same bytes.
+#[derive(Default)]
+struct Memo {
+    method: Vec<u8>,
+    version: Option<Version>,
+    /// The header lines as received, from the first name to the end of the head.
+    lines: Vec<u8>,
+    /// The base environ with those entries (and nothing of the target or the peer), kept
+    /// once the same bytes came twice in a row; never handed out, only copied.
+    environ: Option<Py<PyDict>>,
+    /// Those lines hold a forwarding header.
+    forwarding: bool,
+}
+
+impl Memo {
+    fn matches(&self, method: &[u8], version: Version, lines: &[u8]) -> bool {
+        self.version == Some(version) && self.method == method && self.lines == lines
+    }
+}
 
 /// Entries the base dict's table is sized for: the constant ones, the per-request ones and
 /// a browser's headers, so that filling a copy never resizes it.
@@ -130,6 +158,7 @@ pub struct EnvBuilder {
     /// The client a trusted proxy named for the last request built (its `REMOTE_ADDR`),
     /// for the access log.
     forwarded_client: Option<String>,
+    memo: Memo,
 }
 
 /// An empty dict whose table holds `n` entries without resizing, when this Python exports
@@ -224,6 +253,7 @@ impl EnvBuilder {
                 .map(|(n, p)| (PyString::new(py, n).unbind(), PyString::new(py, p).unbind()))
                 .collect(),
             forwarded_client: None,
+            memo: Memo::default(),
         })
     }
 
@@ -246,16 +276,25 @@ impl EnvBuilder {
     /// The environ for `req`, without `wsgi.input` (the caller moves the body into it).
     pub fn build<'py>(&mut self, py: Python<'py>, req: &Request) -> PyResult<Bound<'py, PyDict>> {
         self.forwarded_client = None;
-        let env = self.base.bind(py).copy()?;
         let data = &req.data;
         let head = &req.head;
-        let k = &self.keys;
-
         let method = head.method.get(data);
-        match self.methods.iter().find(|(m, _)| *m == method) {
-            Some((_, s)) => env.set_item(k.request_method.bind(py), s.bind(py))?,
-            None => env.set_item(k.request_method.bind(py), latin1_str(py, method)?)?,
-        }
+        let lines = match head.headers.first() {
+            Some(h) => &data[h.name.start as usize..head.head_len],
+            None => &[][..],
+        };
+        let (env, forwarding) = match &self.memo.environ {
+            Some(memo) if self.memo.matches(method, head.version, lines) => {
+                (memo.bind(py).copy()?, self.memo.forwarding)
+            }
+            _ => {
+                let env = self.base.bind(py).copy()?;
+                let forwarding = self.add_head(py, &env, req)?;
+                self.remember(&env, method, head.version, lines, forwarding)?;
+                (env, forwarding)
+            }
+        };
+        let k = &self.keys;
 
         let (path, query) = percent::split_target(head.target.get(data));
         // Under --root-path the prefix is SCRIPT_NAME (in the base environ); a request
@@ -278,11 +317,6 @@ impl EnvBuilder {
         } else {
             env.set_item(k.query_string.bind(py), latin1_str(py, query)?)?;
         }
-        let proto = match head.version {
-            Version::Http10 => &self.http10,
-            Version::Http11 => &self.http11,
-        };
-        env.set_item(k.server_protocol.bind(py), proto.bind(py))?;
         // The base has the first listener's; a connection another one accepted gets its own.
         if let Some((name, port)) = (req.listener as usize)
             .checked_sub(1)
@@ -326,6 +360,67 @@ impl EnvBuilder {
                 env.set_item(k.remote_host.bind(py), self.empty.bind(py))?;
             }
         }
+        if let Some((authority, host)) = percent::absolute_form_authority(head.target.get(data)) {
+            // RFC 9112 §3.2.2: the target's authority replaces Host.
+            env.set_item(k.http_host.bind(py), latin1_str(py, authority)?)?;
+            env.set_item(k.server_name.bind(py), latin1_str(py, host)?)?;
+        }
+        if forwarding {
+            self.apply_forwarding(py, &env, req)?;
+        }
+        Ok(env)
+    }
+
+    /// Remembers the method, version and header lines just built into `env` (a request's
+    /// own entries not yet added): the second time in a row the same bytes come, a copy of
+    /// `env` is kept for the next ones.
+    fn remember(
+        &mut self,
+        env: &Bound<'_, PyDict>,
+        method: &[u8],
+        version: Version,
+        lines: &[u8],
+        forwarding: bool,
+    ) -> PyResult<()> {
+        let m = &mut self.memo;
+        if m.matches(method, version, lines) {
+            m.environ = Some(env.copy()?.unbind());
+            m.forwarding = forwarding;
+            return Ok(());
+        }
+        m.environ = None;
+        m.version = None;
+        if lines.len() <= MEMO_MAX_BYTES {
+            m.method.clear();
+            m.method.extend_from_slice(method);
+            m.lines.clear();
+            m.lines.extend_from_slice(lines);
+            m.version = Some(version);
+        }
+        Ok(())
+    }
+
+    /// Adds what the request's method, version and header lines make to `env`; whether a
+    /// forwarding header is among them.
+    fn add_head(
+        &mut self,
+        py: Python<'_>,
+        env: &Bound<'_, PyDict>,
+        req: &Request,
+    ) -> PyResult<bool> {
+        let data = &req.data;
+        let head = &req.head;
+        let k = &self.keys;
+        let method = head.method.get(data);
+        match self.methods.iter().find(|(m, _)| *m == method) {
+            Some((_, s)) => env.set_item(k.request_method.bind(py), s.bind(py))?,
+            None => env.set_item(k.request_method.bind(py), latin1_str(py, method)?)?,
+        }
+        let proto = match head.version {
+            Version::Http10 => &self.http10,
+            Version::Http11 => &self.http11,
+        };
+        env.set_item(k.server_protocol.bind(py), proto.bind(py))?;
 
         // Positions of the forwarding headers, noticed by key identity (interned keys).
         let mut forwarding = false;
@@ -368,16 +463,7 @@ impl EnvBuilder {
             joined.extend_from_slice(value);
             env.set_item(key, latin1_str(py, &joined)?)?;
         }
-        if let Some((authority, host)) = percent::absolute_form_authority(head.target.get(data)) {
-            // RFC 9112 §3.2.2: the target's authority replaces Host.
-            let k = &self.keys;
-            env.set_item(k.http_host.bind(py), latin1_str(py, authority)?)?;
-            env.set_item(k.server_name.bind(py), latin1_str(py, host)?)?;
-        }
-        if forwarding {
-            self.apply_forwarding(py, &env, req)?;
-        }
-        Ok(env)
+        Ok(forwarding)
     }
 
     /// `--forwarded-allow-ips`: from a trusted peer, the forwarding headers set

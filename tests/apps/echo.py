@@ -17,6 +17,10 @@ through wsgi.input in the way the query parameter `read=` asks for:
 Each piece the calls returned is echoed in order ("pieces") with the whole
 body ("body"); bytes are echoed as latin-1 strings (JSON \\u escapes).
 
+With `mutate=1`, the app changes the environ after echoing it (a header's value replaced,
+a key added, one deleted), as middleware does, so a test can see that the next request's
+environ holds none of it.
+
 When the environment variable M0TEST_CALL_LOG names a file, every call appends
 one line to it, so a test can tell whether the app was called at all.
 """
@@ -136,6 +140,10 @@ def app(environ, start_response):
         "eof_ok": eof_ok,
     }
     data = json.dumps(out, ensure_ascii=True, sort_keys=True).encode("ascii")
+    if q.get("mutate"):
+        environ["HTTP_ACCEPT"] = "mutated"
+        environ["X_ADDED"] = "added"
+        environ.pop("HTTP_USER_AGENT", None)
     start_response(
         "200 OK",
         [("Content-Type", "application/json"), ("Content-Length", str(len(data)))],
