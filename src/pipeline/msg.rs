@@ -41,7 +41,8 @@ pub enum Peer {
     Unix,
 }
 
-/// One complete request, head and body.
+/// One complete request, head and body; it crosses the ring boxed (made once by the loop,
+/// then only the pointer moves).
 #[derive(Debug)]
 pub struct Request {
     pub conn: ConnRef,

@@ -17,7 +17,7 @@ use crate::wsgi::{Bridge, ServerInfo, Sink};
 
 pub struct HandlerSetup {
     pub idx: usize,
-    pub rx: Consumer<Request>,
+    pub rx: Consumer<Box<Request>>,
     pub tx: Producer<Response>,
     pub shared: Arc<HandlerShared>,
     pub loop_shared: Arc<LoopShared>,

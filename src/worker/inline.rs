@@ -27,8 +27,8 @@ use crate::wsgi::{Bridge, ServerInfo, Sink};
 /// What the worker hands the loop thread for inline mode (all `Send`; the bridge itself is
 /// built on the loop thread, where it stays).
 pub struct InlineSetup {
-    pub tx: Producer<Request>,
-    pub rx: Consumer<Request>,
+    pub tx: Producer<Box<Request>>,
+    pub rx: Consumer<Box<Request>>,
     pub shared: Arc<HandlerShared>,
     pub app: Py<PyAny>,
     pub info: Arc<ServerInfo>,
@@ -39,7 +39,7 @@ pub struct InlineSetup {
 /// The app's side of inline mode, owned by the loop thread.
 pub struct Inline {
     bridge: Bridge,
-    rx: Consumer<Request>,
+    rx: Consumer<Box<Request>>,
     /// The bridge's response messages, in order, for the loop to take.
     out: Arc<Mutex<VecDeque<Response>>>,
     shared: Arc<HandlerShared>,
@@ -52,7 +52,7 @@ impl Inline {
         py: Python<'_>,
         setup: InlineSetup,
         loop_shared: Arc<LoopShared>,
-    ) -> PyResult<(Inline, Producer<Request>)> {
+    ) -> PyResult<(Inline, Producer<Box<Request>>)> {
         let InlineSetup {
             tx,
             rx,

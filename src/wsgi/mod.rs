@@ -91,7 +91,7 @@ pub struct Bridge {
     credits: Vec<Arc<StreamCredit>>,
     /// Requests whose connection has a body set aside (or an earlier request here): they
     /// wait for it, in the order they came, so a connection's responses stay in order.
-    deferred: VecDeque<Request>,
+    deferred: VecDeque<Box<Request>>,
     /// Inline mode: a streamed body gives the loop back its thread after every part it
     /// produced, so the part is written at once (the loop is this thread), and a body
     /// that waits between items delays only itself, by one item.
@@ -189,7 +189,7 @@ impl Bridge {
     /// client took some of it (or left), else serves the next request in order (a
     /// deferred one whose connection is free again, else one from the ring). `false` when
     /// there was nothing to do.
-    pub fn step(&mut self, py: Python<'_>, rx: &mut Consumer<Request>) -> bool {
+    pub fn step(&mut self, py: Python<'_>, rx: &mut Consumer<Box<Request>>) -> bool {
         if self.resumed_last {
             self.resumed_last = false;
             if self.serve_next(py, rx) {
@@ -211,7 +211,7 @@ impl Bridge {
     }
 
     /// Serves the next request that may be served now, if there is one.
-    fn serve_next(&mut self, py: Python<'_>, rx: &mut Consumer<Request>) -> bool {
+    fn serve_next(&mut self, py: Python<'_>, rx: &mut Consumer<Box<Request>>) -> bool {
         let Some(req) = self.next_request(rx) else {
             return false;
         };
@@ -247,7 +247,7 @@ impl Bridge {
     }
 
     /// The next request that may be served now.
-    fn next_request(&mut self, rx: &mut Consumer<Request>) -> Option<Request> {
+    fn next_request(&mut self, rx: &mut Consumer<Box<Request>>) -> Option<Box<Request>> {
         if !self.deferred.is_empty() {
             // The first deferred request of each connection is its oldest.
             if let Some(i) = self.deferred.iter().position(|r| !self.blocked(r.conn)) {
@@ -272,7 +272,7 @@ impl Bridge {
 
     /// Serves one request; every outcome ends in exactly one final part on the sink, or in
     /// `Served::Suspended` until `resume` ends it.
-    pub fn serve(&mut self, py: Python<'_>, req: Request) -> Served {
+    pub fn serve(&mut self, py: Python<'_>, req: Box<Request>) -> Served {
         // One clock reading for the access log and the metrics, none for neither.
         let now = (self.log.is_some() || self.metrics.is_some()).then(std::time::Instant::now);
         if let (Some(log), Some(now)) = (self.log.as_mut(), now) {
@@ -360,7 +360,7 @@ impl Bridge {
         }
     }
 
-    fn serve_request(&mut self, py: Python<'_>, req: Request) -> Served {
+    fn serve_request(&mut self, py: Python<'_>, req: Box<Request>) -> Served {
         self.next_id += 1;
         let id = self.next_id;
         let method = req.head.method.get(&req.data);

@@ -21,7 +21,7 @@ pub enum Responses {
 
 /// The loop's end of one handler (a thread, or inline mode's bridge on the loop thread).
 pub struct HandlerLink {
-    pub tx: Producer<Request>,
+    pub tx: Producer<Box<Request>>,
     pub(super) rx: Responses,
     pub shared: Arc<HandlerShared>,
     /// `None` inline: the handler is the loop thread itself.
@@ -38,7 +38,7 @@ pub struct HandlerLink {
 
 impl HandlerLink {
     pub fn new(
-        tx: Producer<Request>,
+        tx: Producer<Box<Request>>,
         rx: Responses,
         shared: Arc<HandlerShared>,
         join: Option<JoinHandle<()>>,

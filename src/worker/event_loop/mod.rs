@@ -842,7 +842,7 @@ impl EventLoop {
     // The request goes back by value when the ring is full: boxing it to shrink the `Err`
     // would cost an allocation per request on the common path.
     #[allow(clippy::result_large_err)]
-    fn dispatch(&mut self, conn: &mut Conn, mut req: Request) -> Result<(), Request> {
+    fn dispatch(&mut self, conn: &mut Conn, mut req: Box<Request>) -> Result<(), Box<Request>> {
         req.queued_at = self.now;
         // Requests of one connection stay on one handler so responses come back in order.
         let h = conn.handler().unwrap_or_else(|| self.least_loaded());
