@@ -120,6 +120,9 @@ struct Pending {
 /// How driving the body ended when it did not fail.
 enum Outcome {
     Done,
+    /// The body was known whole and the response is finished already (`send_whole`),
+    /// with what `Exchange::finish` would have said of its length.
+    Finished(Option<LengthMismatch>),
     /// The client went away; the rest of the body was not produced.
     Cancelled,
     /// The response's credit is spent: iteration goes on in `Bridge::resume`.
@@ -372,8 +375,7 @@ impl Bridge {
             keep_alive: req.head.keep_alive,
             socket: req.socket,
         };
-        self.ex.begin(py, info);
-        if self.ex.cancelled(py) {
+        if self.ex.begin(py, info) {
             // Its connection closed before the app ran (a response ahead of it in the
             // pipeline closed it, or the client left): do not run the app for nobody, and
             // do not count it as served (the metrics would show a 500 nobody got).
@@ -504,6 +506,7 @@ impl Bridge {
                 return Served::Done;
             }
             Err(e) => Err(e),
+            Ok(Outcome::Finished(mismatch)) => Ok(mismatch),
             Ok(Outcome::Done | Outcome::Suspended(_)) => self.ex.finish(py),
         };
         match result {
@@ -588,8 +591,7 @@ impl Bridge {
         for item in items {
             total += bytes_of(item)?.as_bytes().len() as u64;
         }
-        self.ex.send_whole(py, items, total)?;
-        Ok(Outcome::Done)
+        self.ex.send_whole(py, items, total).map(Outcome::Finished)
     }
 }
 

@@ -235,12 +235,17 @@ impl Exchange {
             .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new request; what the exchange held (a finished response) is dropped.
-    pub fn begin(&self, py: Python<'_>, req: ReqInfo) {
+    /// A new request; what the exchange held (a finished response) is dropped. Whether
+    /// its connection is already gone (`cancelled`), read under the same lock.
+    pub fn begin(&self, py: Python<'_>, req: ReqInfo) -> bool {
         self.set_current(req.conn);
-        let old = std::mem::replace(&mut self.lock(py).st, State::new(req));
+        let mut inner = self.lock(py);
+        let old = std::mem::replace(&mut inner.st, State::new(req));
+        let cancelled = is_cancelled(&self.shared, &inner);
+        drop(inner);
         // Dropped with the lock released: a decref may run Python code (a `__del__`).
         drop(old);
+        cancelled
     }
 
     /// Sets the current response aside (its body waits for a slow client): the exchange
@@ -595,14 +600,27 @@ impl Exchange {
 
     /// A body whose total length is known up front (a list or tuple): head and body
     /// in one buffer.
+    /// A body of known items (`total` bytes in all), whole: head and items go into one
+    /// message, and the response is finished, under one lock (see `finish`).
     pub fn send_whole(
         &self,
         py: Python<'_>,
         chunks: &[Bound<'_, PyAny>],
         total: u64,
-    ) -> PyResult<()> {
+    ) -> PyResult<Option<LengthMismatch>> {
         let mut inner = self.lock(py);
-        let Inner { st, date, .. } = &mut *inner;
+        self.append_whole(py, &mut inner, chunks, total)?;
+        self.finish_locked(py, &mut inner)
+    }
+
+    fn append_whole(
+        &self,
+        py: Python<'_>,
+        inner: &mut Inner,
+        chunks: &[Bound<'_, PyAny>],
+        total: u64,
+    ) -> PyResult<()> {
+        let Inner { st, date, .. } = inner;
         if !st.sent {
             // Room for what is copied: the head and the items too small to go uncopied.
             let copied: usize = chunks
@@ -627,7 +645,11 @@ impl Exchange {
     /// the app's Content-Length is reported (the connection closes after it).
     pub fn finish(&self, py: Python<'_>) -> PyResult<Option<LengthMismatch>> {
         let mut inner = self.lock(py);
-        let Inner { st, out, date, .. } = &mut *inner;
+        self.finish_locked(py, &mut inner)
+    }
+
+    fn finish_locked(&self, py: Python<'_>, inner: &mut Inner) -> PyResult<Option<LengthMismatch>> {
+        let Inner { st, out, date, .. } = inner;
         if !st.sent {
             Self::encode_head(py, st, date, Some(0))?;
         }
