@@ -278,7 +278,7 @@ fn main() {
     let mut dates = DateCache::new();
     rows.push(bench(
         "`DateCache::get`",
-        "a clock read and a compare; re-rendered once a second".to_string(),
+        "a coarse clock read and a compare; re-rendered once a second".to_string(),
         || {
             black_box(dates.get());
         },
