@@ -90,6 +90,22 @@ fn a_head_repeated_byte_for_byte_still_gets_its_own_target_peer_and_environ() {
     }
     c.send(format!("GET /w HTTP/1.1\r\n{lines}").as_bytes());
     assert_eq!(c.read_response().echo().must("HTTP_USER_AGENT"), "m0test/1");
+    drop((c, d));
+    // Connections one after another (a closed one's place in the loop's table goes to the
+    // next), each asking the same path twice: its own port and the path every time.
+    for i in 0..4 {
+        let mut c = s.connect();
+        for _ in 0..2 {
+            c.send(format!("GET /same%2Fpath HTTP/1.1\r\n{lines}").as_bytes());
+            let e = c.read_response().echo();
+            assert_eq!(
+                e.must("REMOTE_PORT"),
+                c.local_port().to_string(),
+                "connection {i}"
+            );
+            assert_eq!(e.must("PATH_INFO"), "/same/path", "connection {i}");
+        }
+    }
 }
 
 #[test]

@@ -18,6 +18,8 @@
 //!   request's (clients of one kind send the same headers every time; only the target and
 //!   the peer differ) starts from a copy of the environ those made, kept after the second
 //!   time in a row: no header is matched or inserted (`Memo`).
+//! - `PATH_INFO` is the previous request's string when the path is, and `REMOTE_PORT` is
+//!   made once per connection.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -55,8 +57,11 @@ pub struct ServerInfo {
 /// Header positions remembered from the previous request.
 const RECENT_HEADER_POSITIONS: usize = 32;
 
-/// Header values longer than this are not remembered for reuse.
+/// Header values (and paths) longer than this are not remembered for reuse.
 const RECENT_VALUE_MAX_BYTES: usize = 512;
+
+/// Connections (by their slot in the loop's table) whose `REMOTE_PORT` string is kept.
+const PORT_CACHE_SLOTS: usize = 4096;
 
 /// Heads whose header lines are longer than this are not remembered (`Memo`).
 const MEMO_MAX_BYTES: usize = 4096;
@@ -159,6 +164,12 @@ pub struct EnvBuilder {
     /// for the access log.
     forwarded_client: Option<String>,
     memo: Memo,
+    /// The previous request's path as sent and its `PATH_INFO` (decoded).
+    last_path: Vec<u8>,
+    last_path_str: Option<Py<PyString>>,
+    /// `REMOTE_PORT` by connection slot, with the port it was made for (a slot is reused by
+    /// later connections).
+    ports: Vec<Option<(u16, Py<PyString>)>>,
 }
 
 /// An empty dict whose table holds `n` entries without resizing, when this Python exports
@@ -254,6 +265,9 @@ impl EnvBuilder {
                 .collect(),
             forwarded_client: None,
             memo: Memo::default(),
+            last_path: Vec::new(),
+            last_path_str: None,
+            ports: Vec::new(),
         })
     }
 
@@ -309,9 +323,9 @@ impl EnvBuilder {
             },
             None => path,
         };
-        self.scratch.clear();
-        percent::percent_decode_into(path, &mut self.scratch);
-        env.set_item(k.path_info.bind(py), latin1_str(py, &self.scratch)?)?;
+        let path_info = self.path_info(py, path)?;
+        let k = &self.keys;
+        env.set_item(k.path_info.bind(py), path_info.bind(py))?;
         if query.is_empty() {
             env.set_item(k.query_string.bind(py), self.empty.bind(py))?;
         } else {
@@ -349,11 +363,8 @@ impl EnvBuilder {
                 // RFC 3875 §4.1.9: the server "MAY substitute the REMOTE_ADDR value" for
                 // the host name it does not look up.
                 env.set_item(k.remote_host.bind(py), cached.bind(py))?;
-                let mut buf = [0u8; 5];
-                env.set_item(
-                    k.remote_port.bind(py),
-                    latin1_str(py, fmt_port(addr.port(), &mut buf))?,
-                )?;
+                let port = self.remote_port(py, req.conn.slot, addr.port())?;
+                env.set_item(self.keys.remote_port.bind(py), port.bind(py))?;
             }
             Peer::Unix => {
                 env.set_item(k.remote_addr.bind(py), self.empty.bind(py))?;
@@ -362,6 +373,7 @@ impl EnvBuilder {
         }
         if let Some((authority, host)) = percent::absolute_form_authority(head.target.get(data)) {
             // RFC 9112 §3.2.2: the target's authority replaces Host.
+            let k = &self.keys;
             env.set_item(k.http_host.bind(py), latin1_str(py, authority)?)?;
             env.set_item(k.server_name.bind(py), latin1_str(py, host)?)?;
         }
@@ -369,6 +381,46 @@ impl EnvBuilder {
             self.apply_forwarding(py, &env, req)?;
         }
         Ok(env)
+    }
+
+    /// `PATH_INFO` for `path` (as sent): the previous request's string when the bytes are
+    /// the same.
+    fn path_info(&mut self, py: Python<'_>, path: &[u8]) -> PyResult<Py<PyString>> {
+        if let Some(s) = &self.last_path_str {
+            if self.last_path == path {
+                return Ok(s.clone_ref(py));
+            }
+        }
+        self.scratch.clear();
+        percent::percent_decode_into(path, &mut self.scratch);
+        let s = latin1_str(py, &self.scratch)?.unbind();
+        self.last_path.clear();
+        self.last_path_str = None;
+        if path.len() <= RECENT_VALUE_MAX_BYTES {
+            self.last_path.extend_from_slice(path);
+            self.last_path_str = Some(s.clone_ref(py));
+        }
+        Ok(s)
+    }
+
+    /// `REMOTE_PORT` for the connection in `slot`, whose peer port is `port`: made once per
+    /// connection.
+    fn remote_port(&mut self, py: Python<'_>, slot: u32, port: u16) -> PyResult<Py<PyString>> {
+        let slot = slot as usize;
+        if let Some(Some((p, s))) = self.ports.get(slot) {
+            if *p == port {
+                return Ok(s.clone_ref(py));
+            }
+        }
+        let mut buf = [0u8; 5];
+        let s = latin1_str(py, fmt_port(port, &mut buf))?.unbind();
+        if slot < PORT_CACHE_SLOTS {
+            if slot >= self.ports.len() {
+                self.ports.resize_with(slot + 1, || None);
+            }
+            self.ports[slot] = Some((port, s.clone_ref(py)));
+        }
+        Ok(s)
     }
 
     /// Remembers the method, version and header lines just built into `env` (a request's
