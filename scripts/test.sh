@@ -67,6 +67,10 @@ t0=$SECONDS
 SDIST_WHEELS=target/sdist-wheel
 rm -rf "$SDIST_WHEELS"
 sdists=("$WHEELS"/m0serve-*.tar.gz)
+# Every file in the sdist carries the same old timestamp, so cargo would take the kept
+# build of m0serve itself for fresh after any change: its fingerprints go, the
+# dependencies' stay.
+find target/sdist-build -type d -path '*/.fingerprint/m0serve-*' -prune -exec rm -rf {} + 2>/dev/null || true
 PATH="$PWD/target/build-venv/bin:$PATH" CARGO_TARGET_DIR="$PWD/target/sdist-build" \
     target/build-venv/bin/python -m pip wheel --quiet \
     --no-deps --no-build-isolation --wheel-dir "$SDIST_WHEELS" "${sdists[0]}" \

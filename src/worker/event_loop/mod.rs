@@ -843,9 +843,6 @@ impl EventLoop {
     }
 
     /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
-    // The request goes back by value when the ring is full: boxing it to shrink the `Err`
-    // would cost an allocation per request on the common path.
-    #[allow(clippy::result_large_err)]
     fn dispatch(&mut self, conn: &mut Conn, mut req: Box<Request>) -> Result<(), Box<Request>> {
         req.queued_at = self.now;
         // Requests of one connection stay on one handler so responses come back in order.
