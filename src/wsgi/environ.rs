@@ -138,8 +138,40 @@ struct Keys {
 struct Recent {
     name: Vec<u8>,
     key: Option<Py<PyString>>,
-    value: Vec<u8>,
-    value_str: Option<Py<PyString>>,
+    value: LastStr,
+}
+
+/// The `str` made from some bytes last time, for the next time they are the same bytes
+/// (`str` is immutable, so sharing it is invisible to the app).
+#[derive(Default)]
+struct LastStr {
+    bytes: Vec<u8>,
+    s: Option<Py<PyString>>,
+}
+
+impl LastStr {
+    /// The `str` for `bytes`: the kept one when they are the same, else what `make` makes,
+    /// kept when `bytes` are short.
+    fn get(
+        &mut self,
+        py: Python<'_>,
+        bytes: &[u8],
+        make: impl FnOnce() -> PyResult<Py<PyString>>,
+    ) -> PyResult<Py<PyString>> {
+        if let Some(s) = &self.s {
+            if self.bytes == bytes {
+                return Ok(s.clone_ref(py));
+            }
+        }
+        let s = make()?;
+        self.bytes.clear();
+        self.s = None;
+        if bytes.len() <= RECENT_VALUE_MAX_BYTES {
+            self.bytes.extend_from_slice(bytes);
+            self.s = Some(s.clone_ref(py));
+        }
+        Ok(s)
+    }
 }
 
 pub struct EnvBuilder {
@@ -164,9 +196,8 @@ pub struct EnvBuilder {
     /// for the access log.
     forwarded_client: Option<String>,
     memo: Memo,
-    /// The previous request's path as sent and its `PATH_INFO` (decoded).
-    last_path: Vec<u8>,
-    last_path_str: Option<Py<PyString>>,
+    /// The previous request's path as sent, and its `PATH_INFO` (decoded).
+    last_path: LastStr,
     /// `REMOTE_PORT` by connection slot, with the port it was made for (a slot is reused by
     /// later connections).
     ports: Vec<Option<(u16, Py<PyString>)>>,
@@ -265,8 +296,7 @@ impl EnvBuilder {
                 .collect(),
             forwarded_client: None,
             memo: Memo::default(),
-            last_path: Vec::new(),
-            last_path_str: None,
+            last_path: LastStr::default(),
             ports: Vec::new(),
         })
     }
@@ -386,21 +416,12 @@ impl EnvBuilder {
     /// `PATH_INFO` for `path` (as sent): the previous request's string when the bytes are
     /// the same.
     fn path_info(&mut self, py: Python<'_>, path: &[u8]) -> PyResult<Py<PyString>> {
-        if let Some(s) = &self.last_path_str {
-            if self.last_path == path {
-                return Ok(s.clone_ref(py));
-            }
-        }
-        self.scratch.clear();
-        percent::percent_decode_into(path, &mut self.scratch);
-        let s = latin1_str(py, &self.scratch)?.unbind();
-        self.last_path.clear();
-        self.last_path_str = None;
-        if path.len() <= RECENT_VALUE_MAX_BYTES {
-            self.last_path.extend_from_slice(path);
-            self.last_path_str = Some(s.clone_ref(py));
-        }
-        Ok(s)
+        let scratch = &mut self.scratch;
+        self.last_path.get(py, path, || {
+            scratch.clear();
+            percent::percent_decode_into(path, scratch);
+            Ok(latin1_str(py, scratch)?.unbind())
+        })
     }
 
     /// `REMOTE_PORT` for the connection in `slot`, whose peer port is `port`: made once per
@@ -586,27 +607,16 @@ impl EnvBuilder {
             r.name.clear();
             r.name.extend_from_slice(name);
             r.key = key;
-            r.value.clear();
-            r.value_str = None;
+            r.value.s = None;
         }
         let r = &mut self.recent[pos];
         let Some(key) = &r.key else {
             return Ok(None);
         };
         let key = key.clone_ref(py);
-        if let Some(s) = &r.value_str {
-            if r.value == value {
-                return Ok(Some((key, s.clone_ref(py))));
-            }
-        }
-        let s = latin1_str(py, value)?.unbind();
-        if value.len() <= RECENT_VALUE_MAX_BYTES {
-            r.value.clear();
-            r.value.extend_from_slice(value);
-            r.value_str = Some(s.clone_ref(py));
-        } else {
-            r.value_str = None;
-        }
+        let s = r
+            .value
+            .get(py, value, || Ok(latin1_str(py, value)?.unbind()))?;
         Ok(Some((key, s)))
     }
 

@@ -609,12 +609,11 @@ impl Exchange {
         total: u64,
     ) -> PyResult<Option<LengthMismatch>> {
         let mut inner = self.lock(py);
-        self.append_whole(py, &mut inner, chunks, total)?;
+        Self::append_whole(py, &mut inner, chunks, total)?;
         self.finish_locked(py, &mut inner)
     }
 
     fn append_whole(
-        &self,
         py: Python<'_>,
         inner: &mut Inner,
         chunks: &[Bound<'_, PyAny>],

@@ -73,7 +73,6 @@ impl Write {
 /// A handler's `start_response` (and with it `write`), handed to one request after
 /// another while nothing else holds them.
 pub struct Callables {
-    ex: Arc<Exchange>,
     sr: Py<StartResponse>,
     /// `sr.start_response`, what the app gets.
     start_fn: Py<PyAny>,
@@ -108,7 +107,6 @@ impl Callables {
                 && ffi::PyCFunction_Check(sr.get().write_fn.as_ptr()) != 0
         };
         Ok(Callables {
-            ex: ex.clone(),
             sr: sr.unbind(),
             start_fn,
             reusable,
@@ -121,7 +119,8 @@ impl Callables {
     /// request.
     pub fn for_request<'py>(&mut self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyAny>> {
         if !self.unshared(py) {
-            *self = Callables::new(py, &self.ex)?;
+            let ex = self.sr.get().ex.clone();
+            *self = Callables::new(py, &ex)?;
         }
         let sr = self.sr.get();
         sr.id.store(id, Ordering::Relaxed);
