@@ -437,85 +437,98 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
     let Some(cpus) = two_or_more_cpus() else {
         return;
     };
-    let s = Server::start(
-        "regress:app",
-        &[
-            "--workers",
-            "1",
-            "--blocking-threads",
-            "1",
-            "--log-level",
-            "debug",
-        ],
-    );
-    let pid = s.wait_for_workers(1, PROMPT)[0];
+    // The loop lets its handler go, by design, when the kernel moves the handler more than
+    // MAX_FOLLOWS times a second; some kernels, on some runs, wake a handler on the other
+    // CPU that often under this load. That run says nothing of what is tested here, so
+    // it is tried again with a fresh server (the hold-off would keep the first one apart).
     let apart = |t: &Threads| t.values().flatten().all(|c| *c == cpus);
-    assert!(apart(&threads_of(pid)), "pinned before any load");
+    let mut attempt = 0;
+    let (s, pid) = loop {
+        attempt += 1;
+        let s = Server::start(
+            "regress:app",
+            &[
+                "--workers",
+                "1",
+                "--blocking-threads",
+                "1",
+                "--log-level",
+                "debug",
+            ],
+        );
+        let pid = s.wait_for_workers(1, PROMPT)[0];
+        assert!(apart(&threads_of(pid)), "pinned before any load");
 
-    // About 0.65 of a core: 2 ms of Python, then 1 ms of quiet.
-    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
-    let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(15), |t| {
-        loop_alone_pinned(t, &cpus).is_some()
-    });
-    // Beside the handler: where the handler last ran is where the loop is pinned, nearly
-    // always. The loop goes after it within milliseconds when the kernel moves it, so a
-    // look that catches the handler just moved looks again 10 ms later.
-    let is_beside = || {
-        let threads = threads_of(pid);
-        let handler = last_cpu_of(pid, "m0s-handler-0");
-        handler.is_some() && loop_alone_pinned(&threads, &cpus) == handler
-    };
-    let mut beside = 0;
-    for _ in 0..20 {
-        if is_beside() || {
-            std::thread::sleep(Duration::from_millis(10));
-            is_beside()
-        } {
-            beside += 1;
+        // About 0.65 of a core: 2 ms of Python, then 1 ms of quiet.
+        let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
+        let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(15), |t| {
+            loop_alone_pinned(t, &cpus).is_some()
+        });
+        // Beside the handler: where the handler last ran is where the loop is pinned, nearly
+        // always. The loop goes after it within milliseconds when the kernel moves it, so a
+        // look that catches the handler just moved looks again 10 ms later.
+        let is_beside = || {
+            let threads = threads_of(pid);
+            let handler = last_cpu_of(pid, "m0s-handler-0");
+            handler.is_some() && loop_alone_pinned(&threads, &cpus) == handler
+        };
+        let mut beside = 0;
+        for _ in 0..20 {
+            if is_beside() || {
+                std::thread::sleep(Duration::from_millis(10));
+                is_beside()
+            } {
+                beside += 1;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The app sees every CPU: its thread, one it starts, a process it starts.
-    let pinned_loop = loop_alone_pinned(&threads_of(pid), &cpus);
-    let view = s.get("/cpus").body_text();
-    let views: Vec<Vec<usize>> = view
-        .lines()
-        .map(|l| parse_cpu_list(l.split_once(' ').unwrap().1))
-        .collect();
-    // Where the handler goes (here, sent by its affinity), the loop goes after it.
-    let from = loop_alone_pinned(&threads_of(pid), &cpus);
-    let to = *cpus.iter().find(|&&c| Some(c) != from).unwrap();
-    set_thread_cpus(pid, "m0s-handler-0", &[to]);
-    let (followed, seen_after) = wait_for_cpus(pid, Duration::from_secs(2), |t| {
-        t.get("m0s-loop") == Some(&vec![vec![to]])
-    });
-    set_thread_cpus(pid, "m0s-handler-0", &cpus);
-    // Past the settling time, still beside it.
-    std::thread::sleep(Duration::from_secs(3));
-    let later = threads_of(pid);
-    let answered = stop_asking(light);
-    let log = s.log_text();
-    assert!(
-        pinned,
-        "the loop not pinned alone under a light load ({answered} answered): {seen:?}\n{log}"
-    );
-    assert!(
-        beside >= 15,
-        "beside the handler in {beside} of 20 looks\n{log}"
-    );
-    assert!(
-        followed,
-        "the loop stayed on CPU {from:?} when its handler went to CPU {to}: {seen_after:?}\n{log}"
-    );
-    assert!(log.contains("this worker's loop now runs beside its handler (CPU"));
-    assert!(
-        pinned_loop.is_some() && views.len() == 3 && views.iter().all(|v| *v == cpus),
-        "with the loop pinned ({pinned_loop:?}) the app saw:\n{view}"
-    );
-    assert!(
-        loop_alone_pinned(&later, &cpus).is_some(),
-        "a light worker's loop did not stay pinned: {later:?}\n{log}"
-    );
+        // The app sees every CPU: its thread, one it starts, a process it starts.
+        let pinned_loop = loop_alone_pinned(&threads_of(pid), &cpus);
+        let view = s.get("/cpus").body_text();
+        let views: Vec<Vec<usize>> = view
+            .lines()
+            .map(|l| parse_cpu_list(l.split_once(' ').unwrap().1))
+            .collect();
+        // Where the handler goes (here, sent by its affinity), the loop goes after it.
+        let from = loop_alone_pinned(&threads_of(pid), &cpus);
+        let to = *cpus.iter().find(|&&c| Some(c) != from).unwrap();
+        set_thread_cpus(pid, "m0s-handler-0", &[to]);
+        let (followed, seen_after) = wait_for_cpus(pid, Duration::from_secs(2), |t| {
+            t.get("m0s-loop") == Some(&vec![vec![to]])
+        });
+        set_thread_cpus(pid, "m0s-handler-0", &cpus);
+        // Past the settling time, still beside it.
+        std::thread::sleep(Duration::from_secs(3));
+        let later = threads_of(pid);
+        let answered = stop_asking(light);
+        let log = s.log_text();
+        if log.contains("now runs on every allowed CPU (the kernel keeps moving") && attempt < 3 {
+            eprintln!("attempt {attempt}: the kernel kept moving the handler; again\n{log}");
+            continue;
+        }
+        assert!(
+            pinned,
+            "the loop not pinned alone under a light load ({answered} answered): {seen:?}\n{log}"
+        );
+        assert!(
+            beside >= 15,
+            "beside the handler in {beside} of 20 looks\n{log}"
+        );
+        assert!(
+            followed,
+            "the loop stayed on CPU {from:?} when its handler went to CPU {to}: {seen_after:?}\n{log}"
+        );
+        assert!(log.contains("this worker's loop now runs beside its handler (CPU"));
+        assert!(
+            pinned_loop.is_some() && views.len() == 3 && views.iter().all(|v| *v == cpus),
+            "with the loop pinned ({pinned_loop:?}) the app saw:\n{view}"
+        );
+        assert!(
+            loop_alone_pinned(&later, &cpus).is_some(),
+            "a light worker's loop did not stay pinned (attempt {attempt}): {later:?}\n{log}"
+        );
+        break (s, pid);
+    };
 
     // Three clients without pause: the handler keeps its CPU full.
     let heavy = keep_asking(&s, "/spin?ms=5", 3, Duration::ZERO);

@@ -3,6 +3,11 @@
 use super::*;
 
 /// A growing byte buffer filled by a drain thread, with a condvar to wait on.
+///
+/// What a reader sees is everything the process wrote before the read: `text` first waits
+/// (briefly) for the drain thread to take what is still in the pipe. A server writes a log
+/// line before it closes a connection, so a test that saw the close and then reads the log
+/// finds the line, however far behind the drain thread was scheduled.
 #[derive(Clone, Default)]
 pub struct Captured {
     inner: Arc<(Mutex<CapturedState>, Condvar)>,
@@ -12,33 +17,66 @@ pub struct Captured {
 struct CapturedState {
     bytes: Vec<u8>,
     eof: bool,
+    /// The drain thread is waiting for the pipe to turn readable, having appended
+    /// everything it read before. Set and cleared under the lock.
+    idle: bool,
+    /// The pipe's read end; open while `eof` is false (the drain thread closes it only
+    /// after setting `eof`, under the lock).
+    fd: i32,
 }
 
+/// How long `text` waits at most for the drain thread to catch up (a process that writes
+/// without pause never leaves the pipe empty).
+const CATCH_UP: Duration = Duration::from_secs(2);
+
 impl Captured {
-    pub(super) fn drain_from<R: Read + Send + 'static>(mut r: R) -> Captured {
+    pub(super) fn drain_from<R: Read + AsRawFd + Send + 'static>(mut r: R) -> Captured {
         let cap = Captured::default();
+        cap.inner.0.lock().unwrap().fd = r.as_raw_fd();
         let c2 = cap.clone();
         thread::spawn(move || {
             let mut buf = [0u8; 8192];
+            let (m, cv) = &*c2.inner;
             loop {
+                m.lock().unwrap().idle = true;
+                cv.notify_all();
+                let mut pfd = libc::pollfd {
+                    fd: r.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, owned by this frame, for the call's length.
+                let polled = unsafe { libc::poll(&mut pfd, 1, -1) };
+                if polled < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                m.lock().unwrap().idle = false;
                 match r.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
                     Ok(n) => {
-                        let (m, cv) = &*c2.inner;
                         m.lock().unwrap().bytes.extend_from_slice(&buf[..n]);
                         cv.notify_all();
                     }
                 }
             }
-            let (m, cv) = &*c2.inner;
             m.lock().unwrap().eof = true;
             cv.notify_all();
+            drop(r);
         });
         cap
     }
 
+    /// Everything the process has written so far.
     pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.inner.0.lock().unwrap().bytes).into_owned()
+        let deadline = Instant::now() + CATCH_UP;
+        let (m, cv) = &*self.inner;
+        let mut g = m.lock().unwrap();
+        while !g.eof && !(g.idle && unread(g.fd) == 0) && Instant::now() < deadline {
+            g = cv.wait_timeout(g, Duration::from_millis(5)).unwrap().0;
+        }
+        String::from_utf8_lossy(&g.bytes).into_owned()
     }
 
     pub fn at_eof(&self) -> bool {
@@ -76,4 +114,15 @@ impl Captured {
         self.wait_for(timeout, |_| None::<()>);
         self.at_eof()
     }
+}
+
+/// Bytes waiting in the pipe `fd` (0 if that cannot be asked).
+fn unread(fd: i32) -> libc::c_int {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is open (the caller holds the lock and saw `eof` false, and the drain
+    // thread closes it only after setting `eof`); FIONREAD writes one c_int to `n`.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } < 0 {
+        return 0;
+    }
+    n
 }
