@@ -8,7 +8,7 @@ use super::*;
 /// (briefly) for the drain thread to take what is still in the pipe. A server writes a log
 /// line before it closes a connection, so a test that saw the close and then reads the log
 /// finds the line, however far behind the drain thread was scheduled.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Captured {
     inner: Arc<(Mutex<CapturedState>, Condvar)>,
 }
@@ -31,8 +31,13 @@ const CATCH_UP: Duration = Duration::from_secs(2);
 
 impl Captured {
     pub(super) fn drain_from<R: Read + AsRawFd + Send + 'static>(mut r: R) -> Captured {
-        let cap = Captured::default();
-        cap.inner.0.lock().unwrap().fd = r.as_raw_fd();
+        let state = CapturedState {
+            fd: r.as_raw_fd(),
+            ..CapturedState::default()
+        };
+        let cap = Captured {
+            inner: Arc::new((Mutex::new(state), Condvar::new())),
+        };
         let c2 = cap.clone();
         thread::spawn(move || {
             let mut buf = [0u8; 8192];
@@ -73,7 +78,9 @@ impl Captured {
         let deadline = Instant::now() + CATCH_UP;
         let (m, cv) = &*self.inner;
         let mut g = m.lock().unwrap();
-        while !g.eof && !(g.idle && unread(g.fd) == 0) && Instant::now() < deadline {
+        // At the end of the stream, or the drain thread waiting with nothing left unread.
+        let caught_up = |g: &CapturedState| g.eof || (g.idle && unread(g.fd) == 0);
+        while !caught_up(&g) && Instant::now() < deadline {
             g = cv.wait_timeout(g, Duration::from_millis(5)).unwrap().0;
         }
         String::from_utf8_lossy(&g.bytes).into_owned()
