@@ -138,6 +138,8 @@ struct Keys {
 struct Recent {
     name: Vec<u8>,
     key: Option<Py<PyString>>,
+    /// The value's `str`; it stands for its bytes alone, so a new name at this position
+    /// keeps it.
     value: LastStr,
 }
 
@@ -607,7 +609,6 @@ impl EnvBuilder {
             r.name.clear();
             r.name.extend_from_slice(name);
             r.key = key;
-            r.value.s = None;
         }
         let r = &mut self.recent[pos];
         let Some(key) = &r.key else {

@@ -598,8 +598,6 @@ impl Exchange {
         });
     }
 
-    /// A body whose total length is known up front (a list or tuple): head and body
-    /// in one buffer.
     /// A body of known items (`total` bytes in all), whole: head and items go into one
     /// message, and the response is finished, under one lock (see `finish`).
     pub fn send_whole(
