@@ -19,6 +19,14 @@
 //!
 //! `cargo bench --bench parts -- WORD` runs only the parts whose name contains WORD (to
 //! profile one with `perf record`).
+//!
+//! With `M0S_PARTS_CALLS=N` each part runs exactly N times, untimed: for counting
+//! instructions, which a host's noise does not change. The difference between two counts of
+//! the whole process, at two N, divided by their difference, is one call's:
+//!
+//!     valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/deps/parts-HASH "app's side"
+//!
+//! with `M0S_PARTS_CALLS` 1000 and then 11000 ("Collected" in valgrind's summary).
 
 use m0serve::pipeline::msg::{ConnRef, Peer, Request};
 use m0serve::pipeline::park::WakeFlag;
@@ -81,6 +89,20 @@ fn bench(name: &'static str, note: String, f: impl FnMut()) -> Row {
         .find(|a| !a.starts_with('-'))
         .is_none_or(|w| name.contains(&w));
     if !wanted {
+        return Row {
+            name,
+            reps: Vec::new(),
+            note,
+        };
+    }
+    if let Some(calls) = std::env::var("M0S_PARTS_CALLS")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        let mut f = f;
+        for _ in 0..calls {
+            f();
+        }
         return Row {
             name,
             reps: Vec::new(),
