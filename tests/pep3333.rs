@@ -1168,3 +1168,130 @@ fn wsgiref_validator_finds_no_violation_in_ordinary_requests() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// Response heads
+// ---------------------------------------------------------------------------
+
+/// The head of `r` with its Date value (the clock's) replaced by `-`.
+fn head_without_date(r: &Response) -> String {
+    let text = String::from_utf8_lossy(&r.raw).into_owned();
+    let head = &text[..text.find("\r\n\r\n").expect("a head") + 2];
+    head.split_inclusive("\r\n")
+        .map(|line| match line.strip_prefix("Date: ") {
+            Some(v) if v != "Thu, 01 Jan 2026 00:00:00 GMT\r\n" => "Date: -\r\n",
+            _ => line,
+        })
+        .collect()
+}
+
+#[test]
+fn each_response_gets_its_own_head_when_its_status_and_header_objects_repeat_or_change() {
+    // A handler remembers the last head by the identity of its status and header tuples
+    // (constants of the app's code): a head made of those same objects again is sent as
+    // encoded before, one made of other objects (some shared, in another order, under
+    // another status, equal but new) is its own, and what depends on the request (HEAD,
+    // HTTP/1.0, the body's framing) is decided anew every time.
+    let s = Server::start("heads:app", &[]);
+    let srv = "Date: -\r\nServer: m0serve\r\n";
+    let a = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n{srv}");
+    let b = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nX-B: b\r\n{srv}"
+    );
+    let reordered =
+        format!("HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Type: text/plain\r\n{srv}");
+    let own_date = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\
+                    Date: Thu, 01 Jan 2026 00:00:00 GMT\r\nServer: heads-app\r\n"
+        .to_string();
+    let created =
+        format!("HTTP/1.1 201 Created\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n{srv}");
+    let no_content = format!("HTTP/1.1 204 No Content\r\nContent-Type: text/plain\r\n{srv}");
+    let stream = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n{srv}"
+    );
+    // To HEAD, a body of unknown length is not framed at all.
+    let stream_head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{srv}");
+    let sequence: &[(&str, &str, &String, &str)] = &[
+        ("GET", "/a", &a, "a"),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/b", &b, "bb"),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/a-short", &a, "a"),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/reordered", &reordered, "r"),
+        ("GET", "/reordered", &reordered, "r"),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/own-date", &own_date, "d"),
+        ("GET", "/own-date", &own_date, "d"),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/created", &created, "c"),
+        ("GET", "/created", &created, "c"),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/no-content", &no_content, ""),
+        ("GET", "/no-content", &no_content, ""),
+        ("GET", "/a", &a, "a"),
+        ("GET", "/subclass", &a, "s"),
+        ("GET", "/subclass", &a, "s"),
+        ("GET", "/built", &a, "n"),
+        ("GET", "/built", &a, "n"),
+        ("GET", "/stream", &stream, "xy"),
+        ("GET", "/stream", &stream, "xy"),
+        ("HEAD", "/a", &a, ""),
+        ("GET", "/a", &a, "a"),
+        ("HEAD", "/stream", &stream_head, ""),
+        ("GET", "/stream", &stream, "xy"),
+    ];
+    let mut c = s.connect();
+    for (i, (method, path, head, body)) in sequence.iter().enumerate() {
+        c.send(format!("{method} {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = if *method == "HEAD" {
+            c.read_head_response()
+        } else {
+            c.read_response()
+        };
+        assert_eq!(
+            head_without_date(&r),
+            **head,
+            "request {i}: {method} {path}"
+        );
+        assert_eq!(r.body_text(), *body, "request {i}: {method} {path}");
+    }
+    // HTTP/1.0 without keep-alive, right after the same objects were sent to 1.1: the
+    // connection closes, and a body of unknown length is delimited by that close.
+    for (path, head, body) in [
+        (
+            "/a",
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1\r\n\
+                 Connection: close\r\n{srv}"
+            ),
+            "a",
+        ),
+        (
+            "/stream",
+            format!("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n{srv}"),
+            "xy",
+        ),
+    ] {
+        let mut c = s.connect();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        c.read_response();
+        c.send(format!("GET {path} HTTP/1.0\r\n\r\n").as_bytes());
+        let (raw, closed) = c.read_until_close(Duration::from_secs(10));
+        assert!(closed, "HTTP/1.0 {path}: the connection closes");
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (got_head, got_body) = text.split_once("\r\n\r\n").expect("a head");
+        let got_head: String = format!("{got_head}\r\n")
+            .split_inclusive("\r\n")
+            .map(|l| {
+                if l.starts_with("Date: ") {
+                    "Date: -\r\n"
+                } else {
+                    l
+                }
+            })
+            .collect();
+        assert_eq!(got_head, head, "HTTP/1.0 {path}");
+        assert_eq!(got_body, body, "HTTP/1.0 {path}");
+    }
+}

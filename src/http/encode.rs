@@ -140,9 +140,35 @@ impl<'a> HeadWriter<'a> {
         ))
     }
 
+    /// Goes on with a head whose status line and app header lines are `lines`, as an
+    /// earlier writer's `new` and `header` calls for the same status and headers wrote them
+    /// (`written`); `status` and `content_length_seen` as that writer had them. Validates
+    /// nothing: the caller vouches that those calls succeeded on the same input.
+    pub fn resume(
+        out: &'a mut Vec<u8>,
+        lines: &[u8],
+        status: u16,
+        content_length_seen: bool,
+    ) -> Self {
+        let start = out.len();
+        out.extend_from_slice(lines);
+        HeadWriter {
+            out,
+            start,
+            status,
+            content_length_seen,
+        }
+    }
+
     /// The status code parsed by `new`.
     pub fn status(&self) -> u16 {
         self.status
+    }
+
+    /// What this writer has appended so far: the status line and the app's header lines
+    /// until `finish`.
+    pub fn written(&self) -> &[u8] {
+        &self.out[self.start..]
     }
 
     /// Validates one app header and appends `name: value\r\n`. Nothing is written when it

@@ -108,7 +108,90 @@ struct Inner {
     /// may still `write()` to them.
     aside: Vec<State>,
     out: Outlet,
+    head: HeadParts,
+}
+
+/// What encoding a response head reads besides the response: the Date header's clock, and
+/// the last head's status and app headers.
+struct HeadParts {
     date: DateCache,
+    last: LastHead,
+}
+
+/// The last response head's status and app headers, held by identity, with the bytes and
+/// facts they encoded to. An app that answers with a literal status and literal
+/// `(name, value)` tuples passes the same objects every time (CPython keeps them as
+/// constants of its code), and those are not validated and encoded again.
+///
+/// Only exact `str`s and exact tuples of exact `str`s are kept. Holding them keeps each
+/// alive, so a pointer equal to a kept one is that same object, and none of them can change:
+/// a tuple's items are fixed, and CPython alters a `str` in place (`+=`) only while nothing
+/// else holds it. Dropping them runs no Python code, so they may be replaced with the
+/// exchange's lock held.
+#[derive(Default)]
+struct LastHead {
+    status: Option<Py<PyString>>,
+    pairs: Vec<Py<PyTuple>>,
+    /// The status line and the app's header lines, as `HeadWriter` wrote them.
+    lines: Vec<u8>,
+    facts: AppHead,
+}
+
+/// What the rest of a head depends on in the app's status and headers.
+#[derive(Clone, Copy, Default)]
+struct AppHead {
+    code: u16,
+    /// Its Content-Length.
+    app_len: Option<u64>,
+    /// It sent Date, and Server.
+    app_date: bool,
+    app_server: bool,
+}
+
+impl LastHead {
+    /// `status` and `headers` are the objects the last head was encoded from.
+    fn matches(&self, status: &Bound<'_, PyString>, headers: &Bound<'_, PyList>) -> bool {
+        self.status
+            .as_ref()
+            .is_some_and(|s| s.as_ptr() == status.as_ptr())
+            && headers.len() == self.pairs.len()
+            && headers
+                .iter()
+                .zip(&self.pairs)
+                .all(|(h, kept)| h.as_ptr() == kept.as_ptr())
+    }
+
+    /// Remembers a head just encoded, when its objects can be kept (see the type), else
+    /// forgets the last one.
+    fn keep(
+        &mut self,
+        status: &Bound<'_, PyString>,
+        headers: &Bound<'_, PyList>,
+        lines: &[u8],
+        facts: AppHead,
+    ) {
+        let exact_str = |o: &Bound<'_, PyAny>| o.is_exact_instance_of::<PyString>();
+        self.pairs.clear();
+        self.status = None;
+        if !status.is_exact_instance_of::<PyString>() {
+            return;
+        }
+        for item in headers.iter() {
+            let Ok(pair) = item.cast_exact::<PyTuple>() else {
+                self.pairs.clear();
+                return;
+            };
+            if !pair.iter().all(|o| exact_str(&o)) {
+                self.pairs.clear();
+                return;
+            }
+            self.pairs.push(pair.clone().unbind());
+        }
+        self.status = Some(status.clone().unbind());
+        self.lines.clear();
+        self.lines.extend_from_slice(lines);
+        self.facts = facts;
+    }
 }
 
 /// Where messages go.
@@ -219,7 +302,10 @@ impl Exchange {
                     sink,
                     closed_conn: u64::MAX,
                 },
-                date: DateCache::new(),
+                head: HeadParts {
+                    date: DateCache::new(),
+                    last: LastHead::default(),
+                },
             }),
             current_conn: AtomicU64::new(u64::MAX),
             shared,
@@ -410,7 +496,7 @@ impl Exchange {
     fn encode_head(
         py: Python<'_>,
         st: &mut State,
-        date: &mut DateCache,
+        head: &mut HeadParts,
         known_len: Option<u64>,
     ) -> PyResult<()> {
         let (Some(status), Some(headers)) = (&st.status, &st.headers) else {
@@ -423,40 +509,22 @@ impl Exchange {
         let mut out = std::mem::take(&mut st.out);
         let mark = out.len();
         let result = (|| -> PyResult<(u16, Option<u64>)> {
-            let (mut w, code) =
-                HeadWriter::new(&mut out, latin1(&status, "status")?).map_err(encode_err)?;
-            let (mut app_len, mut app_date, mut app_server) = (None, false, false);
-            for item in headers.iter() {
-                let pair = item.cast::<PyTuple>().map_err(|_| {
-                    PyTypeError::new_err("each response header must be a (name, value) tuple")
-                })?;
-                if pair.len() != 2 {
-                    return Err(PyTypeError::new_err(
-                        "each response header must be a (name, value) tuple",
-                    ));
-                }
-                let name = pair.get_item(0)?;
-                let value = pair.get_item(1)?;
-                let kind = w
-                    .header(
-                        latin1(&name, "header name")?,
-                        latin1(&value, "header value")?,
-                    )
-                    .map_err(encode_err)?;
-                match kind {
-                    HeaderKind::ContentLength(n) => {
-                        if app_len.is_some_and(|m| m != n) {
-                            return Err(PyValueError::new_err(
-                                "two different Content-Length headers",
-                            ));
-                        }
-                        app_len = Some(n);
-                    }
-                    HeaderKind::Date => app_date = true,
-                    HeaderKind::Server => app_server = true,
-                    HeaderKind::Other => {}
-                }
-            }
+            let last = &mut head.last;
+            let (w, facts) = if last.matches(&status, &headers) {
+                let f = last.facts;
+                let w = HeadWriter::resume(&mut out, &last.lines, f.code, f.app_len.is_some());
+                (w, f)
+            } else {
+                let (w, facts) = Self::encode_app_head(&mut out, &status, &headers)?;
+                last.keep(&status, &headers, w.written(), facts);
+                (w, facts)
+            };
+            let AppHead {
+                code,
+                app_len,
+                app_date,
+                app_server,
+            } = facts;
             // (A graceful stop's last request comes with `keep_alive` false: the loop
             // decides which request is a connection's last.)
             let (framing, keep_alive) = encode::decide_framing(
@@ -472,7 +540,7 @@ impl Exchange {
                 app_len.is_some(),
                 keep_alive,
                 st.req.version,
-                date.get(),
+                head.date.get(),
                 app_date,
                 app_server,
             );
@@ -494,6 +562,57 @@ impl Exchange {
         st.body_bytes = 0;
         st.sent = true;
         Ok(())
+    }
+
+    /// Validates and writes the status line and the app's headers; what the rest of the
+    /// head depends on: the status code, the app's Content-Length, and whether it sent
+    /// Date and Server.
+    fn encode_app_head<'o>(
+        out: &'o mut Vec<u8>,
+        status: &Bound<'_, PyString>,
+        headers: &Bound<'_, PyList>,
+    ) -> PyResult<(HeadWriter<'o>, AppHead)> {
+        let (mut w, code) =
+            HeadWriter::new(out, latin1(status.as_any(), "status")?).map_err(encode_err)?;
+        let (mut app_len, mut app_date, mut app_server) = (None, false, false);
+        for item in headers.iter() {
+            let pair = item.cast::<PyTuple>().map_err(|_| {
+                PyTypeError::new_err("each response header must be a (name, value) tuple")
+            })?;
+            if pair.len() != 2 {
+                return Err(PyTypeError::new_err(
+                    "each response header must be a (name, value) tuple",
+                ));
+            }
+            let name = pair.get_item(0)?;
+            let value = pair.get_item(1)?;
+            let kind = w
+                .header(
+                    latin1(&name, "header name")?,
+                    latin1(&value, "header value")?,
+                )
+                .map_err(encode_err)?;
+            match kind {
+                HeaderKind::ContentLength(n) => {
+                    if app_len.is_some_and(|m| m != n) {
+                        return Err(PyValueError::new_err(
+                            "two different Content-Length headers",
+                        ));
+                    }
+                    app_len = Some(n);
+                }
+                HeaderKind::Date => app_date = true,
+                HeaderKind::Server => app_server = true,
+                HeaderKind::Other => {}
+            }
+        }
+        let facts = AppHead {
+            code,
+            app_len,
+            app_date,
+            app_server,
+        };
+        Ok((w, facts))
     }
 
     /// Body data from the app: an item of its iterable (`id` `None`: the current request),
@@ -530,7 +649,7 @@ impl Exchange {
             st,
             aside,
             out,
-            date,
+            head,
         } = &mut *inner;
         let st = match id {
             None => st,
@@ -547,7 +666,7 @@ impl Exchange {
             return Ok(false);
         }
         if !st.sent {
-            Self::encode_head(py, st, date, None)?;
+            Self::encode_head(py, st, head, None)?;
         }
         let hold = append_body(st, data);
         if !hold && (!st.out.is_empty() || !st.more.is_empty()) {
@@ -617,7 +736,7 @@ impl Exchange {
         chunks: &[Bound<'_, PyAny>],
         total: u64,
     ) -> PyResult<()> {
-        let Inner { st, date, .. } = inner;
+        let Inner { st, head, .. } = inner;
         if !st.sent {
             // Room for what is copied: the head and the items too small to go uncopied.
             let copied: usize = chunks
@@ -627,7 +746,7 @@ impl Exchange {
                 .filter(|&n| n < ZERO_COPY_MIN_BYTES)
                 .sum();
             st.out.reserve(256 + copied);
-            Self::encode_head(py, st, date, Some(total))?;
+            Self::encode_head(py, st, head, Some(total))?;
         }
         for c in chunks {
             let b = bytes_of(c)?;
@@ -646,9 +765,9 @@ impl Exchange {
     }
 
     fn finish_locked(&self, py: Python<'_>, inner: &mut Inner) -> PyResult<Option<LengthMismatch>> {
-        let Inner { st, out, date, .. } = inner;
+        let Inner { st, out, head, .. } = inner;
         if !st.sent {
-            Self::encode_head(py, st, date, Some(0))?;
+            Self::encode_head(py, st, head, Some(0))?;
         }
         match st.framing {
             Framing::Chunked => encode::write_last_chunk(&mut st.out),
@@ -701,11 +820,11 @@ impl Exchange {
     /// then iterates the file as any body.
     pub fn take_file(&self, py: Python<'_>, fd: OwnedFd, offset: u64, len: u64) -> PyResult<bool> {
         let mut inner = self.lock(py);
-        let Inner { st, date, .. } = &mut *inner;
+        let Inner { st, head, .. } = &mut *inner;
         if st.sent {
             return Ok(false);
         }
-        Self::encode_head(py, st, date, Some(len))?;
+        Self::encode_head(py, st, head, Some(len))?;
         st.produced = len;
         let len = match st.framing {
             Framing::Length(n) => {
@@ -728,7 +847,7 @@ impl Exchange {
     /// After: close the connection without ending the body.
     pub fn fail(&self, py: Python<'_>) {
         let mut inner = self.lock(py);
-        let Inner { st, out, date, .. } = &mut *inner;
+        let Inner { st, out, head, .. } = &mut *inner;
         let conn = st.req.conn;
         if st.pushed {
             let (data, more) = take_message(st);
@@ -762,7 +881,7 @@ impl Exchange {
                 false,
                 keep_alive,
                 version,
-                date.get(),
+                head.date.get(),
                 false,
                 false,
             );
