@@ -18,7 +18,9 @@ that the two do not compete for a core.
 the same closed loop, one thread, one request outstanding a connection, but one `read` of up
 to 256 KiB a wake-up where wrk reads 8 KiB and asks FIONREAD between reads (20 system calls
 for a 64 KiB response), so that a large response measures the server rather than the client.
-Every run records the client's own CPU (`client_cores`) beside the server's.
+Every run records the client's own CPU (`client_cores`) beside the server's, and the host's
+steal time over the run (`host_steal`, from /proc/stat: CPU time a hypervisor gave to other
+guests; a run that lost much of the machine is not comparable with its round's others).
 
 Scenarios: hello (13-byte body), 64k (a 64 KiB body from a list), post1m (1 MiB POST
 echoed back; throughput reported in MiB/s each way), flask (a small Flask app, jsonify).
@@ -302,6 +304,18 @@ def sample(pid):
     return res
 
 
+def host_cpu():
+    """(steal, total) jiffies of all CPUs from /proc/stat, or None where it cannot be read:
+    the share of a run's CPU time the hypervisor gave to others (a run that lost much of
+    the machine is not comparable with its round's neighbours)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return fields[7], sum(fields)
+
+
 # ---------------------------------------------------------------------------------------
 # Load
 
@@ -528,9 +542,11 @@ def run_one(srv, scen_name, app, conns, args, script):
             if args.warmup > 0:
                 load(port, conns, args.warmup, args, scen, script)
             before = sample(proc.pid)
+            host0 = host_cpu()
             t0 = time.time()
             res = load(port, conns, args.duration, args, scen, script)
             wall = time.time() - t0
+            host1 = host_cpu()
             after = sample(proc.pid)
         except Exception as e:  # reported with the server's stderr, and the bench goes on
             err = e
@@ -556,6 +572,8 @@ def run_one(srv, scen_name, app, conns, args, script):
         "client_cores": res["client_cpu_s"] / wall,
         "command": shlex.join(cmd), "threads": threads_cpu,
     })
+    if host0 and host1 and host1[1] > host0[1]:
+        res["host_steal"] = (host1[0] - host0[0]) / (host1[1] - host0[1])
     if scen.get("post_bytes"):
         # Each request carries the body in and the same body out.
         res["mib_s_each_way"] = res["rps"] * scen["post_bytes"] / MIB
@@ -663,6 +681,9 @@ def markdown(doc):
         with_client = any("client_cores" in r for r in results if r["scenario"] == scen)
         if with_client:
             head.append("client cores")
+        with_steal = any("host_steal" in r for r in results if r["scenario"] == scen)
+        if with_steal:
+            head.append("steal %")
         if gran:
             head.append("CPU vs Granian")
         head.append("threads: busy share (CPU µs/req)")
@@ -691,6 +712,8 @@ def markdown(doc):
                 row += [f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
                 if with_client:
                     row.append(f"{r['client_cores']:.2f}" if "client_cores" in r else "")
+                if with_steal:
+                    row.append(f"{r['host_steal'] * 100:.0f}" if "host_steal" in r else "")
                 if gran:
                     row.append("" if s == gran or not ref_g else
                                f"{r['cpu_us_per_req'] / ref_g['median']['cpu_us_per_req']:.2f}×")
@@ -708,6 +731,20 @@ def markdown(doc):
             per.append(f"{conns} conns: " + "; ".join(cells))
         if per:
             lines.append("Per round (req/s): " + ". ".join(per) + ".")
+            lines.append("")
+        if with_steal:
+            per = []
+            for conns in conns_all:
+                cells = []
+                for s in servers:
+                    e = summary.get((scen, s, conns))
+                    if e:
+                        cells.append(f"{display(s)} " + " / ".join(
+                            f"{x['host_steal'] * 100:.0f}" if "host_steal" in x else "?"
+                            for x in e["runs"]))
+                per.append(f"{conns} conns: " + "; ".join(cells))
+            lines.append("Host steal per round (% of all CPUs' time the hypervisor gave to "
+                         "others during the run): " + ". ".join(per) + ".")
             lines.append("")
         if fixed_rate:
             lines += round_by_round_p99(summary, scen, servers, conns_all)
