@@ -129,3 +129,93 @@ fn static_response_mode_answers_from_the_loop_without_calling_the_app() {
         "the app was called"
     );
 }
+
+/// CPU seconds the process `pid` has used (utime + stime from /proc/PID/stat).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of the file, counted from the state (field 3) here.
+    (field(11) + field(12)) / tick
+}
+
+/// The loop's poll before sleeping (threaded mode, src/worker/idle_spin.rs). Requests
+/// 20 ms apart never open its window: every idle spell outlasts it, so there is no polling.
+/// Back-to-back requests on keep-alive connections open it and it finds them. A worker left
+/// idle after that load sleeps: it uses next to no CPU.
+#[test]
+fn the_loop_polls_before_sleeping_under_load_only() {
+    let sparse = {
+        let mut s = Server::start("hello:app", &["--stats"]);
+        let mut c = s.connect();
+        for _ in 0..25 {
+            c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+            assert_eq!(c.read_response().status, 200);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(s.stop().success());
+        s.stderr_text()
+    };
+    assert_eq!(
+        count_in(&sparse, "stats m0s-loop:", "polls before sleeping"),
+        Some(0),
+        "{sparse}"
+    );
+
+    let mut s = Server::start("hello:app", &["--stats"]);
+    let addr = s.addr();
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut c = common::Conn::connect(addr);
+                for _ in 0..4000 {
+                    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+                    assert_eq!(c.read_response().status, 200);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("a client");
+    }
+    // Idle after the load: the window closes within three sleeps, then the loop only sleeps.
+    std::thread::sleep(Duration::from_millis(300));
+    let worker = s.worker_pids()[0];
+    let before = cpu_seconds(worker);
+    std::thread::sleep(Duration::from_secs(1));
+    let idle_cpu = cpu_seconds(worker) - before;
+    assert!(s.stop().success());
+    let log = s.stderr_text();
+    let polls = count_in(&log, "stats m0s-loop:", "polls before sleeping");
+    let found = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("stats m0s-loop:"))
+        .and_then(|l| l.split("polls before sleeping ").nth(1))
+        .and_then(|r| r.split(" (").nth(1))
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(
+        polls.is_some_and(|p| p > 0),
+        "no polling under load:\n{log}"
+    );
+    assert!(
+        found.is_some_and(|f| f > 0),
+        "polling found nothing:\n{log}"
+    );
+    assert!(
+        idle_cpu < 0.05,
+        "the idle worker used {idle_cpu:.3} s of CPU in 1 s:\n{log}"
+    );
+}
