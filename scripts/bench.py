@@ -721,31 +721,14 @@ def markdown(doc):
                 lines.append("| " + " | ".join(row) + " |")
         lines.append("")
         # Per round, so the spread behind each median is visible.
-        per = []
-        for conns in conns_all:
-            cells = []
-            for s in servers:
-                e = summary.get((scen, s, conns))
-                if e:
-                    cells.append(f"{display(s)} " + " / ".join(fmt_int(x["rps"]) for x in e["runs"]))
-            per.append(f"{conns} conns: " + "; ".join(cells))
+        per = per_round(summary, scen, servers, conns_all, lambda x: fmt_int(x["rps"]))
         if per:
-            lines.append("Per round (req/s): " + ". ".join(per) + ".")
-            lines.append("")
+            lines += ["Per round (req/s): " + per + ".", ""]
         if with_steal:
-            per = []
-            for conns in conns_all:
-                cells = []
-                for s in servers:
-                    e = summary.get((scen, s, conns))
-                    if e:
-                        cells.append(f"{display(s)} " + " / ".join(
-                            f"{x['host_steal'] * 100:.0f}" if "host_steal" in x else "?"
-                            for x in e["runs"]))
-                per.append(f"{conns} conns: " + "; ".join(cells))
-            lines.append("Host steal per round (% of all CPUs' time the hypervisor gave to "
-                         "others during the run): " + ". ".join(per) + ".")
-            lines.append("")
+            per = per_round(summary, scen, servers, conns_all,
+                            lambda x: f"{x['host_steal'] * 100:.0f}" if "host_steal" in x else "?")
+            lines += ["Host steal per round (% of all CPUs' time the hypervisor gave to "
+                      "others during the run): " + per + ".", ""]
         if fixed_rate:
             lines += round_by_round_p99(summary, scen, servers, conns_all)
         def real(errors):
@@ -760,6 +743,19 @@ def markdown(doc):
         if errs:
             lines.append("")
     return "\n".join(lines)
+
+
+def per_round(summary, scen, servers, conns_all, cell):
+    """One figure of each round's run (`cell` makes it), per connection count and server."""
+    per = []
+    for conns in conns_all:
+        cells = []
+        for s in servers:
+            e = summary.get((scen, s, conns))
+            if e:
+                cells.append(f"{display(s)} " + " / ".join(cell(x) for x in e["runs"]))
+        per.append(f"{conns} conns: " + "; ".join(cells))
+    return ". ".join(per)
 
 
 def round_by_round_p99(summary, scen, servers, conns_all):
