@@ -72,10 +72,6 @@ pub struct LoopCounters {
     /// Moves of the loop to its handler's CPU (`--cpu-affinity adaptive`): pins and
     /// follows.
     pub moves: u64,
-    /// Polls before sleeping (`idle_spin.rs`): spells, those that found work, their time.
-    pub idle_polls: u64,
-    pub idle_poll_hits: u64,
-    pub idle_polled: Duration,
 }
 
 impl LoopCounters {
@@ -92,9 +88,6 @@ impl LoopCounters {
             wait: Duration::ZERO,
             sendfile_bytes: 0,
             moves: 0,
-            idle_polls: 0,
-            idle_poll_hits: 0,
-            idle_polled: Duration::ZERO,
         }
     }
 }
@@ -150,8 +143,7 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}, sendfile {} bytes, moves to its handler's CPU {}, polls before sleeping \
-         {} ({} found work, {:.3} s)",
+         ring-full {}, sendfile {} bytes, moves to its handler's CPU {}",
         secs(loop_cpu),
         wall.as_secs_f64(),
         c.requests,
@@ -163,9 +155,6 @@ pub fn report(
         c.ring_full,
         c.sendfile_bytes,
         c.moves,
-        c.idle_polls,
-        c.idle_poll_hits,
-        c.idle_polled.as_secs_f64(),
     );
     for (name, h, thread) in handlers {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -5,7 +5,6 @@
 pub mod conn;
 pub mod event_loop;
 pub mod handler;
-pub mod idle_spin;
 pub mod inline;
 pub mod placement;
 pub mod tls;

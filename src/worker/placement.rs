@@ -69,19 +69,13 @@ pub const HOLD_OFF: Duration = Duration::from_secs(30);
 pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
 
 /// One reading: when, the worker's CPU time so far, its loop's and its handler's (in the
-/// same order every time), every CPU's ticks so far, and the time the loop has spent
-/// polling before sleeping so far (`idle_spin.rs`; while pinned, on its CPU).
-///
-/// The judgement counts that polling as idle time: it is time the CPU would otherwise
-/// idle, and polling stops whenever there is work. Counted as use, it would make the CPU
-/// the loop polls on look full and the loop let go of a pairing that suits it.
+/// same order every time), and every CPU's ticks so far.
 #[derive(Clone, Debug)]
 pub struct Reading {
     pub at: Instant,
     pub used: Duration,
     pub threads: Vec<Duration>,
     pub cpus: Vec<CpuTicks>,
-    pub polled: Duration,
 }
 
 /// What the loop is to do with itself.
@@ -189,8 +183,7 @@ impl Placement {
             self.suited = 0;
             return Move::Stay;
         }
-        let polled = now.polled.saturating_sub(last.polled).as_secs_f64() / secs;
-        let used = (now.used.saturating_sub(last.used).as_secs_f64() / secs - polled).max(0.0);
+        let used = now.used.saturating_sub(last.used).as_secs_f64() / secs;
         let Some(cpu) = self.pinned else {
             let busiest = threads_share(&now, &last, secs).fold(0.0, f64::max);
             if (MIN_USE..PIN_BELOW).contains(&used) && busiest < BUSY_THREAD {
@@ -231,7 +224,6 @@ impl Placement {
         let Some((busy_here, idle_here)) = shares(cpu) else {
             return Move::Stay;
         };
-        let (busy_here, idle_here) = ((busy_here - polled).max(0.0), idle_here + polled);
         let spare_elsewhere = self
             .allowed
             .iter()
@@ -282,27 +274,16 @@ impl Placement {
     }
 }
 
-/// Each thread's share of a core between two readings `secs` apart, the loop's (the
-/// first) less its polling before sleeping.
+/// Each thread's share of a core between two readings `secs` apart.
 fn threads_share<'a>(
     now: &'a Reading,
     last: &'a Reading,
     secs: f64,
 ) -> impl Iterator<Item = f64> + 'a {
-    let polled = now.polled.saturating_sub(last.polled);
     now.threads
         .iter()
         .zip(&last.threads)
-        .enumerate()
-        .map(move |(i, (b, a))| {
-            let own = b.saturating_sub(*a);
-            let own = if i == 0 {
-                own.saturating_sub(polled)
-            } else {
-                own
-            };
-            own.as_secs_f64() / secs
-        })
+        .map(move |(b, a)| b.saturating_sub(*a).as_secs_f64() / secs)
 }
 
 #[cfg(test)]
@@ -319,7 +300,6 @@ mod tests {
         used: Duration,
         busiest: Duration,
         ticks: Vec<CpuTicks>,
-        polled: Duration,
     }
 
     /// A light worker beside a busy client: 0.6 of a core, CPU 0 60 % idle, CPU 1 90 %.
@@ -337,7 +317,6 @@ mod tests {
                 at,
                 used: Duration::ZERO,
                 busiest: Duration::ZERO,
-                polled: Duration::ZERO,
                 ticks: (0..2)
                     .map(|cpu| CpuTicks {
                         cpu,
@@ -358,7 +337,6 @@ mod tests {
                 used: self.used,
                 threads: vec![self.busiest],
                 cpus: self.ticks.clone(),
-                polled: self.polled,
             }
         }
 
@@ -459,27 +437,6 @@ mod tests {
         d.held_off_for(30);
         d.spread_when_full();
         d.held_off_for(60);
-    }
-
-    #[test]
-    fn the_loops_polling_before_sleep_is_idle_time_to_the_judgement() {
-        let mut d = Driver::new(0);
-        d.pin();
-        // The pair works 0.6 of a core and the loop polls for the next request for 0.38 more:
-        // by ticks and by the threads' own time their CPU is full, the other one nearly idle.
-        for i in 0..6 {
-            d.polled += Duration::from_secs_f64(0.38);
-            assert_eq!(
-                d.window_with(0.98, 0.98, [(98, 0), (5, 95)]),
-                Move::Stay,
-                "window {i}: polling is no use of the CPU"
-            );
-        }
-        // Its own work filling the CPU still lets it go (settled by now).
-        assert_eq!(
-            d.window(FULL_BESIDE_SPARE),
-            Move::Spread("its CPU is full while another idles")
-        );
     }
 
     #[test]

@@ -34,7 +34,6 @@ use crate::sys::ipc::Status;
 use crate::sys::listen::{Listener, MAX_LISTENERS};
 use crate::sys::signals::SignalPipe;
 use crate::worker::conn::{Conn, Effects, Next, ReadCtx, Written};
-use crate::worker::idle_spin::IdleSpin;
 use crate::worker::inline::{Inline, InlineSetup};
 use crate::worker::placement::{Move, Placement, Reading, FOLLOW_EVERY};
 use accept::{AcceptErrors, ACCEPT_BATCH_ALONE, ACCEPT_BATCH_SHARED};
@@ -148,8 +147,6 @@ pub struct EventLoop {
     inline_setup: Option<InlineSetup>,
     /// Inline mode: the app's side, run between passes.
     inline: Option<Inline>,
-    /// With handler threads: the poll before sleeping (`idle_spin.rs`).
-    idle_spin: IdleSpin,
     /// `--cpu-affinity adaptive` (with one handler thread, on more than one CPU), and
     /// `/proc/stat` held open for it.
     placement: Option<Placement>,
@@ -252,7 +249,6 @@ impl EventLoop {
             tls: opts.tls.clone(),
             proxy_protocol: opts.proxy_protocol.clone(),
             graceful_timeout: opts.graceful_timeout,
-            idle_spin: IdleSpin::new(),
             placement,
             follow_at: Instant::now(),
             proc_stat,
@@ -370,18 +366,9 @@ impl EventLoop {
                 continue;
             }
             self.maybe_sweep();
-            // No spin here for a handler's response: measured side by side on 2 cores (wrk
-            // on the same cores), a 127-pause spin for it cost 2 µs of CPU per request and
-            // gained nothing (BENCHMARKS.md, "loop spin"). With nothing in flight, the loop
-            // polls for the next request for a while instead (`idle_spin.rs`).
-            let idle_from = self.idle_spin_due().then(Instant::now);
-            if let Some(from) = idle_from {
-                if self.poll_before_sleep(&mut events, from) {
-                    self.handle_events(&events);
-                    self.maybe_sweep();
-                    continue;
-                }
-            }
+            // No spin here before sleeping: measured side by side on 2 cores (wrk on the
+            // same cores), a 127-pause spin for the next response cost 2 µs of CPU per
+            // request and gained nothing (BENCHMARKS.md, "loop spin").
             if let Some(inline) = self.inline.as_mut() {
                 inline.flush_log();
             }
@@ -412,10 +399,6 @@ impl EventLoop {
             };
             self.now = Instant::now();
             self.shared.wake.cancel();
-            if let Some(from) = idle_from {
-                self.idle_spin
-                    .ended(self.now.saturating_duration_since(from));
-            }
             if let Some(t) = slept {
                 self.counters.wait += t.elapsed();
             }
@@ -440,47 +423,6 @@ impl EventLoop {
         // socket it was lent: those descriptor numbers stay taken until the process exits,
         // so nothing it opens meanwhile can receive that write.
         std::mem::forget(std::mem::take(&mut self.reserved));
-    }
-
-    /// Whether the loop polls before it sleeps now: with handler threads (not inline, not
-    /// `--static-response`), and nothing in flight (so no handler waits for the CPU the
-    /// poll holds).
-    fn idle_spin_due(&self) -> bool {
-        self.total_queued == 0
-            && self.inline.is_none()
-            && !self.static_response
-            && !self.handlers.is_empty()
-    }
-
-    /// Polls `epoll_wait` without a timeout until something is ready or the window since
-    /// `from` closes; `true` with `events` filled when something came.
-    fn poll_before_sleep(&mut self, events: &mut Events, from: Instant) -> bool {
-        let window = self.idle_spin.window();
-        if window.is_zero() {
-            return false;
-        }
-        let until = from + window;
-        loop {
-            self.counters.epoll_waits += 1;
-            match self.poll.poll(events, Some(Duration::ZERO)) {
-                Ok(()) if !events.is_empty() => break,
-                Err(e) if e.kind() != io::ErrorKind::Interrupted => break,
-                _ => {}
-            }
-            if Instant::now() >= until {
-                break;
-            }
-        }
-        self.now = Instant::now();
-        let found = !events.is_empty();
-        let polled = self.now.saturating_duration_since(from);
-        self.counters.idle_polls += 1;
-        self.counters.idle_poll_hits += u64::from(found);
-        self.counters.idle_polled += polled;
-        if found {
-            self.idle_spin.ended(polled);
-        }
-        found
     }
 
     /// `--cpu-affinity adaptive`: a window has passed; judge it, and pin the loop beside its
@@ -526,7 +468,6 @@ impl EventLoop {
                 crate::sys::thread_cpu_time(join).unwrap_or_default(),
             ],
             cpus,
-            polled: self.counters.idle_polled,
         };
         // Relaxed: see `HandlerShared::cpu`.
         let handler_cpu =
