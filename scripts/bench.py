@@ -123,7 +123,9 @@ def parse_server(spec):
             raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N, pin=CPU "
                              "and (m0serve) static-response, metrics, cpu-affinity=V")
         overrides[k] = int(v)
-    return {"spec": spec, "kind": kind, "binary": binary or None, "opts": overrides}
+    # A relative PATH is the caller's: each server runs in a directory of its own.
+    binary = os.path.abspath(binary) if binary else None
+    return {"spec": spec, "kind": kind, "binary": binary, "opts": overrides}
 
 
 def split_servers(text):
