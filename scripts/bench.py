@@ -18,6 +18,13 @@ that the two do not compete for a core.
 the same closed loop, one thread, one request outstanding a connection, but one `read` of up
 to 256 KiB a wake-up where wrk reads 8 KiB and asks FIONREAD between reads (20 system calls
 for a 64 KiB response), so that a large response measures the server rather than the client.
+With `--rate R` it replaces oha too: m0load's open loop sends request k at start + k/R on the
+connection idle longest and counts its latency from then (no coordinated omission), on one
+thread that waits to the nanosecond, and reports how late it sent (`send_lag_*`), so a run
+whose client fell behind shows it. `--interleave S` (with `--rate` and `--client m0load`)
+runs a round's servers at once and gives them the schedule in turns of S seconds, so that
+each meets the host's state (a hypervisor's steal comes and goes over seconds) of the same
+minutes; each turn's p99 is kept, and the report compares them pair by pair.
 Every run records the client's own CPU (`client_cores`) beside the server's, and the host's
 steal time over the run (`host_steal`, from /proc/stat: CPU time a hypervisor gave to other
 guests; a run that lost much of the machine is not comparable with its round's others).
@@ -433,11 +440,15 @@ def build_m0load():
         raise SystemExit(f"building benches/loadgen failed (exit {r.returncode})")
 
 
-def m0load(port, conns, duration, post_bytes=0, path="/"):
-    """A saturation run with benches/loadgen: wrk's closed loop at a lower cost a response."""
+def m0load(port, conns, duration, post_bytes=0, path="/", rate=0):
+    """A run with benches/loadgen: at saturation, wrk's closed loop at a lower cost a
+    response; with `rate`, its open loop (each request measured from when it was due, one
+    thread, each request sent at its own time)."""
     if TLS:
         raise RuntimeError("--client m0load speaks plain HTTP only")
     cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(duration)]
+    if rate:
+        cmd += ["--rate", str(rate)]
     for h in HEADERS:
         cmd += ["-H", h]
     if post_bytes:
@@ -450,8 +461,13 @@ def m0load(port, conns, duration, post_bytes=0, path="/"):
         d = None
     if p.returncode != 0 or d is None:
         raise RuntimeError(f"m0load failed (exit {p.returncode}): {(p.stdout + p.stderr)[-500:]}")
+    return m0load_result(d, cpu, rate)
+
+
+def m0load_result(d, cpu, rate):
+    """One target's figures from m0load's JSON, as the other clients' results have them."""
     e = d["errors"]
-    return {
+    out = {
         "rps": d["rps"],
         "requests": d["requests"],
         "latency_avg_ms": d["latency_avg_ms"],
@@ -460,6 +476,19 @@ def m0load(port, conns, duration, post_bytes=0, path="/"):
         "socket_errors": {k: e[k] for k in ("connect", "read", "write", "timeout")},
         "client_cpu_s": cpu,
     }
+    if rate:
+        out.update({k: d[k] for k in ("latency_p50_ms", "latency_p90_ms", "latency_p999_ms",
+                                      "latency_max_ms", "send_lag_p50_ms", "send_lag_p99_ms",
+                                      "send_lag_max_ms", "unsent")})
+        if d["unsent"]:
+            # Due and never sent: the server held every connection past the run's end.
+            out["socket_errors"]["unsent"] = d["unsent"]
+    if "turns" in d:
+        out["turns"] = d["turns"]
+        steal = [t["steal"] for t in d["turns"] if t["steal"] is not None]
+        if steal:
+            out["host_steal"] = sum(steal) / len(steal)
+    return out
 
 
 def oha(port, conns, duration, rate, script=None, path="/"):
@@ -501,7 +530,12 @@ def oha(port, conns, duration, rate, script=None, path="/"):
 
 
 def load(port, conns, duration, args, scen, script=None):
-    """One measured run: wrk (or m0load, --client) at saturation, or oha at `--rate`."""
+    """One measured run: wrk (or m0load, --client) at saturation; at `--rate`, oha (or
+    m0load's open loop, --client m0load)."""
+    if args.rate and args.client == "m0load":
+        if script:
+            raise RuntimeError("--rate runs GET scenarios only")
+        return m0load(port, conns, duration, rate=args.rate)
     if args.rate:
         return oha(port, conns, duration, args.rate, script)
     if args.client == "m0load":
@@ -524,19 +558,32 @@ def stop(proc):
             proc.wait()
 
 
-def run_one(srv, scen_name, app, conns, args, script):
-    scen = SCENARIOS[scen_name]
+def launch(srv, app, args, errlog):
+    """Starts one server on a free port; returns (process, port, command)."""
     port = free_port()
     cmd = server_cmd(srv, port, app, args.workers, args.blocking_threads)
     if PIN or "pin" in srv["opts"]:
         # taskset executes the server in its own process, so the pid sampled is the server's.
         cmd = ["taskset", "-c", str(srv["opts"].get("pin", PIN and PIN[0]))] + cmd
+    try:
+        proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(), stdout=subprocess.DEVNULL,
+                                stderr=errlog)
+    except OSError as e:
+        raise RuntimeError(f"cannot start {cmd[0]}: {e}") from None
+    return proc, port, cmd
+
+
+def with_stderr(err, errlog):
+    """`err` as a RuntimeError that quotes the end of the server's stderr."""
+    errlog.seek(0)
+    tail = errlog.read()[-1500:].decode(errors="replace").strip()
+    return RuntimeError(f"{err}" + (f"\n  server stderr: {tail}" if tail else ""))
+
+
+def run_one(srv, scen_name, app, conns, args, script):
+    scen = SCENARIOS[scen_name]
     with tempfile.TemporaryFile() as errlog:
-        try:
-            proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(), stdout=subprocess.DEVNULL,
-                                    stderr=errlog)
-        except OSError as e:
-            raise RuntimeError(f"cannot start {cmd[0]}: {e}") from None
+        proc, port, cmd = launch(srv, app, args, errlog)
         err = None
         try:
             wait_ready(port, proc)
@@ -555,9 +602,79 @@ def run_one(srv, scen_name, app, conns, args, script):
         finally:
             stop(proc)  # also on KeyboardInterrupt
         if err is not None:
-            errlog.seek(0)
-            tail = errlog.read()[-1500:].decode(errors="replace").strip()
-            raise RuntimeError(f"{err}" + (f"\n  server stderr: {tail}" if tail else ""))
+            raise with_stderr(err, errlog)
+    res = measured(res, srv, scen_name, app, conns, cmd, before, after, wall)
+    if host0 and host1 and host1[1] > host0[1]:
+        res["host_steal"] = (host1[0] - host0[0]) / (host1[1] - host0[1])
+    return res
+
+
+def run_interleaved(servers, scen_name, app, conns, args):
+    """Every server of the round at once, each on its own port, and one m0load run at
+    `--rate` that gives them the schedule in turns of `--interleave` seconds, in order,
+    `--duration` seconds each in all: every server meets the host's state of the same
+    minutes. Returns one result per server, or {"error"} for one that could not start."""
+    scen = SCENARIOS[scen_name]
+    started, out = [], {}
+    logs = [tempfile.TemporaryFile() for _ in servers]
+    try:
+        for srv, errlog in zip(servers, logs):
+            proc, port, cmd = launch(srv, app, args, errlog)
+            started.append((srv, proc, port, cmd, errlog))
+        ready = []
+        for srv, proc, port, cmd, errlog in started:
+            try:
+                wait_ready(port, proc)
+                check_response(port, scen)
+                if args.warmup > 0:
+                    load(port, conns, args.warmup, args, scen)
+                ready.append((srv, proc, port, cmd, errlog))
+            except Exception as e:
+                out[srv["spec"]] = {"error": str(with_stderr(e, errlog))}
+                stop(proc)
+        if not ready:
+            return out
+        n = len(ready)
+        cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(args.duration * n),
+                               "--rate", str(args.rate), "--switch", str(args.interleave)]
+        for h in HEADERS:
+            cmd += ["-H", h]
+        cmd += [f"http://127.0.0.1:{port}/" for _, _, port, _, _ in ready]
+        before = {srv["spec"]: sample(proc.pid) for srv, proc, _, _, _ in ready}
+        t0 = time.time()
+        p, cpu = run_client(cmd, args.duration * n)
+        wall = time.time() - t0
+        after = {srv["spec"]: sample(proc.pid) for srv, proc, _, _, _ in ready}
+        try:
+            d = json.loads(p.stdout)
+        except ValueError:
+            d = None
+        if d is None or "targets" not in d:
+            err = f"m0load failed (exit {p.returncode}): {(p.stdout + p.stderr)[-500:]}"
+            for srv, *_ in ready:
+                out[srv["spec"]] = {"error": err}
+            return out
+        for (srv, proc, port, scmd, errlog), t in zip(ready, d["targets"]):
+            if p.returncode != 0 and (t["requests"] == 0 or t["errors"]["protocol"]):
+                out[srv["spec"]] = {"error": f"m0load: {t.get('first_protocol_error') or 'no response'}"}
+                continue
+            res = m0load_result(t, cpu / n, args.rate)
+            # Each server had the load for its turns only: a 1/n share of the wall time.
+            out[srv["spec"]] = measured(res, srv, scen_name, app, conns, scmd,
+                                        before[srv["spec"]], after[srv["spec"]], wall / n)
+            out[srv["spec"]]["interleave"] = {"switch": d["switch"], "order": [
+                s["spec"] for s, *_ in ready]}
+        return out
+    finally:
+        for _, proc, *_ in started:
+            stop(proc)
+        for f in logs:
+            f.close()
+
+
+def measured(res, srv, scen_name, app, conns, cmd, before, after, wall):
+    """A load generator's result with the server's per-thread CPU over `wall` added."""
+    scen = SCENARIOS[scen_name]
     threads_cpu = []
     for key, (tname, cpu) in after.items():
         used = cpu - before.get(key, (tname, 0.0))[1]
@@ -574,8 +691,6 @@ def run_one(srv, scen_name, app, conns, args, script):
         "client_cores": res["client_cpu_s"] / wall,
         "command": shlex.join(cmd), "threads": threads_cpu,
     })
-    if host0 and host1 and host1[1] > host0[1]:
-        res["host_steal"] = (host1[0] - host0[0]) / (host1[1] - host0[1])
     if scen.get("post_bytes"):
         # Each request carries the body in and the same body out.
         res["mib_s_each_way"] = res["rps"] * scen["post_bytes"] / MIB
@@ -631,6 +746,12 @@ def thread_cell(run, min_busy):
     return ", ".join(parts)
 
 
+def rate_client(meta):
+    """The load generator of a fixed-rate run, as the reports name it."""
+    return "m0load's open loop (benches/loadgen, one thread)" \
+        if meta.get("client") == "m0load" else "oha with latency correction"
+
+
 def client_name(meta):
     """The load generator of a saturation run, as the reports name it."""
     return "m0load (benches/loadgen, one thread)" if meta.get("client") == "m0load" \
@@ -657,9 +778,12 @@ def markdown(doc):
                  f"{meta['rounds']} alternating rounds, medians shown"
                  + ("; **HTTPS** (TLS 1.3, P-256 certificate, one handshake per connection)"
                     if meta.get("tls") else "")
-                 + (f"; **fixed rate**: oha {meta['rate']} req/s with latency correction "
-                    "(p50/p99/p99.9 from each request's due time), in place of wrk"
+                 + (f"; **fixed rate**: {rate_client(meta)} {meta['rate']} req/s, "
+                    "p50/p99/p99.9 from each request's due time"
                     if meta.get("rate") else "")
+                 + (f"; **interleaved**: a round's servers run at once and take the schedule "
+                    f"in turns of {meta['interleave']:g} s, in the round's order, "
+                    f"{meta['duration']} s each in all" if meta.get("interleave") else "")
                  + (f"; **pinned**: every server on CPU {meta['pin'][0]}, the client on CPU "
                     f"{meta['pin'][1]} (`taskset -c`)" if meta.get("pin") else "") + ".")
     lines.append("")
@@ -733,6 +857,12 @@ def markdown(doc):
                       "others during the run): " + per + ".", ""]
         if fixed_rate:
             lines += round_by_round_p99(summary, scen, servers, conns_all)
+            lines += turn_by_turn(summary, scen, servers, conns_all)
+            if any("send_lag_p99_ms" in r for r in results if r["scenario"] == scen):
+                per = per_round(summary, scen, servers, conns_all,
+                                lambda x: f"{x.get('send_lag_p99_ms', 0):.2f}")
+                lines += ["The client's send lag per round, p99 ms (how late m0load sent "
+                          "a request after it was due, for any reason): " + per + ".", ""]
         def real(errors):
             return {k: v for k, v in errors.items() if k != "aborted due to deadline" and v}
         errs = [r for r in results if r["scenario"] == scen and
@@ -790,6 +920,59 @@ def round_by_round_p99(summary, scen, servers, conns_all):
     if wins:
         lines += ["Rounds in which m0serve's p99 was at or below the other server's in the "
                   "same round: " + ". ".join(wins) + ".", ""]
+    return lines
+
+
+QUIET_STEAL = 0.02
+
+
+def turn_by_turn(summary, scen, servers, conns_all):
+    """With --interleave: each server's turns' p99s (median and range), and for each m0serve
+    shape against each peer, in how many pairs of turns it was at or below the peer's p99:
+    a pair is the two servers' turns of one rotation of one round, at most one rotation
+    apart; "quiet" pairs are those where both turns had under 2 % steal."""
+    lines, cells, wins = [], [], []
+    for conns in conns_all:
+        turns = {}
+        for s in servers:
+            e = summary.get((scen, s, conns))
+            if not e or not any("turns" in r for r in e["runs"]):
+                continue
+            n = {r.get("round"): len(r["interleave"]["order"]) for r in e["runs"]
+                 if "interleave" in r}
+            turns[s] = {(r.get("round"), t["turn"] // n[r.get("round")]): t
+                        for r in e["runs"] for t in r.get("turns", [])}
+        if not turns:
+            continue
+        for s, ts in turns.items():
+            p99 = sorted(t["p99_ms"] for t in ts.values())
+            quiet = sorted(t["p99_ms"] for t in ts.values()
+                           if t["steal"] is not None and t["steal"] < QUIET_STEAL)
+            cells.append(f"{conns} conns, {display(s)}: {len(p99)} turns, p99 median "
+                         f"{statistics.median(p99):.2f} ms (range {p99[0]:.2f}-{p99[-1]:.2f})"
+                         + (f", {len(quiet)} quiet turns' median {statistics.median(quiet):.2f}"
+                            if quiet else ""))
+        for s, mine in turns.items():
+            if not s.startswith("m0serve"):
+                continue
+            parts = []
+            for peer, theirs in turns.items():
+                if peer.startswith("m0serve"):
+                    continue
+                both = [k for k in mine if k in theirs]
+                won = sum(mine[k]["p99_ms"] <= theirs[k]["p99_ms"] for k in both)
+                quiet = [k for k in both if all(
+                    x[k]["steal"] is not None and x[k]["steal"] < QUIET_STEAL
+                    for x in (mine, theirs))]
+                qwon = sum(mine[k]["p99_ms"] <= theirs[k]["p99_ms"] for k in quiet)
+                parts.append(f"{display(peer)} {won}/{len(both)} (quiet {qwon}/{len(quiet)})")
+            if parts:
+                wins.append(f"{conns} conns, {display(s)}: " + ", ".join(parts))
+    if cells:
+        lines += ["Turns (`--interleave`): " + "; ".join(cells) + ".", ""]
+    if wins:
+        lines += ["Pairs of turns (the same rotation of a round) in which m0serve's p99 was at "
+                  "or below the other server's: " + ". ".join(wins) + ".", ""]
     return lines
 
 
@@ -927,6 +1110,17 @@ def write_outputs(doc, args):
 # ---------------------------------------------------------------------------------------
 
 
+def print_result(tag, r):
+    busy = ", ".join(f"{t['thread']} {t['busy'] * 100:.0f}%" for t in r["threads"][:4])
+    extra = f" ({r['mib_s_each_way']:.0f} MiB/s)" if "mib_s_each_way" in r else ""
+    errs = ""
+    if r["non_2xx"] or any(r["socket_errors"].values()):
+        errs = f" [non-2xx {r['non_2xx']}, socket errors {r['socket_errors']}]"
+    print(f"{tag}: {r['rps']:>9.0f} req/s{extra}, {r['cpu_us_per_req']:5.1f} µs CPU/req, "
+          f"{r['cores']:.2f} cores, p99 {r['latency_p99_ms']:.2f} ms; {busy}{errs}",
+          flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  epilog="See the module docstring (head scripts/bench.py).")
@@ -954,12 +1148,19 @@ def main():
     ap.add_argument("--no-install", action="store_true",
                     help="do not create or install into .venv; skip what is missing")
     ap.add_argument("--rate", type=int, default=0,
-                    help="requests a second: a fixed-rate run with oha (latency-corrected "
-                         "p50/p99/p99.9) instead of wrk at saturation")
+                    help="requests a second: a fixed-rate run (p50/p99/p99.9 from each "
+                         "request's due time) instead of one at saturation, with oha, or with "
+                         "m0load's open loop under --client m0load")
     ap.add_argument("--client", choices=("wrk", "m0load"), default="wrk",
-                    help="the load generator at saturation: wrk -t1 (default), or "
-                         "benches/loadgen's m0load, the same closed loop reading up to 256 KiB "
-                         "a call (for large responses, where wrk's 8 KiB reads bound the run)")
+                    help="the load generator: wrk -t1 at saturation and oha at --rate "
+                         "(default), or benches/loadgen's m0load for both: the same closed "
+                         "loop reading up to 256 KiB a call (for large responses, where wrk's "
+                         "8 KiB reads bound the run), and an open loop on one thread at --rate")
+    ap.add_argument("--interleave", type=float, default=0, metavar="SECONDS",
+                    help="with --rate and --client m0load: run a round's servers at once and "
+                         "give them the schedule in turns of SECONDS (--duration each in "
+                         "all), so that every server meets the host's state of the same "
+                         "minutes; each turn's p99 is kept and compared turn by turn")
     ap.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
                     help="run every server on SERVER_CPUS and the load generator on "
                          "CLIENT_CPUS (taskset -c lists, e.g. 1:0), so that they do not "
@@ -1025,7 +1226,12 @@ def main():
     if not servers:
         raise SystemExit("no server left to measure")
 
-    if args.client == "m0load" and not args.rate:
+    if args.interleave and not (args.rate and args.client == "m0load"):
+        raise SystemExit("--interleave needs --rate and --client m0load")
+    if args.interleave and any(SCENARIOS.get(s, {}).get("post_bytes")
+                               for s in args.scenario.split(",")):
+        raise SystemExit("--interleave runs GET scenarios only")
+    if args.client == "m0load":
         if args.tls:
             raise SystemExit("--client m0load speaks plain HTTP only (no --tls)")
         build_m0load()
@@ -1037,6 +1243,7 @@ def main():
         "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
         "rounds": args.rounds, "workers": args.workers, "tls": bool(args.tls),
         "rate": args.rate, "pin": list(PIN) if PIN else None, "client": args.client,
+        "interleave": args.interleave,
         "blocking_threads": args.blocking_threads,
         "machine": machine(), "versions": versions(servers),
     }, "results": []}
@@ -1058,14 +1265,21 @@ def main():
             for conns in conns_list:
                 for rnd in range(args.rounds):
                     order = servers if rnd % 2 == 0 else list(reversed(servers))
+                    # static-response answers hello world to every request: no figure of its
+                    # own for another scenario (a Flask check would even pass).
+                    order = [s for s in order
+                             if not (s["opts"].get("static-response") and scen != "hello")]
+                    if args.interleave:
+                        together = run_interleaved(order, scen, app, conns, args)
                     for srv in order:
-                        if srv["opts"].get("static-response") and scen != "hello":
-                            # It answers hello world to every request: no figure of its own
-                            # for another scenario (a Flask check would even pass).
-                            continue
                         tag = f"[{scen} {conns:>3} conns, round {rnd}] {display(srv['spec']):>8}"
                         try:
-                            r = run_one(srv, scen, app, conns, args, script)
+                            if args.interleave:
+                                r = together[srv["spec"]]
+                                if "error" in r:
+                                    raise RuntimeError(r["error"])
+                            else:
+                                r = run_one(srv, scen, app, conns, args, script)
                         except RuntimeError as e:
                             print(f"{tag}: ERROR {e}", flush=True)
                             doc["results"].append({"server": srv["spec"], "kind": srv["kind"],
@@ -1076,17 +1290,7 @@ def main():
                         r["round"] = rnd
                         doc["results"].append(r)
                         save()
-                        busy = ", ".join(f"{t['thread']} {t['busy'] * 100:.0f}%"
-                                         for t in r["threads"][:4])
-                        extra = f" ({r['mib_s_each_way']:.0f} MiB/s)" if "mib_s_each_way" in r \
-                            else ""
-                        errs = ""
-                        if r["non_2xx"] or any(r["socket_errors"].values()):
-                            errs = f" [non-2xx {r['non_2xx']}, socket errors {r['socket_errors']}]"
-                        print(f"{tag}: {r['rps']:>9.0f} req/s{extra}, "
-                              f"{r['cpu_us_per_req']:5.1f} µs CPU/req, "
-                              f"{r['cores']:.2f} cores, p99 {r['latency_p99_ms']:.2f} ms; "
-                              f"{busy}{errs}", flush=True)
+                        print_result(tag, r)
         finally:
             if script:
                 os.unlink(script)

@@ -1,21 +1,36 @@
-//! m0load: a one-thread, closed-loop HTTP/1.1 load generator for scripts/bench.py.
+//! m0load: a one-thread HTTP/1.1 load generator for scripts/bench.py, closed-loop or at a
+//! fixed rate.
 //!
-//! It does what `wrk -t1` does (N keep-alive connections, one request outstanding on each,
+//! Closed loop (the default), it does what `wrk -t1` does (N keep-alive connections, one request outstanding on each,
 //! the next sent as soon as a response is complete) at a lower cost a response, so that a
 //! large response measures the server and not the client: wrk reads 8 KiB a `read` and asks
 //! `FIONREAD` between reads, 20 system calls for a 64 KiB response; m0load waits on
 //! level-triggered epoll and reads up to 256 KiB a wake-up, one `read` and one `write` a
 //! response when the response has arrived whole. Bodies are counted, not kept.
 //!
-//!     m0load -c 256 -d 10 [-H 'Name: value']... [--body-bytes N] http://127.0.0.1:8000/path
+//!     m0load -c 256 -d 10 [--rate R] [-H 'Name: value']... [--body-bytes N] http://127.0.0.1:8000/path
 //!
 //! Prints one JSON object: requests, seconds, rps, bytes read, non_2xx, errors, and
 //! latency (send of a request to the end of its response; closed loop, like wrk's).
+//!
+//! With `--rate R` it is an open loop instead: request k is due at start + k/R, whatever
+//! the server has answered, and goes out on the connection that has been idle longest (one
+//! request outstanding a connection, as a browser's keep-alive connection has). A request
+//! that finds no connection idle waits for one. Its latency runs from when it was due, not
+//! from when it went out, so a stall of the server is charged to every request it held up
+//! (no coordinated omission: wrk2's and oha's `--latency-correction` measure so too). The
+//! client waits for the next due time with `epoll_pwait2` and a 1 ns timer slack, and sends
+//! each request at its own time rather than in batches a timer tick apart; how late it sent
+//! (for any reason: its own scheduling, or no idle connection) is reported beside the
+//! latency, so a run whose client fell behind shows it. After the duration no request is
+//! sent, and those outstanding get up to 2 s more to be answered (later ones count as
+//! timeouts).
 //! Content-Length bodies and bodiless statuses are read (an interim 1xx is passed over); a
 //! chunked response is an error that names itself, so the run fails rather than measuring
 //! something else. Connects are non-blocking, so a server slow to accept holds up neither
 //! the other connections nor the end of the run; a lost connection is opened again.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -32,14 +47,46 @@ struct Args {
     duration: Duration,
     headers: Vec<String>,
     body_bytes: usize,
+    /// The servers, in the order their turns come with `--switch`; one without it.
+    urls: Vec<Url>,
+    /// Requests a second, for an open-loop run; None for the closed loop.
+    rate: Option<f64>,
+    /// With several URLs: how long each has the schedule before the next takes it.
+    switch: Option<Duration>,
+}
+
+/// One server to load: where it is, and what its requests name.
+struct Url {
+    text: String,
     addr: SocketAddr,
     host: String,
     path: String,
 }
 
+fn parse_url(url: &str) -> Result<Url, String> {
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or(format!("{url}: only http:// URLs"))?;
+    let (host, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let addr = host
+        .to_socket_addrs()
+        .map_err(|e| format!("{host}: {e}"))?
+        .next()
+        .ok_or(format!("{host}: no address"))?;
+    Ok(Url {
+        text: url.to_string(),
+        addr,
+        host: host.to_string(),
+        path: path.to_string(),
+    })
+}
+
 fn usage() -> String {
-    "usage: m0load -c CONNECTIONS -d SECONDS [-H 'Name: value']... [--body-bytes N] \
-     http://HOST:PORT/PATH"
+    "usage: m0load -c CONNECTIONS -d SECONDS [--rate REQUESTS_A_SECOND [--switch SECONDS]] \
+     [-H 'Name: value']... [--body-bytes N] http://HOST:PORT/PATH [URL...]"
         .to_string()
 }
 
@@ -48,7 +95,9 @@ fn parse_args() -> Result<Args, String> {
     let mut secs = None;
     let mut headers = Vec::new();
     let mut body_bytes = 0;
-    let mut url = None;
+    let mut rate = None;
+    let mut switch = None;
+    let mut urls = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
@@ -68,6 +117,20 @@ fn parse_args() -> Result<Args, String> {
                 )
             }
             "-H" => headers.push(value("-H")?),
+            "--rate" => {
+                rate = Some(
+                    value("--rate")?
+                        .parse::<f64>()
+                        .map_err(|e| format!("--rate: {e}"))?,
+                )
+            }
+            "--switch" => {
+                switch = Some(
+                    value("--switch")?
+                        .parse::<f64>()
+                        .map_err(|e| format!("--switch: {e}"))?,
+                )
+            }
             "--body-bytes" => {
                 body_bytes = value("--body-bytes")?
                     .parse()
@@ -75,42 +138,49 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => return Err(usage()),
             _ if a.starts_with('-') => return Err(format!("unknown option {a}\n{}", usage())),
-            _ if url.is_none() => url = Some(a),
-            _ => return Err(format!("one URL only\n{}", usage())),
+            _ => urls.push(parse_url(&a)?),
         }
     }
-    let url = url.ok_or_else(usage)?;
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or(format!("{url}: only http:// URLs"))?;
-    let (host, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let addr = host
-        .to_socket_addrs()
-        .map_err(|e| format!("{host}: {e}"))?
-        .next()
-        .ok_or(format!("{host}: no address"))?;
+    if urls.is_empty() {
+        return Err(usage());
+    }
     let conns = conns.filter(|&c| c > 0).ok_or("-c: give 1 or more")?;
     let duration = secs
         .filter(|&s| s > 0.0)
         .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or("-d: give a number of seconds above 0")?;
+    if let Some(r) = rate {
+        if !(r.is_finite() && r > 0.0) {
+            return Err("--rate: give a number of requests a second above 0".into());
+        }
+    }
+    let switch = match switch {
+        None if urls.len() > 1 => {
+            return Err("several URLs take turns: give --rate and --switch SECONDS".into())
+        }
+        None => None,
+        Some(_) if rate.is_none() => return Err("--switch needs --rate".into()),
+        Some(s) => Some(
+            Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or("--switch: give a number of seconds above 0")?,
+        ),
+    };
     Ok(Args {
         conns,
         duration,
         headers,
         body_bytes,
-        addr,
-        host: host.to_string(),
-        path: path.to_string(),
+        urls,
+        rate,
+        switch,
     })
 }
 
-fn request(a: &Args) -> Vec<u8> {
+fn request(a: &Args, url: &Url) -> Vec<u8> {
     let method = if a.body_bytes > 0 { "POST" } else { "GET" };
-    let mut r = format!("{method} {} HTTP/1.1\r\nHost: {}\r\n", a.path, a.host);
+    let mut r = format!("{method} {} HTTP/1.1\r\nHost: {}\r\n", url.path, url.host);
     for h in &a.headers {
         r.push_str(h);
         r.push_str("\r\n");
@@ -164,7 +234,13 @@ struct Conn {
     resp: Response,
     /// Bytes of the request written so far (the whole request once sent).
     written: usize,
-    sent_at: Instant,
+    /// A request is out on this connection and its response not yet all read.
+    outstanding: bool,
+    /// The connection waits in `Run::idle` for the next due request (open loop).
+    idle: bool,
+    /// When the current request was due: when it was sent in the closed loop, its place
+    /// in the schedule in the open loop. Its latency is counted from here.
+    due_at: Instant,
 }
 
 /// Latencies in microseconds, one bucket a microsecond up to a second (the last bucket
@@ -227,6 +303,8 @@ impl Histogram {
 
 struct Counts {
     requests: u64,
+    /// How late each request was sent after it was due (open loop).
+    send_lag: Histogram,
     bytes: u64,
     non_2xx: u64,
     connect: u64,
@@ -265,16 +343,23 @@ impl Epoll {
         Ok(())
     }
 
+    /// Waits for readiness for up to `timeout`, to the nanosecond (`epoll_pwait2`, Linux
+    /// 5.11): the open loop's next request is due microseconds away, not milliseconds.
     fn wait(&self, events: &mut [libc::epoll_event], timeout: Duration) -> io::Result<usize> {
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
         // SAFETY: events is a writable buffer of events.len() epoll_events, and the kernel
-        // writes at most that many.
+        // writes at most that many; ts is a valid timespec for the call's duration; a null
+        // sigmask leaves the thread's signal mask as it is.
         let n = unsafe {
-            libc::epoll_wait(
+            libc::epoll_pwait2(
                 self.0.as_raw_fd(),
                 events.as_mut_ptr(),
                 events.len() as i32,
-                ms,
+                &ts,
+                std::ptr::null(),
             )
         };
         if n < 0 {
@@ -430,28 +515,153 @@ fn write_request(c: &mut Conn, req: &[u8]) -> io::Result<bool> {
     Ok(true)
 }
 
+/// One server's share of a run: its requests, connections and figures.
+struct Target {
+    url: String,
+    addr: SocketAddr,
+    req: Vec<u8>,
+    counts: Counts,
+    /// Open loop: its connected connections with nothing outstanding, longest idle first.
+    /// An entry whose connection has since been lost or used is passed over.
+    idle: VecDeque<usize>,
+    /// Latencies (µs) of the requests of its current turn (`--switch`).
+    turn: Vec<u32>,
+    /// Its turns so far, closed.
+    turns: Vec<Turn>,
+}
+
+/// One turn of a target (`--switch`): the figures of the requests due in it.
+struct Turn {
+    /// Which turn of the whole run (0, 1, ...): target `index % targets`.
+    index: u64,
+    requests: usize,
+    p50_us: u32,
+    p99_us: u32,
+    max_us: u32,
+    /// The share of all CPUs' time the hypervisor gave to others during the turn
+    /// (/proc/stat's steal), where it could be read.
+    steal: Option<f64>,
+}
+
+impl Target {
+    /// Closes the current turn, whose index is `index`.
+    fn close_turn(&mut self, index: u64, steal: Option<f64>) {
+        let mut lat = std::mem::take(&mut self.turn);
+        let at = |lat: &mut Vec<u32>, p: f64| -> u32 {
+            if lat.is_empty() {
+                return 0;
+            }
+            let rank = ((p / 100.0) * lat.len() as f64).ceil().max(1.0) as usize - 1;
+            *lat.select_nth_unstable(rank).1
+        };
+        self.turns.push(Turn {
+            index,
+            requests: lat.len(),
+            p50_us: at(&mut lat, 50.0),
+            p99_us: at(&mut lat, 99.0),
+            max_us: lat.iter().copied().max().unwrap_or(0),
+            steal,
+        });
+        lat.clear();
+        self.turn = lat;
+    }
+}
+
+/// (steal, total) jiffies of all CPUs, from /proc/stat's first line.
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest and guest_nice are in user).
+    let steal = *v.get(7)?;
+    Some((steal, v.iter().take(8).sum()))
+}
+
 struct Run {
     ep: Epoll,
+    /// Every target's connections, `per_target` each, target by target.
     conns: Vec<Option<Conn>>,
-    req: Vec<u8>,
-    addr: SocketAddr,
-    counts: Counts,
+    per_target: usize,
+    targets: Vec<Target>,
     /// Connections lost (closed by the server, or broken): opened again after this pass.
     closed: Vec<usize>,
     /// Connections whose connect failed: tried again every `RETRY` (a server that
     /// refuses is not hammered).
     refused: Vec<usize>,
+    /// The open loop's schedule; None in the closed loop.
+    schedule: Option<Schedule>,
+    /// Open loop: the duration is over, and no request is sent any more.
+    stopped: bool,
+    /// The host's steal share in each turn of the run, by turn (`--switch`).
+    turn_steal: Vec<Option<f64>>,
 }
 
 const RETRY: Duration = Duration::from_millis(10);
 
+/// How long requests still outstanding when an open-loop run ends may take to be answered.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// An open loop's schedule: request k is due at `start + k / rate`, and goes to the target
+/// whose turn it is then.
+struct Schedule {
+    start: Instant,
+    rate: f64,
+    /// The next request to send.
+    next: u64,
+    /// How many requests the run has: those due before its end.
+    total: u64,
+    /// How long a turn is (`--switch`); None: one target has the whole run.
+    switch: Option<Duration>,
+    /// The turn the last request sent fell in, and /proc/stat's jiffies when it began.
+    turn: u64,
+    turn_jiffies: Option<(u64, u64)>,
+}
+
+impl Schedule {
+    fn due(&self, k: u64) -> Instant {
+        self.start + Duration::from_secs_f64(k as f64 / self.rate)
+    }
+
+    /// The turn request k falls in.
+    fn turn_of(&self, k: u64) -> u64 {
+        match self.switch {
+            Some(sw) => (k as f64 / self.rate / sw.as_secs_f64()) as u64,
+            None => 0,
+        }
+    }
+
+    /// The steal share since the current turn began, and the jiffies now.
+    fn steal_since_turn(&self) -> (Option<f64>, Option<(u64, u64)>) {
+        let now = cpu_jiffies();
+        let share = match (self.turn_jiffies, now) {
+            (Some((s0, t0)), Some((s1, t1))) if t1 > t0 => {
+                Some((s1.saturating_sub(s0)) as f64 / (t1 - t0) as f64)
+            }
+            _ => None,
+        };
+        (share, now)
+    }
+}
+
 impl Run {
+    fn target_of(&self, i: usize) -> usize {
+        i / self.per_target
+    }
+
+    fn counts(&mut self, i: usize) -> &mut Counts {
+        let t = self.target_of(i);
+        &mut self.targets[t].counts
+    }
+
     /// Starts connecting connection `i`; its first request goes once it is connected.
     fn open(&mut self, i: usize) {
-        let stream = match start_connect(self.addr) {
+        let stream = match start_connect(self.targets[self.target_of(i)].addr) {
             Ok(s) => s,
             Err(_) => {
-                self.counts.connect += 1;
+                self.counts(i).connect += 1;
                 self.refused.push(i);
                 return;
             }
@@ -459,7 +669,7 @@ impl Run {
         let out = libc::EPOLLOUT as u32;
         if let Err(e) = self.ep.ctl(libc::EPOLL_CTL_ADD, stream.as_raw_fd(), out, i) {
             eprintln!("m0load: epoll_ctl: {e}");
-            self.counts.connect += 1;
+            self.counts(i).connect += 1;
             self.refused.push(i);
             return;
         }
@@ -469,7 +679,9 @@ impl Run {
             want_out: true,
             resp: Response::new(),
             written: 0,
-            sent_at: Instant::now(),
+            outstanding: false,
+            idle: false,
+            due_at: Instant::now(),
         });
     }
 
@@ -483,13 +695,14 @@ impl Run {
     /// Writes what is left of connection `i`'s request, with EPOLLOUT in its interest
     /// exactly while some is left.
     fn write(&mut self, i: usize) {
+        let t = self.target_of(i);
         let Some(c) = self.conns[i].as_mut() else {
             return;
         };
-        let done = match write_request(c, &self.req) {
+        let done = match write_request(c, &self.targets[t].req) {
             Ok(done) => done,
             Err(_) => {
-                self.counts.write += 1;
+                self.counts(i).write += 1;
                 self.lose(i);
                 return;
             }
@@ -508,20 +721,169 @@ impl Run {
             .ctl(libc::EPOLL_CTL_MOD, c.stream.as_raw_fd(), ev, i)
             .is_err()
         {
-            self.counts.write += 1;
+            self.counts(i).write += 1;
             self.lose(i);
         }
     }
 
-    /// Starts the next request on connection `i`.
-    fn send(&mut self, i: usize) {
+    /// Starts the next request on connection `i`; its latency counts from `due`.
+    fn send(&mut self, i: usize, due: Instant) {
         let Some(c) = self.conns[i].as_mut() else {
             return;
         };
         c.written = 0;
         c.resp.reading = Reading::Head;
-        c.sent_at = Instant::now();
+        c.outstanding = true;
+        c.due_at = due;
         self.write(i);
+    }
+
+    /// Connection `i` has nothing outstanding: the closed loop sends its next request at
+    /// once, the open loop queues it for the next due one.
+    fn ready(&mut self, i: usize) {
+        if self.schedule.is_none() {
+            self.send(i, Instant::now());
+            return;
+        }
+        let Some(c) = self.conns[i].as_mut() else {
+            return;
+        };
+        if c.want_out {
+            // Just connected: EPOLLOUT leaves the interest until a request is written,
+            // or the level-triggered wait would report the idle socket every pass.
+            c.want_out = false;
+            let fd = c.stream.as_raw_fd();
+            if self.ep.ctl(libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, i).is_err() {
+                self.counts(i).connect += 1;
+                self.lose(i);
+                return;
+            }
+        }
+        if let Some(c) = self.conns[i].as_mut() {
+            c.idle = true;
+            let t = self.target_of(i);
+            self.targets[t].idle.push_back(i);
+        }
+    }
+
+    /// Open loop: sends every request due by `now` that finds an idle connection of the
+    /// target whose turn it is.
+    fn dispatch(&mut self, now: Instant) {
+        if self.stopped {
+            return;
+        }
+        loop {
+            let Some(s) = self.schedule.as_ref() else {
+                return;
+            };
+            let due = s.due(s.next);
+            if due > now || s.next >= s.total {
+                return;
+            }
+            let turn = s.turn_of(s.next);
+            if turn != s.turn {
+                self.begin_turn(turn);
+            }
+            let t = (turn % self.targets.len() as u64) as usize;
+            let Some(i) = self.pop_idle(t) else {
+                return;
+            };
+            let lag = now.saturating_duration_since(due).as_micros() as u64;
+            self.targets[t].counts.send_lag.record(lag);
+            if let Some(s) = self.schedule.as_mut() {
+                s.next += 1;
+            }
+            self.send(i, due);
+        }
+    }
+
+    /// The schedule has moved into turn `turn`: the turn just ended is charged the host's
+    /// steal since it began, and the target whose turn it now is closes its last one (its
+    /// requests have had every other target's turn to be answered).
+    fn begin_turn(&mut self, turn: u64) {
+        let n = self.targets.len() as u64;
+        let Some(s) = self.schedule.as_mut() else {
+            return;
+        };
+        let (steal, now) = s.steal_since_turn();
+        let ended = s.turn;
+        s.turn = turn;
+        s.turn_jiffies = now;
+        self.set_turn_steal(ended, steal);
+        // Turns the client slept through (over a whole turn late) close with no steal.
+        for u in ended + 1..=turn {
+            if u >= n {
+                let index = u - n;
+                let steal = self.turn_steal.get(index as usize).copied().flatten();
+                self.targets[(u % n) as usize].close_turn(index, steal);
+            }
+        }
+    }
+
+    fn set_turn_steal(&mut self, turn: u64, steal: Option<f64>) {
+        let at = turn as usize;
+        if self.turn_steal.len() <= at {
+            self.turn_steal.resize(at + 1, None);
+        }
+        self.turn_steal[at] = steal;
+    }
+
+    /// The run has ended: the last turn is charged its steal, and every target closes the
+    /// turn it has open.
+    fn finish_turns(&mut self) {
+        let n = self.targets.len() as u64;
+        let Some(s) = self.schedule.as_ref().filter(|s| s.switch.is_some()) else {
+            return;
+        };
+        let (last, steal) = (s.turn, s.steal_since_turn().0);
+        self.set_turn_steal(last, steal);
+        for u in last.saturating_sub(n - 1)..=last {
+            let steal = self.turn_steal.get(u as usize).copied().flatten();
+            self.targets[(u % n) as usize].close_turn(u, steal);
+        }
+    }
+
+    /// The connection of target `t` idle longest, taken out of its queue.
+    fn pop_idle(&mut self, t: usize) -> Option<usize> {
+        while let Some(i) = self.targets[t].idle.pop_front() {
+            if let Some(c) = self.conns[i].as_mut().filter(|c| c.idle) {
+                c.idle = false;
+                return Some(i);
+            }
+        }
+        None
+    }
+
+    /// When the loop must wake even if no socket is ready: the next due request's time
+    /// when a connection of its target is idle to take it (open loop), else `end`.
+    fn wake_at(&mut self, end: Instant) -> Instant {
+        let Some(s) = self.schedule.as_ref() else {
+            return end;
+        };
+        let (due, t) = (
+            s.due(s.next),
+            (s.turn_of(s.next) % self.targets.len() as u64) as usize,
+        );
+        if self.stopped || !self.has_idle(t) {
+            return end;
+        }
+        due.min(end)
+    }
+
+    /// Whether a connection of target `t` is idle; entries passed over are dropped.
+    fn has_idle(&mut self, t: usize) -> bool {
+        while let Some(&i) = self.targets[t].idle.front() {
+            if self.conns[i].as_ref().is_some_and(|c| c.idle) {
+                return true;
+            }
+            self.targets[t].idle.pop_front();
+        }
+        false
+    }
+
+    /// Requests sent and not yet answered.
+    fn outstanding(&self) -> usize {
+        self.conns.iter().flatten().filter(|c| c.outstanding).count()
     }
 
     fn writable(&mut self, i: usize) {
@@ -530,19 +892,22 @@ impl Run {
         };
         if c.connecting {
             if !matches!(c.stream.take_error(), Ok(None)) {
-                self.counts.connect += 1;
                 self.conns[i] = None;
+                self.counts(i).connect += 1;
                 self.refused.push(i);
                 return;
             }
             c.connecting = false;
-            self.send(i);
+            self.ready(i);
             return;
         }
-        self.write(i);
+        if c.outstanding {
+            self.write(i);
+        }
     }
 
     fn readable(&mut self, i: usize, buf: &mut [u8]) {
+        let t = self.target_of(i);
         let Some(c) = self.conns[i].as_mut() else {
             return;
         };
@@ -550,10 +915,14 @@ impl Run {
             // A refused connect reports EPOLLERR/EPOLLHUP: `writable` counts it.
             return;
         }
+        let target = &mut self.targets[t];
         let n = match c.stream.read(buf) {
             Ok(0) => {
-                // The server closed the connection with a request outstanding.
-                self.counts.read += 1;
+                // The server closed the connection: an error with a request outstanding; an
+                // idle connection (open loop) is opened again.
+                if c.outstanding {
+                    target.counts.read += 1;
+                }
                 self.lose(i);
                 return;
             }
@@ -561,35 +930,48 @@ impl Run {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => return,
             Err(_) => {
-                self.counts.read += 1;
+                target.counts.read += 1;
                 self.lose(i);
                 return;
             }
         };
-        self.counts.bytes += n as u64;
+        target.counts.bytes += n as u64;
+        if !c.outstanding {
+            target.counts.protocol += 1;
+            target
+                .counts
+                .first_protocol_error
+                .get_or_insert(format!("{n} bytes with no request outstanding"));
+            self.lose(i);
+            return;
+        }
         match feed(&mut c.resp, &buf[..n]) {
             Ok(Fed::More) => {}
             Ok(Fed::Done) => {
-                let us = c.sent_at.elapsed().as_micros() as u64;
-                self.counts.latency.record(us);
-                self.counts.requests += 1;
-                if !(200..400).contains(&c.resp.status) {
-                    self.counts.non_2xx += 1;
+                c.outstanding = false;
+                let us = c.due_at.elapsed().as_micros() as u64;
+                target.counts.latency.record(us);
+                target.counts.requests += 1;
+                if self.schedule.as_ref().is_some_and(|s| s.switch.is_some()) {
+                    target.turn.push(us.min(u32::MAX as u64) as u32);
                 }
-                if c.written < self.req.len() {
+                if !(200..400).contains(&c.resp.status) {
+                    target.counts.non_2xx += 1;
+                }
+                if c.written < target.req.len() {
                     // Answered before the request was all written (a 413 to a large
                     // body): the rest of it must not be taken for the next request.
-                    self.counts.write += 1;
+                    target.counts.write += 1;
                     self.lose(i);
                 } else if c.resp.close_after {
                     self.lose(i);
                 } else {
-                    self.send(i);
+                    self.ready(i);
                 }
             }
             Err(msg) => {
-                self.counts.protocol += 1;
-                self.counts.first_protocol_error.get_or_insert(msg);
+                target.counts.protocol += 1;
+                target.counts.first_protocol_error.get_or_insert(msg);
                 self.lose(i);
             }
         }
@@ -610,68 +992,42 @@ fn json_str(s: &str) -> String {
     out
 }
 
-fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("m0load: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let ep = match Epoll::new() {
-        Ok(ep) => ep,
-        Err(e) => {
-            eprintln!("m0load: epoll_create1: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut run = Run {
-        ep,
-        conns: (0..args.conns).map(|_| None).collect(),
-        req: request(&args),
-        addr: args.addr,
-        counts: Counts {
-            requests: 0,
-            bytes: 0,
-            non_2xx: 0,
-            connect: 0,
-            read: 0,
-            write: 0,
-            protocol: 0,
-            latency: Histogram::new(),
-            first_protocol_error: None,
-        },
-        closed: Vec::new(),
-        refused: Vec::new(),
-    };
+/// Drives the run to its end: for `duration`, then (open loop) until nothing is
+/// outstanding or `GRACE` has passed. Returns the seconds requests were sent for.
+fn drive(run: &mut Run, duration: Duration) -> io::Result<f64> {
+    let start = run.schedule.as_ref().map_or_else(Instant::now, |s| s.start);
+    let end = start + duration;
     let mut retry_at = Instant::now();
-    let start = Instant::now();
-    for i in 0..args.conns {
+    for i in 0..run.conns.len() {
         run.open(i);
     }
     let mut buf = vec![0u8; READ_BUF];
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
-    let end = start + args.duration;
+    let (out, fail) = (
+        libc::EPOLLOUT as u32,
+        (libc::EPOLLHUP | libc::EPOLLERR) as u32,
+    );
     loop {
         let now = Instant::now();
-        if now >= end {
+        if now >= end && !run.stopped {
+            // What fell due before the end and found a connection goes out late rather than
+            // never.
+            run.dispatch(now);
+            run.stopped = true;
+            if run.schedule.is_none() {
+                break;
+            }
+        }
+        if run.stopped && (run.outstanding() == 0 || now >= end + GRACE) {
             break;
         }
-        let mut wait = end - now + Duration::from_millis(1);
-        if !run.refused.is_empty() {
-            wait = wait.min(retry_at.saturating_duration_since(now));
+        let mut wake = if run.stopped { end + GRACE } else { run.wake_at(end) };
+        if !run.refused.is_empty() && !run.stopped {
+            wake = wake.min(retry_at);
         }
-        let n = match run.ep.wait(&mut events, wait) {
-            Ok(n) => n,
-            Err(e) => {
-                eprintln!("m0load: epoll_wait: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let (out, fail) = (
-            libc::EPOLLOUT as u32,
-            (libc::EPOLLHUP | libc::EPOLLERR) as u32,
-        );
+        let n = run
+            .ep
+            .wait(&mut events, wake.saturating_duration_since(now))?;
         for ev in &events[..n] {
             let (flags, i) = (ev.events, ev.u64 as usize);
             let connecting = run.conns[i].as_ref().is_some_and(|c| c.connecting);
@@ -683,30 +1039,167 @@ fn main() -> ExitCode {
                 run.readable(i, &mut buf);
             }
         }
-        for i in std::mem::take(&mut run.closed) {
-            run.open(i);
-        }
-        if !run.refused.is_empty() && Instant::now() >= retry_at {
-            retry_at = Instant::now() + RETRY;
-            for i in std::mem::take(&mut run.refused) {
+        if !run.stopped {
+            for i in std::mem::take(&mut run.closed) {
                 run.open(i);
             }
+            if !run.refused.is_empty() && Instant::now() >= retry_at {
+                retry_at = Instant::now() + RETRY;
+                for i in std::mem::take(&mut run.refused) {
+                    run.open(i);
+                }
+            }
         }
+        run.dispatch(Instant::now());
     }
-    let secs = start.elapsed().as_secs_f64();
-    let c = &run.counts;
-    // Requests still outstanding after 2 s count as timeouts, as wrk counts them.
-    let timeout = run
-        .conns
+    run.finish_turns();
+    Ok(if run.schedule.is_some() {
+        duration.as_secs_f64()
+    } else {
+        start.elapsed().as_secs_f64()
+    })
+}
+
+fn new_run(args: &Args, ep: Epoll) -> Run {
+    let targets = args
+        .urls
+        .iter()
+        .map(|u| Target {
+            url: u.text.clone(),
+            addr: u.addr,
+            req: request(args, u),
+            counts: Counts {
+                requests: 0,
+                send_lag: Histogram::new(),
+                bytes: 0,
+                non_2xx: 0,
+                connect: 0,
+                read: 0,
+                write: 0,
+                protocol: 0,
+                latency: Histogram::new(),
+                first_protocol_error: None,
+            },
+            idle: VecDeque::new(),
+            turn: Vec::new(),
+            turns: Vec::new(),
+        })
+        .collect::<Vec<_>>();
+    Run {
+        ep,
+        conns: (0..args.conns * targets.len()).map(|_| None).collect(),
+        per_target: args.conns,
+        targets,
+        closed: Vec::new(),
+        refused: Vec::new(),
+        schedule: args.rate.map(|rate| Schedule {
+            start: Instant::now(),
+            rate,
+            next: 0,
+            // Request k is due at k / rate seconds: those before the end.
+            total: (args.duration.as_secs_f64() * rate).ceil() as u64,
+            switch: args.switch,
+            turn: 0,
+            turn_jiffies: cpu_jiffies(),
+        }),
+        stopped: false,
+        turn_steal: Vec::new(),
+    }
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("m0load: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if args.rate.is_some() {
+        // Timed waits end when they are due, not up to 50 us later (the default slack):
+        // the open loop sends each request at its own time.
+        // SAFETY: PR_SET_TIMERSLACK takes an integer argument and no pointers.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    }
+    let ep = match Epoll::new() {
+        Ok(ep) => ep,
+        Err(e) => {
+            eprintln!("m0load: epoll_create1: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut run = new_run(&args, ep);
+    let secs = match drive(&mut run, args.duration) {
+        Ok(secs) => secs,
+        Err(e) => {
+            eprintln!("m0load: epoll_pwait2: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{}", report(&run, secs));
+    let failed = run
+        .targets
+        .iter()
+        .any(|t| t.counts.requests == 0 || t.counts.protocol > 0);
+    if failed {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// The run's figures as one JSON object: one target's, or with several (`--switch`),
+/// `{"rate", "switch", "targets": [...]}` with each target's in the order given.
+fn report(run: &Run, secs: f64) -> String {
+    let n = run.targets.len();
+    // Unsent requests were due when the run ended: they fall in the last turn.
+    let unsent = run
+        .schedule
+        .as_ref()
+        .map(|s| (s.total - s.next, (s.turn_of(s.next) % n as u64) as usize));
+    let per: Vec<String> = (0..n)
+        .map(|t| {
+            let conns = &run.conns[t * run.per_target..(t + 1) * run.per_target];
+            // With several targets each had the schedule for its turns only.
+            let active = secs / n as f64;
+            let sent = run.targets[t].counts.send_lag.count;
+            let unsent = unsent.map(|(u, at)| if at == t { u } else { 0 });
+            target_report(&run.targets[t], conns, active, sent, unsent, run.schedule.as_ref())
+        })
+        .collect();
+    match (&run.schedule, per.as_slice()) {
+        (Some(s), _) if s.switch.is_some() => format!(
+            "{{\"rate\": {}, \"switch\": {}, \"targets\": [{}]}}",
+            s.rate,
+            s.switch.map_or(0.0, |d| d.as_secs_f64()),
+            per.join(", ")
+        ),
+        (_, [one]) => one.clone(),
+        _ => unreachable!("several targets need --switch"),
+    }
+}
+
+fn target_report(
+    t: &Target,
+    conns: &[Option<Conn>],
+    secs: f64,
+    sent: u64,
+    unsent: Option<u64>,
+    schedule: Option<&Schedule>,
+) -> String {
+    let c = &t.counts;
+    // Requests outstanding for over 2 s at the end count as timeouts, as wrk counts them.
+    let timeout = conns
         .iter()
         .flatten()
-        .filter(|c| c.sent_at.elapsed() > Duration::from_secs(2))
+        .filter(|c| c.outstanding && c.due_at.elapsed() > GRACE)
         .count();
-    println!(
-        "{{\"requests\": {}, \"seconds\": {:.3}, \"rps\": {:.1}, \"bytes\": {}, \"non_2xx\": {}, \
-         \"errors\": {{\"connect\": {}, \"read\": {}, \"write\": {}, \"timeout\": {}, \"protocol\": {}}}, \
-         \"first_protocol_error\": {}, \"latency_avg_ms\": {:.3}, \"latency_p50_ms\": {:.3}, \
-         \"latency_p99_ms\": {:.3}, \"latency_max_ms\": {:.3}}}",
+    let mut out = format!(
+        "{{\"url\": {}, \"requests\": {}, \"seconds\": {:.3}, \"rps\": {:.1}, \"bytes\": {}, \
+         \"non_2xx\": {}, \"errors\": {{\"connect\": {}, \"read\": {}, \"write\": {}, \
+         \"timeout\": {}, \"protocol\": {}}}, \"first_protocol_error\": {}, \
+         \"latency_avg_ms\": {:.3}, \"latency_p50_ms\": {:.3}, \"latency_p90_ms\": {:.3}, \
+         \"latency_p99_ms\": {:.3}, \"latency_p999_ms\": {:.3}, \"latency_max_ms\": {:.3}",
+        json_str(&t.url),
         c.requests,
         secs,
         c.requests as f64 / secs,
@@ -720,18 +1213,51 @@ fn main() -> ExitCode {
         c.first_protocol_error.as_deref().map_or("null".to_string(), json_str),
         c.latency.avg_ms(),
         c.latency.percentile_ms(50.0),
+        c.latency.percentile_ms(90.0),
         c.latency.percentile_ms(99.0),
+        c.latency.percentile_ms(99.9),
         c.latency.max_us as f64 / 1000.0,
     );
-    if c.requests == 0 || c.protocol > 0 {
-        return ExitCode::FAILURE;
+    if let Some(s) = schedule {
+        out.push_str(&format!(
+            ", \"rate\": {}, \"sent\": {}, \"unsent\": {}, \"send_lag_p50_ms\": {:.3}, \
+             \"send_lag_p99_ms\": {:.3}, \"send_lag_max_ms\": {:.3}",
+            s.rate,
+            sent,
+            unsent.unwrap_or(0),
+            c.send_lag.percentile_ms(50.0),
+            c.send_lag.percentile_ms(99.0),
+            c.send_lag.max_us as f64 / 1000.0,
+        ));
     }
-    ExitCode::SUCCESS
+    if schedule.is_some_and(|s| s.switch.is_some()) {
+        let turns: Vec<String> = t
+            .turns
+            .iter()
+            .map(|u| {
+                format!(
+                    "{{\"turn\": {}, \"requests\": {}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \
+                     \"max_ms\": {:.3}, \"steal\": {}}}",
+                    u.index,
+                    u.requests,
+                    u.p50_us as f64 / 1000.0,
+                    u.p99_us as f64 / 1000.0,
+                    u.max_us as f64 / 1000.0,
+                    u.steal.map_or("null".to_string(), |x| format!("{x:.4}")),
+                )
+            })
+            .collect();
+        out.push_str(&format!(", \"turns\": [{}]", turns.join(", ")));
+    }
+    out.push('}');
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     const BODY_LEN: usize = 1000;
 
@@ -871,5 +1397,148 @@ mod tests {
         assert_eq!(h.percentile_ms(99.0), 0.1);
         assert_eq!(h.percentile_ms(100.0), 5000.0);
         assert_eq!(h.max_us, 5_000_000);
+    }
+
+    /// A keep-alive server, a thread a connection: it answers each request with a 2-byte
+    /// body, and holds the `stall_at`th request it reads (from 0, over all connections)
+    /// for `stall` first. Returns its address and its count of requests read.
+    fn stalling_server(stall_at: usize, stall: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let count = count.clone();
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(end) = find_head_end(&buf) {
+                            buf.drain(..end);
+                            if count.fetch_add(1, Ordering::Relaxed) == stall_at {
+                                std::thread::sleep(stall);
+                            }
+                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                            if s.write_all(ok).is_err() {
+                                return;
+                            }
+                        }
+                        match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (addr, served)
+    }
+
+    fn args(addr: SocketAddr, conns: usize, rate: Option<f64>) -> Args {
+        Args {
+            conns,
+            duration: Duration::from_secs(1),
+            headers: Vec::new(),
+            body_bytes: 0,
+            urls: vec![parse_url(&format!("http://{addr}/")).unwrap()],
+            rate,
+            switch: None,
+        }
+    }
+
+    fn counts(run: &Run) -> &Counts {
+        &run.targets[0].counts
+    }
+
+    /// The open loop charges a stall to every request it held up: at 1000 requests a
+    /// second over one connection, a 300 ms stall delays the ~300 requests due during it
+    /// (their latencies spread over 0-300 ms), so the p90 is over 100 ms; measured from
+    /// when each request went out (coordinated omission), one request would be slow and
+    /// the p90 well under 1 ms. The closed loop, run the same way, shows that.
+    #[test]
+    fn the_open_loop_counts_latency_from_when_a_request_was_due() {
+        let stall = Duration::from_millis(300);
+        let a = args(stalling_server(100, stall).0, 1, Some(1000.0));
+        let mut run = new_run(&a, Epoll::new().unwrap());
+        let secs = drive(&mut run, a.duration).unwrap();
+        let c = counts(&run);
+        assert_eq!(secs, 1.0);
+        assert_eq!(c.protocol + c.connect + c.read + c.write, 0);
+        let sent = run.schedule.as_ref().unwrap().next;
+        assert_eq!(c.requests, sent, "every request sent was answered");
+        assert!((990..=1001).contains(&sent), "{sent} requests sent at 1000/s for 1 s");
+        let p90 = c.latency.percentile_ms(90.0);
+        assert!(p90 > 100.0, "p90 {p90} ms");
+        assert!(c.latency.max_us >= 290_000, "max {} us", c.latency.max_us);
+        // The requests held up went out late: the client itself kept to its schedule.
+        assert!(c.send_lag.max_us >= 250_000, "send lag max {} us", c.send_lag.max_us);
+        assert!(c.send_lag.percentile_ms(50.0) < 1.0);
+        let out = report(&run, secs);
+        assert!(out.contains("\"unsent\": 0"), "{out}");
+
+        let a = args(stalling_server(100, stall).0, 1, None);
+        let mut run = new_run(&a, Epoll::new().unwrap());
+        drive(&mut run, a.duration).unwrap();
+        let p90 = counts(&run).latency.percentile_ms(90.0);
+        assert!(p90 < 100.0, "closed loop p90 {p90} ms");
+        assert!(counts(&run).latency.max_us >= 290_000);
+    }
+
+    /// Many connections, most of them idle at any moment: each scheduled request is sent
+    /// once, on one connection, and nothing else is (the server reads exactly as many
+    /// requests as were sent, and no connection gets a second response it did not ask for).
+    #[test]
+    fn the_open_loop_sends_each_request_once_over_idle_connections() {
+        let (addr, served) = stalling_server(usize::MAX, Duration::ZERO);
+        let a = args(addr, 64, Some(3000.0));
+        let mut run = new_run(&a, Epoll::new().unwrap());
+        drive(&mut run, a.duration).unwrap();
+        let c = counts(&run);
+        let sent = run.schedule.as_ref().unwrap().next;
+        assert_eq!(c.protocol, 0, "{:?}", c.first_protocol_error);
+        assert_eq!(c.connect + c.read + c.write, 0);
+        assert!((2990..=3001).contains(&sent), "{sent} sent at 3000/s for 1 s");
+        assert_eq!(c.requests, sent);
+        assert_eq!(served.load(Ordering::Relaxed) as u64, sent);
+        assert!(c.latency.percentile_ms(50.0) < 5.0);
+    }
+
+    /// Two servers taking turns of 200 ms at 1000 requests a second for 1.2 s: each gets
+    /// three turns, the requests of a turn all go to its server, and a stall of the second
+    /// server shows in that server's turn only.
+    #[test]
+    fn targets_take_turns_and_each_turn_has_its_own_figures() {
+        let (a_addr, a_served) = stalling_server(usize::MAX, Duration::ZERO);
+        // The second server's 250th request is held 100 ms: in its second turn.
+        let (b_addr, b_served) = stalling_server(250, Duration::from_millis(100));
+        let mut a = args(a_addr, 8, Some(1000.0));
+        a.urls.push(parse_url(&format!("http://{b_addr}/")).unwrap());
+        a.switch = Some(Duration::from_millis(200));
+        a.duration = Duration::from_millis(1200);
+        let mut run = new_run(&a, Epoll::new().unwrap());
+        let secs = drive(&mut run, a.duration).unwrap();
+        for (t, served) in run.targets.iter().zip([&a_served, &b_served]) {
+            let c = &t.counts;
+            assert_eq!(c.protocol + c.connect + c.read + c.write, 0);
+            assert_eq!(c.requests, served.load(Ordering::Relaxed) as u64, "{}", t.url);
+            assert!((590..=610).contains(&c.requests), "{}: {}", t.url, c.requests);
+            let turns: Vec<u64> = t.turns.iter().map(|u| u.index).collect();
+            let requests: usize = t.turns.iter().map(|u| u.requests).sum();
+            assert_eq!(requests as u64, c.requests);
+            assert!(t.turns.iter().all(|u| (190..=210).contains(&u.requests)));
+            if t.url.contains(&a_addr.to_string()) {
+                assert_eq!(turns, [0, 2, 4]);
+                assert!(t.turns.iter().all(|u| u.max_us < 50_000));
+            } else {
+                assert_eq!(turns, [1, 3, 5]);
+                let max: Vec<u32> = t.turns.iter().map(|u| u.max_us).collect();
+                assert!(max[1] >= 90_000 && max[0] < 50_000 && max[2] < 50_000, "{max:?}");
+            }
+        }
+        let out = report(&run, secs);
+        assert!(out.starts_with("{\"rate\": 1000, \"switch\": 0.2, \"targets\": [{\"url\""));
+        assert!(out.contains("\"turns\": [{\"turn\": 1, \"requests\": "), "{out}");
     }
 }
