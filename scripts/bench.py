@@ -485,6 +485,7 @@ def m0load_result(d, cpu, rate):
             out["socket_errors"]["unsent"] = d["unsent"]
     if "turns" in d:
         out["turns"] = d["turns"]
+        out["quiet"] = d["quiet"]
         steal = [t["steal"] for t in d["turns"] if t["steal"] is not None]
         if steal:
             out["host_steal"] = sum(steal) / len(steal)
@@ -970,6 +971,21 @@ def turn_by_turn(summary, scen, servers, conns_all):
                 wins.append(f"{conns} conns, {display(s)}: " + ", ".join(parts))
     if cells:
         lines += ["Turns (`--interleave`): " + "; ".join(cells) + ".", ""]
+    pooled = []
+    for conns in conns_all:
+        for s in servers:
+            e = summary.get((scen, s, conns))
+            q = [r["quiet"] for r in e["runs"] if "quiet" in r] if e else []
+            if q:
+                pooled.append(f"{conns} conns, {display(s)}: p99 "
+                              + " / ".join(f"{x['p99_ms']:.2f}" for x in q)
+                              + f" ms ({sum(x['requests'] for x in q)} requests in "
+                              f"{sum(x['turns'] for x in q)} turns; p50 "
+                              + " / ".join(f"{x['p50_ms']:.3f}" for x in q) + ", p99.9 "
+                              + " / ".join(f"{x['p999_ms']:.2f}" for x in q) + ")")
+    if pooled:
+        lines += ["Each round's quiet turns pooled (under 2 % steal; every request of them, "
+                  "round by round): " + "; ".join(pooled) + ".", ""]
     if wins:
         lines += ["Pairs of turns (the same rotation of a round) in which m0serve's p99 was at "
                   "or below the other server's: " + ". ".join(wins) + ".", ""]

@@ -125,5 +125,30 @@ else
         cargo test --no-fail-fast "${INLINE_SUITES[@]}" "$@"
 fi
 
-# The benchmark client's response reader (benches/loadgen, a crate of its own).
+# The benchmark client (benches/loadgen, a crate of its own): its response reader, its open
+# loop and its turns.
 cargo test --quiet --manifest-path benches/loadgen/Cargo.toml --target-dir target/loadgen
+
+# scripts/bench.py's fixed-rate run with m0load and --interleave, end to end on this build
+# (about 15 s): two m0serve shapes run at once and take turns, and each comes back with its
+# requests, its CPU and its turns' figures.
+bench_out=$(mktemp -d)
+bin="$PWD/target/debug/m0serve"
+scripts/bench.py --no-install --client m0load \
+    --servers "m0serve@$bin,m0serve@$bin:blocking-threads=0" --scenario hello \
+    --connections 8 --rate 2000 --interleave 0.5 --duration 2 --warmup 1 --rounds 1 \
+    --json "$bench_out/bench.json" >"$bench_out/log" 2>&1 \
+    || { cat "$bench_out/log"; die "scripts/bench.py --interleave failed"; }
+python3 - "$bench_out/bench.json" <<'PY' || { cat "$bench_out/log"; die "scripts/bench.py --interleave: wrong results"; }
+import json, sys
+results = json.load(open(sys.argv[1]))["results"]
+assert len(results) == 2, results
+for r in results:
+    assert "error" not in r, r
+    # 2000 a second, each server's 2 s in turns of 0.5 s.
+    assert 3900 <= r["requests"] <= 4001 and r["non_2xx"] == 0, r
+    assert [t["turn"] % 2 for t in r["turns"]] == [r["turns"][0]["turn"] % 2] * 4, r["turns"]
+    assert sum(t["requests"] for t in r["turns"]) == r["requests"], r["turns"]
+    assert r["cpu_s"] > 0 and r["latency_p99_ms"] > 0, r
+PY
+rm -rf "$bench_out"

@@ -528,7 +528,13 @@ struct Target {
     turn: Vec<u32>,
     /// Its turns so far, closed.
     turns: Vec<Turn>,
+    /// The latencies of its quiet turns (under `QUIET_STEAL` steal), pooled.
+    quiet: Histogram,
 }
+
+/// A turn is quiet when the hypervisor took under this share of all CPUs' time during it:
+/// its latencies are also pooled with the target's other quiet turns'.
+const QUIET_STEAL: f64 = 0.02;
 
 /// One turn of a target (`--switch`): the figures of the requests due in it.
 struct Turn {
@@ -547,6 +553,11 @@ impl Target {
     /// Closes the current turn, whose index is `index`.
     fn close_turn(&mut self, index: u64, steal: Option<f64>) {
         let mut lat = std::mem::take(&mut self.turn);
+        if steal.is_some_and(|s| s < QUIET_STEAL) {
+            for &us in &lat {
+                self.quiet.record(u64::from(us));
+            }
+        }
         let at = |lat: &mut Vec<u32>, p: f64| -> u32 {
             if lat.is_empty() {
                 return 0;
@@ -753,7 +764,11 @@ impl Run {
             // or the level-triggered wait would report the idle socket every pass.
             c.want_out = false;
             let fd = c.stream.as_raw_fd();
-            if self.ep.ctl(libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, i).is_err() {
+            if self
+                .ep
+                .ctl(libc::EPOLL_CTL_MOD, fd, libc::EPOLLIN as u32, i)
+                .is_err()
+            {
                 self.counts(i).connect += 1;
                 self.lose(i);
                 return;
@@ -883,7 +898,11 @@ impl Run {
 
     /// Requests sent and not yet answered.
     fn outstanding(&self) -> usize {
-        self.conns.iter().flatten().filter(|c| c.outstanding).count()
+        self.conns
+            .iter()
+            .flatten()
+            .filter(|c| c.outstanding)
+            .count()
     }
 
     fn writable(&mut self, i: usize) {
@@ -1021,7 +1040,11 @@ fn drive(run: &mut Run, duration: Duration) -> io::Result<f64> {
         if run.stopped && (run.outstanding() == 0 || now >= end + GRACE) {
             break;
         }
-        let mut wake = if run.stopped { end + GRACE } else { run.wake_at(end) };
+        let mut wake = if run.stopped {
+            end + GRACE
+        } else {
+            run.wake_at(end)
+        };
         if !run.refused.is_empty() && !run.stopped {
             wake = wake.min(retry_at);
         }
@@ -1083,6 +1106,7 @@ fn new_run(args: &Args, ep: Epoll) -> Run {
             idle: VecDeque::new(),
             turn: Vec::new(),
             turns: Vec::new(),
+            quiet: Histogram::new(),
         })
         .collect::<Vec<_>>();
     Run {
@@ -1163,7 +1187,14 @@ fn report(run: &Run, secs: f64) -> String {
             let active = secs / n as f64;
             let sent = run.targets[t].counts.send_lag.count;
             let unsent = unsent.map(|(u, at)| if at == t { u } else { 0 });
-            target_report(&run.targets[t], conns, active, sent, unsent, run.schedule.as_ref())
+            target_report(
+                &run.targets[t],
+                conns,
+                active,
+                sent,
+                unsent,
+                run.schedule.as_ref(),
+            )
         })
         .collect();
     match (&run.schedule, per.as_slice()) {
@@ -1210,7 +1241,9 @@ fn target_report(
         c.write,
         timeout,
         c.protocol,
-        c.first_protocol_error.as_deref().map_or("null".to_string(), json_str),
+        c.first_protocol_error
+            .as_deref()
+            .map_or("null".to_string(), json_str),
         c.latency.avg_ms(),
         c.latency.percentile_ms(50.0),
         c.latency.percentile_ms(90.0),
@@ -1247,7 +1280,20 @@ fn target_report(
                 )
             })
             .collect();
-        out.push_str(&format!(", \"turns\": [{}]", turns.join(", ")));
+        out.push_str(&format!(
+            ", \"quiet\": {{\"turns\": {}, \"requests\": {}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \
+             \"p999_ms\": {:.3}, \"max_ms\": {:.3}}}, \"turns\": [{}]",
+            t.turns
+                .iter()
+                .filter(|u| u.steal.is_some_and(|s| s < QUIET_STEAL))
+                .count(),
+            t.quiet.count,
+            t.quiet.percentile_ms(50.0),
+            t.quiet.percentile_ms(99.0),
+            t.quiet.percentile_ms(99.9),
+            t.quiet.max_us as f64 / 1000.0,
+            turns.join(", ")
+        ));
     }
     out.push('}');
     out
@@ -1468,12 +1514,19 @@ mod tests {
         assert_eq!(c.protocol + c.connect + c.read + c.write, 0);
         let sent = run.schedule.as_ref().unwrap().next;
         assert_eq!(c.requests, sent, "every request sent was answered");
-        assert!((990..=1001).contains(&sent), "{sent} requests sent at 1000/s for 1 s");
+        assert!(
+            (990..=1001).contains(&sent),
+            "{sent} requests sent at 1000/s for 1 s"
+        );
         let p90 = c.latency.percentile_ms(90.0);
         assert!(p90 > 100.0, "p90 {p90} ms");
         assert!(c.latency.max_us >= 290_000, "max {} us", c.latency.max_us);
         // The requests held up went out late: the client itself kept to its schedule.
-        assert!(c.send_lag.max_us >= 250_000, "send lag max {} us", c.send_lag.max_us);
+        assert!(
+            c.send_lag.max_us >= 250_000,
+            "send lag max {} us",
+            c.send_lag.max_us
+        );
         assert!(c.send_lag.percentile_ms(50.0) < 1.0);
         let out = report(&run, secs);
         assert!(out.contains("\"unsent\": 0"), "{out}");
@@ -1499,7 +1552,10 @@ mod tests {
         let sent = run.schedule.as_ref().unwrap().next;
         assert_eq!(c.protocol, 0, "{:?}", c.first_protocol_error);
         assert_eq!(c.connect + c.read + c.write, 0);
-        assert!((2990..=3001).contains(&sent), "{sent} sent at 3000/s for 1 s");
+        assert!(
+            (2990..=3001).contains(&sent),
+            "{sent} sent at 3000/s for 1 s"
+        );
         assert_eq!(c.requests, sent);
         assert_eq!(served.load(Ordering::Relaxed) as u64, sent);
         assert!(c.latency.percentile_ms(50.0) < 5.0);
@@ -1514,7 +1570,8 @@ mod tests {
         // The second server's 250th request is held 100 ms: in its second turn.
         let (b_addr, b_served) = stalling_server(250, Duration::from_millis(100));
         let mut a = args(a_addr, 8, Some(1000.0));
-        a.urls.push(parse_url(&format!("http://{b_addr}/")).unwrap());
+        a.urls
+            .push(parse_url(&format!("http://{b_addr}/")).unwrap());
         a.switch = Some(Duration::from_millis(200));
         a.duration = Duration::from_millis(1200);
         let mut run = new_run(&a, Epoll::new().unwrap());
@@ -1522,8 +1579,18 @@ mod tests {
         for (t, served) in run.targets.iter().zip([&a_served, &b_served]) {
             let c = &t.counts;
             assert_eq!(c.protocol + c.connect + c.read + c.write, 0);
-            assert_eq!(c.requests, served.load(Ordering::Relaxed) as u64, "{}", t.url);
-            assert!((590..=610).contains(&c.requests), "{}: {}", t.url, c.requests);
+            assert_eq!(
+                c.requests,
+                served.load(Ordering::Relaxed) as u64,
+                "{}",
+                t.url
+            );
+            assert!(
+                (590..=610).contains(&c.requests),
+                "{}: {}",
+                t.url,
+                c.requests
+            );
             let turns: Vec<u64> = t.turns.iter().map(|u| u.index).collect();
             let requests: usize = t.turns.iter().map(|u| u.requests).sum();
             assert_eq!(requests as u64, c.requests);
@@ -1534,11 +1601,56 @@ mod tests {
             } else {
                 assert_eq!(turns, [1, 3, 5]);
                 let max: Vec<u32> = t.turns.iter().map(|u| u.max_us).collect();
-                assert!(max[1] >= 90_000 && max[0] < 50_000 && max[2] < 50_000, "{max:?}");
+                assert!(
+                    max[1] >= 90_000 && max[0] < 50_000 && max[2] < 50_000,
+                    "{max:?}"
+                );
             }
+        }
+        for t in &run.targets {
+            // The quiet turns' latencies are pooled, and only theirs.
+            let quiet = t
+                .turns
+                .iter()
+                .filter(|u| u.steal.is_some_and(|s| s < QUIET_STEAL));
+            assert_eq!(t.quiet.count, quiet.map(|u| u.requests as u64).sum::<u64>());
         }
         let out = report(&run, secs);
         assert!(out.starts_with("{\"rate\": 1000, \"switch\": 0.2, \"targets\": [{\"url\""));
-        assert!(out.contains("\"turns\": [{\"turn\": 1, \"requests\": "), "{out}");
+        assert!(
+            out.contains("\"turns\": [{\"turn\": 1, \"requests\": "),
+            "{out}"
+        );
+    }
+
+    /// A turn's figures are its own, and only a quiet turn's latencies join the pool.
+    #[test]
+    fn a_turn_closes_with_its_percentiles_and_only_quiet_turns_are_pooled() {
+        let (addr, _) = stalling_server(usize::MAX, Duration::ZERO);
+        let run = new_run(&args(addr, 1, Some(1.0)), Epoll::new().unwrap());
+        let mut t = run.targets.into_iter().next().unwrap();
+        for (index, steal) in [(0, Some(0.01)), (1, Some(0.05)), (2, None), (3, Some(0.0))] {
+            t.turn.extend((1..=100).map(|us| us * (index + 1)));
+            t.close_turn(u64::from(index), steal);
+        }
+        let figures: Vec<(u32, u32, u32, usize)> = t
+            .turns
+            .iter()
+            .map(|u| (u.p50_us, u.p99_us, u.max_us, u.requests))
+            .collect();
+        assert_eq!(
+            figures,
+            [
+                (50, 99, 100, 100),
+                (100, 198, 200, 100),
+                (150, 297, 300, 100),
+                (200, 396, 400, 100)
+            ]
+        );
+        // Turns 0 and 3: 1..=100 us and 4..=400 us.
+        assert_eq!(t.quiet.count, 200);
+        assert_eq!(t.quiet.max_us, 400);
+        // The 50th of the 200: 1..=40 and 4, 8, .., 40.
+        assert_eq!(t.quiet.percentile_ms(25.0), 0.04);
     }
 }
