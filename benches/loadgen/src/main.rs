@@ -18,13 +18,22 @@
 //! request outstanding a connection, as a browser's keep-alive connection has). A request
 //! that finds no connection idle waits for one. Its latency runs from when it was due, not
 //! from when it went out, so a stall of the server is charged to every request it held up
-//! (no coordinated omission: wrk2's and oha's `--latency-correction` measure so too). The
-//! client waits for the next due time with `epoll_pwait2` and a 1 ns timer slack, and sends
-//! each request at its own time rather than in batches a timer tick apart; how late it sent
-//! (for any reason: its own scheduling, or no idle connection) is reported beside the
-//! latency, so a run whose client fell behind shows it. After the duration no request is
-//! sent, and those outstanding get up to 2 s more to be answered (later ones count as
-//! timeouts).
+//! (no coordinated omission, as wrk2 measures; oha's `--latency-correction` counts from when
+//! its timer let a request go, up to a tick of tokio's 1 ms timer after it was due, and lets
+//! them go in bursts). This client waits for the next due time with `epoll_pwait2` and a
+//! 1 ns timer slack, and sends each request at its own time; how late it sent (for any
+//! reason: its own scheduling, or no idle connection) is reported beside the latency, so a
+//! run whose client fell behind shows it. Its clock starts once every connection is up (2 s
+//! at most), so connecting is no part of it. After the duration no request is sent, and
+//! those outstanding get up to 2 s more to be answered (later ones count as timeouts).
+//!
+//! With several URLs and `--switch S`, the servers take turns: the schedule runs on, and the
+//! requests due in turn t go to server t mod n, each server with `-c` connections of its own
+//! (idle through the others' turns). Each server's figures are its own, and each turn's
+//! p50/p99/max and the host's steal during it (/proc/stat) are kept; the latencies of its
+//! turns with under 2 % steal are also pooled. So servers measured together meet the same
+//! minutes of a host whose hypervisor takes CPU in bursts.
+//!
 //! Content-Length bodies and bodiless statuses are read (an interim 1xx is passed over); a
 //! chunked response is an error that names itself, so the run fails rather than measuring
 //! something else. Connects are non-blocking, so a server slow to accept holds up neither
@@ -615,6 +624,9 @@ const RETRY: Duration = Duration::from_millis(10);
 /// How long requests still outstanding when an open-loop run ends may take to be answered.
 const GRACE: Duration = Duration::from_secs(2);
 
+/// How long an open loop waits for its connections to be up before its clock starts.
+const CONNECT_WAIT: Duration = Duration::from_secs(2);
+
 /// An open loop's schedule: request k is due at `start + k / rate`, and goes to the target
 /// whose turn it is then.
 struct Schedule {
@@ -1014,8 +1026,6 @@ fn json_str(s: &str) -> String {
 /// Drives the run to its end: for `duration`, then (open loop) until nothing is
 /// outstanding or `GRACE` has passed. Returns the seconds requests were sent for.
 fn drive(run: &mut Run, duration: Duration) -> io::Result<f64> {
-    let start = run.schedule.as_ref().map_or_else(Instant::now, |s| s.start);
-    let end = start + duration;
     let mut retry_at = Instant::now();
     for i in 0..run.conns.len() {
         run.open(i);
@@ -1026,6 +1036,41 @@ fn drive(run: &mut Run, duration: Duration) -> io::Result<f64> {
         libc::EPOLLOUT as u32,
         (libc::EPOLLHUP | libc::EPOLLERR) as u32,
     );
+    if run.schedule.is_some() {
+        // The open loop's clock starts once its connections are up (or CONNECT_WAIT has
+        // passed): a burst of connects and accepts is no part of any server's first turn.
+        let deadline = Instant::now() + CONNECT_WAIT;
+        loop {
+            let now = Instant::now();
+            let connecting = run.conns.iter().flatten().any(|c| c.connecting);
+            if now >= deadline || (!connecting && run.refused.is_empty()) {
+                break;
+            }
+            let n = run.ep.wait(&mut events, (deadline - now).min(RETRY))?;
+            for ev in &events[..n] {
+                let (flags, i) = (ev.events, ev.u64 as usize);
+                if run.conns[i].as_ref().is_some_and(|c| c.connecting) && flags & (out | fail) != 0
+                {
+                    run.writable(i);
+                }
+            }
+            for i in std::mem::take(&mut run.closed) {
+                run.open(i);
+            }
+            if !run.refused.is_empty() && Instant::now() >= retry_at {
+                retry_at = Instant::now() + RETRY;
+                for i in std::mem::take(&mut run.refused) {
+                    run.open(i);
+                }
+            }
+        }
+        if let Some(s) = run.schedule.as_mut() {
+            s.start = Instant::now();
+            s.turn_jiffies = cpu_jiffies();
+        }
+    }
+    let start = run.schedule.as_ref().map_or_else(Instant::now, |s| s.start);
+    let end = start + duration;
     loop {
         let now = Instant::now();
         if now >= end && !run.stopped {
