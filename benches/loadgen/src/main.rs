@@ -99,52 +99,32 @@ fn usage() -> String {
         .to_string()
 }
 
+/// An option's value as a number, or an error that names the option.
+fn parsed<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e| format!("{name}: {e}"))
+}
+
 fn parse_args() -> Result<Args, String> {
-    let mut conns = None;
-    let mut secs = None;
+    let mut conns: Option<usize> = None;
+    let mut secs: Option<f64> = None;
     let mut headers = Vec::new();
     let mut body_bytes = 0;
-    let mut rate = None;
-    let mut switch = None;
+    let mut rate: Option<f64> = None;
+    let mut switch: Option<f64> = None;
     let mut urls = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
         match a.as_str() {
-            "-c" => {
-                conns = Some(
-                    value("-c")?
-                        .parse::<usize>()
-                        .map_err(|e| format!("-c: {e}"))?,
-                )
-            }
-            "-d" => {
-                secs = Some(
-                    value("-d")?
-                        .parse::<f64>()
-                        .map_err(|e| format!("-d: {e}"))?,
-                )
-            }
+            "-c" => conns = Some(parsed("-c", value("-c")?)?),
+            "-d" => secs = Some(parsed("-d", value("-d")?)?),
             "-H" => headers.push(value("-H")?),
-            "--rate" => {
-                rate = Some(
-                    value("--rate")?
-                        .parse::<f64>()
-                        .map_err(|e| format!("--rate: {e}"))?,
-                )
-            }
-            "--switch" => {
-                switch = Some(
-                    value("--switch")?
-                        .parse::<f64>()
-                        .map_err(|e| format!("--switch: {e}"))?,
-                )
-            }
-            "--body-bytes" => {
-                body_bytes = value("--body-bytes")?
-                    .parse()
-                    .map_err(|e| format!("--body-bytes: {e}"))?
-            }
+            "--rate" => rate = Some(parsed("--rate", value("--rate")?)?),
+            "--switch" => switch = Some(parsed("--switch", value("--switch")?)?),
+            "--body-bytes" => body_bytes = parsed("--body-bytes", value("--body-bytes")?)?,
             "-h" | "--help" => return Err(usage()),
             _ if a.starts_with('-') => return Err(format!("unknown option {a}\n{}", usage())),
             _ => urls.push(parse_url(&a)?),
