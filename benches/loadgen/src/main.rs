@@ -650,6 +650,20 @@ impl Schedule {
 }
 
 impl Run {
+    /// Opens again the connections that closed, and those refused once `retry_at` has
+    /// passed (then due again `RETRY` later).
+    fn reopen(&mut self, retry_at: &mut Instant) {
+        for i in std::mem::take(&mut self.closed) {
+            self.open(i);
+        }
+        if !self.refused.is_empty() && Instant::now() >= *retry_at {
+            *retry_at = Instant::now() + RETRY;
+            for i in std::mem::take(&mut self.refused) {
+                self.open(i);
+            }
+        }
+    }
+
     fn target_of(&self, i: usize) -> usize {
         i / self.per_target
     }
@@ -1034,15 +1048,7 @@ fn drive(run: &mut Run, duration: Duration) -> io::Result<f64> {
                     run.writable(i);
                 }
             }
-            for i in std::mem::take(&mut run.closed) {
-                run.open(i);
-            }
-            if !run.refused.is_empty() && Instant::now() >= retry_at {
-                retry_at = Instant::now() + RETRY;
-                for i in std::mem::take(&mut run.refused) {
-                    run.open(i);
-                }
-            }
+            run.reopen(&mut retry_at);
         }
         if let Some(s) = run.schedule.as_mut() {
             s.start = Instant::now();
@@ -1088,15 +1094,7 @@ fn drive(run: &mut Run, duration: Duration) -> io::Result<f64> {
             }
         }
         if !run.stopped {
-            for i in std::mem::take(&mut run.closed) {
-                run.open(i);
-            }
-            if !run.refused.is_empty() && Instant::now() >= retry_at {
-                retry_at = Instant::now() + RETRY;
-                for i in std::mem::take(&mut run.refused) {
-                    run.open(i);
-                }
-            }
+            run.reopen(&mut retry_at);
         }
         run.dispatch(Instant::now());
     }
