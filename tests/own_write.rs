@@ -93,40 +93,67 @@ fn pipelined_requests_behind_one_a_handler_writes_itself_keep_their_order() {
     s.assert_no_panic();
 }
 
-#[test]
-fn a_response_the_socket_takes_only_in_part_arrives_whole() {
-    let s = Server::start("own_write:app", &["--stats", "--blocking-threads", "1"]);
+/// Sends `request` on a connection with a small receive window that reads only at the
+/// end, until the kernel's send buffer (it may grow to `tcp_wmem`'s maximum) has been
+/// offered half again as much as it holds: each response finds the socket's buffer
+/// fuller, until one is taken only in part (the loop writes the rest as the client reads)
+/// and the next not at all. Every response must arrive as `expected`, and the connection
+/// stay usable.
+fn fill_the_socket_and_read_it_all(s: &Server, request: &[u8], expected: &[u8]) {
     let max_sndbuf: usize = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
         .ok()
         .and_then(|t| t.split_whitespace().nth(2)?.parse().ok())
         .unwrap_or(4 << 20);
-    let requests = (max_sndbuf * 3 / 2) / 60_000 + 1;
+    let requests = (max_sndbuf * 3 / 2) / expected.len() + 1;
+    let mut c = Conn::connect_small(s.addr(), 4096);
+    for _ in 0..requests {
+        c.send(request);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for r in c.read_responses(requests) {
+        assert_eq!(r.status, 200);
+        assert!(r.body == expected, "body differs ({} bytes)", r.body.len());
+    }
+    c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.read_response().body_text(), "hello");
+}
+
+#[test]
+fn a_response_the_socket_takes_only_in_part_arrives_whole() {
+    let s = Server::start("own_write:app", &["--stats", "--blocking-threads", "1"]);
     let expected: Vec<u8> = (0..60)
         .flat_map(|i| vec![b'a' + (i % 26) as u8; 1000])
         .collect();
     for _ in 0..3 {
-        // A small receive window and a client that reads only at the end: each response
-        // finds the socket's buffer fuller, until one is taken only in part (the loop
-        // writes the rest as the client reads) and the next not at all.
-        let mut c = Conn::connect_small(s.addr(), 4096);
-        // The kernel's send buffer may grow to `tcp_wmem`'s maximum: send half again as
-        // much as that.
-        for _ in 0..requests {
-            c.send(b"GET /many?n=60&size=1000 HTTP/1.1\r\nHost: x\r\n\r\n");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        for r in c.read_responses(requests) {
-            assert_eq!(r.status, 200);
-            assert!(r.body == expected, "body differs ({} bytes)", r.body.len());
-        }
-        // The connection stays usable.
-        c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert_eq!(c.read_response().body_text(), "hello");
+        fill_the_socket_and_read_it_all(
+            &s,
+            b"GET /many?n=60&size=1000 HTTP/1.1\r\nHost: x\r\n\r\n",
+            &expected,
+        );
     }
     let (_, part) = written_here(&report(&s));
     assert!(
         part >= 1,
         "no response was written in part:\n{}",
+        s.stderr_text()
+    );
+    s.assert_no_panic();
+}
+
+#[test]
+fn a_large_response_of_uncopied_items_the_socket_takes_only_in_part_arrives_whole() {
+    // As above, for a body whose first item goes out uncopied (a reference to the app's
+    // bytes, then a copied buffer): the handler writes both with one `sendmsg`, and what
+    // the socket does not take, cut inside either, goes to the loop.
+    let s = Server::start("own_write:app", &["--stats", "--blocking-threads", "1"]);
+    let mut expected = vec![b'x'; 33_000];
+    expected.push(b'-');
+    expected.extend(std::iter::repeat_n(b'y', 31_000));
+    fill_the_socket_and_read_it_all(&s, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n", &expected);
+    let (per, part) = written_here(&report(&s));
+    assert!(
+        part >= 1 && per > 0.0,
+        "no large response was written here in part:\n{}",
         s.stderr_text()
     );
     s.assert_no_panic();

@@ -146,6 +146,14 @@ impl PyBytesRef {
         // alive; bytes objects never change or move their storage.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
+
+    /// Drops the first `n` bytes (all of them, if fewer) from the range.
+    pub fn advance(&mut self, n: usize) {
+        let n = n.min(self.len);
+        // SAFETY: `n <= len`, so `ptr + n` stays within (or one past) the same range.
+        self.ptr = unsafe { self.ptr.add(n) };
+        self.len -= n;
+    }
 }
 
 impl std::fmt::Debug for PyBytesRef {
@@ -175,6 +183,16 @@ impl Buf {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Drops the first `n` bytes (all of them, if fewer).
+    pub fn advance(&mut self, n: usize) {
+        match self {
+            Buf::Vec(v) => {
+                v.drain(..n.min(v.len()));
+            }
+            Buf::Py(p) => p.advance(n),
+        }
     }
 }
 

@@ -782,19 +782,21 @@ impl Exchange {
             _ => None,
         };
         let keep_alive = st.keep_alive && !st.mismatch;
-        let (mut data, more) = take_message(st);
+        let (mut data, mut more) = take_message(st);
         if let Some(fd) = st.req.socket {
-            // The whole response is in `data` (nothing pushed before it, no uncopied items,
-            // no file) and small: written here, the client has it without a hand-back to
-            // the loop. What the socket does not take goes to the loop as usual.
+            // The whole response is here (nothing pushed before it, no file): in `data`
+            // and a few uncopied items, and not large. Written here, the client has it
+            // without a hand-back to the loop, and a large body is copied into the socket
+            // on this thread's core rather than the loop's. What the socket does not take
+            // goes to the loop as usual.
             if keep_alive
                 && !st.pushed
-                && more.is_empty()
                 && st.file.is_none()
-                && data.len() <= OWN_WRITE_MAX_BYTES
+                && more.len() < OWN_WRITE_MAX_SLICES
+                && data.len() + more.iter().map(Buf::len).sum::<usize>() <= OWN_WRITE_MAX_BYTES
             {
                 let counters = &self.shared.counters;
-                match write_own(fd.fd(), &mut data) {
+                match write_own(fd.fd(), &mut data, &mut more) {
                     OwnWrite::All => stats::bump(&counters.own_writes, 1),
                     OwnWrite::Part => stats::bump(&counters.own_writes_partial, 1),
                     OwnWrite::None => {}
@@ -1005,10 +1007,14 @@ impl Exchange {
     }
 }
 
-/// Most bytes of a response a handler writes to its lent socket itself: a few
-/// microseconds of copying into the socket at most, with the GIL held. A larger response
-/// goes to the loop.
-const OWN_WRITE_MAX_BYTES: usize = 64 * 1024;
+/// Most bytes of a response a handler writes to its lent socket itself: a 64 KiB body
+/// and its head, some microseconds of copying into the socket with the GIL held. A larger
+/// response goes to the loop.
+const OWN_WRITE_MAX_BYTES: usize = 65 * 1024;
+
+/// Most buffers (`data` and the uncopied items after it) of a response a handler writes
+/// itself, in one `sendmsg`.
+const OWN_WRITE_MAX_SLICES: usize = 4;
 
 /// What `write_own` got out.
 enum OwnWrite {
@@ -1017,35 +1023,68 @@ enum OwnWrite {
     None,
 }
 
-/// Writes `data` to the lent socket `fd` without waiting, and removes from it what the
-/// socket took. An error (the client left; or the loop closed the connection, when `fd`
-/// holds the loop's placeholder) leaves `data` whole for the loop, which meets the same
-/// condition, or drops the bytes with their connection.
-fn write_own(fd: std::os::fd::RawFd, data: &mut Vec<u8>) -> OwnWrite {
-    loop {
-        // SAFETY: `data` is a live buffer of `data.len()` bytes. `fd` stays open for as
-        // long as this request's final part has not reached the loop (`Request::socket`);
-        // it is the connection's socket or, once the loop closed it, a placeholder.
-        let sent = unsafe {
-            crate::sys::syscall!(send(
-                fd,
-                data.as_ptr().cast::<libc::c_void>(),
-                data.len(),
-                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL
-            ))
-        };
-        return match sent {
+/// Writes `data`, then `more`, to the lent socket `fd` without waiting, and removes from
+/// them what the socket took. An error (the client left; or the loop closed the
+/// connection, when `fd` holds the loop's placeholder) leaves them whole for the loop,
+/// which meets the same condition, or drops the bytes with their connection.
+fn write_own(fd: std::os::fd::RawFd, data: &mut Vec<u8>, more: &mut Vec<Buf>) -> OwnWrite {
+    let total = data.len() + more.iter().map(Buf::len).sum::<usize>();
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; OWN_WRITE_MAX_SLICES];
+    let mut n = 0;
+    for part in std::iter::once(data.as_slice()).chain(more.iter().map(Buf::as_slice)) {
+        if !part.is_empty() && n < iov.len() {
+            iov[n] = libc::iovec {
+                iov_base: part.as_ptr() as *mut libc::c_void,
+                iov_len: part.len(),
+            };
+            n += 1;
+        }
+    }
+    // SAFETY: all-zero is a valid `msghdr` (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    let sent = loop {
+        // SAFETY: `msg` names `n` iovecs, each over a live buffer of its length (`data`
+        // and `more`, not touched until the call returns; `sendmsg` only reads them).
+        // `fd` stays open for as long as this request's final part has not reached the
+        // loop (`Request::socket`); it is the connection's socket or, once the loop closed
+        // it, a placeholder.
+        match unsafe {
+            crate::sys::syscall!(sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL))
+        } {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) | Ok(0) => OwnWrite::None,
-            Ok(n) if n as usize >= data.len() => {
-                data.clear();
-                OwnWrite::All
+            other => break other,
+        }
+    };
+    match sent {
+        Err(_) | Ok(0) => OwnWrite::None,
+        Ok(sent) => {
+            let mut left = sent as usize;
+            let step = left.min(data.len());
+            data.drain(..step);
+            left -= step;
+            while left > 0 {
+                let Some(front) = more.first_mut() else {
+                    break;
+                };
+                let step = left.min(front.len());
+                front.advance(step);
+                left -= step;
+                if front.is_empty() {
+                    more.remove(0);
+                }
             }
-            Ok(n) => {
-                data.drain(..n as usize);
+            more.retain(|b| !b.is_empty());
+            if sent as usize >= total {
+                OwnWrite::All
+            } else {
                 OwnWrite::Part
             }
-        };
+        }
     }
 }
 

@@ -5,6 +5,8 @@ socket itself.
 /hello            "hello"
 /many?n=N&size=B  N body items of B bytes each ("a", "b", ... repeated), small enough to
                   be copied into one buffer
+/big              64 001 bytes: an item large enough to go uncopied (33 000 "x"), then
+                  "-" and 31 000 "y", copied after it
 """
 
 import time
@@ -19,6 +21,8 @@ def app(environ, start_response):
         items = [b"slept"]
     elif path == "/hello":
         items = [b"hello"]
+    elif path == "/big":
+        items = [b"x" * 33000, b"-", b"y" * 31000]
     elif path == "/many":
         n, size = int(q.get("n", "60")), int(q.get("size", "1000"))
         items = [bytes([97 + i % 26]) * size for i in range(n)]
