@@ -1028,7 +1028,6 @@ enum OwnWrite {
 /// connection, when `fd` holds the loop's placeholder) leaves them whole for the loop,
 /// which meets the same condition, or drops the bytes with their connection.
 fn write_own(fd: std::os::fd::RawFd, data: &mut Vec<u8>, more: &mut Vec<Buf>) -> OwnWrite {
-    let total = data.len() + more.iter().map(Buf::len).sum::<usize>();
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -1063,23 +1062,18 @@ fn write_own(fd: std::os::fd::RawFd, data: &mut Vec<u8>, more: &mut Vec<Buf>) ->
     match sent {
         Err(_) | Ok(0) => OwnWrite::None,
         Ok(sent) => {
+            // The socket took the first `sent` bytes, in the order the iovecs name them.
             let mut left = sent as usize;
             let step = left.min(data.len());
             data.drain(..step);
             left -= step;
-            while left > 0 {
-                let Some(front) = more.first_mut() else {
-                    break;
-                };
-                let step = left.min(front.len());
-                front.advance(step);
+            for buf in more.iter_mut() {
+                let step = left.min(buf.len());
+                buf.advance(step);
                 left -= step;
-                if front.is_empty() {
-                    more.remove(0);
-                }
             }
             more.retain(|b| !b.is_empty());
-            if sent as usize >= total {
+            if data.is_empty() && more.is_empty() {
                 OwnWrite::All
             } else {
                 OwnWrite::Part
