@@ -465,8 +465,8 @@ pub struct Cli {
 
     /// Where each worker's threads run. `adaptive` (the default): with one handler thread,
     /// the loop runs on the CPU its handler is on (and follows it there) while the worker
-    /// uses half a core to 1.2 cores and neither thread fills one, so requests change hands
-    /// within a core; it lets the loop go when that CPU is full while another idles, other
+    /// uses half a core to 1.2 cores while awake (quiet spells between bursts left out) and
+    /// neither thread fills one, so requests change hands within a core; it lets the loop go when that CPU is full while another idles, other
     /// processes crowd it, or the kernel keeps moving the handler (judged each second).
     /// Only the loop thread, which never runs
     /// Python, is pinned: the app, its threads and its processes keep every CPU. `auto` pins

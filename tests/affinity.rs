@@ -560,6 +560,51 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
     s.assert_no_panic();
 }
 
+/// Traffic in bursts: a worker with a light load for 1.5 s at a time and 2 s of quiet
+/// between is judged by its bursts (a quiet window neither counts nor undoes the busy one
+/// before it), so its loop goes beside its handler as under a steady light load. (Run
+/// alone, as the test above.)
+#[test]
+fn by_default_the_loop_runs_beside_a_handler_busy_in_bursts() {
+    if two_or_more_cpus().is_none() {
+        return;
+    }
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--workers",
+            "1",
+            "--blocking-threads",
+            "1",
+            "--log-level",
+            "debug",
+        ],
+    );
+    s.wait_for_workers(1, PROMPT);
+    let beside = || {
+        s.log_text()
+            .contains("this worker's loop now runs beside its handler (CPU")
+    };
+    let mut bursts = 0;
+    let mut answered = 0;
+    while bursts < 5 && !beside() {
+        bursts += 1;
+        // About 0.65 of a core, as in the test above.
+        let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
+        std::thread::sleep(Duration::from_millis(1500));
+        answered += stop_asking(light);
+        if !beside() {
+            std::thread::sleep(Duration::from_secs(2));
+        }
+    }
+    let log = s.log_text();
+    assert!(
+        beside(),
+        "the loop not beside its handler after {bursts} bursts ({answered} answered)\n{log}"
+    );
+    s.assert_no_panic();
+}
+
 /// A loop beside its handler whose CPUs something else sets (`taskset -p` on its thread) is
 /// left where that put it, not pinned back. (Run alone, as the test above.)
 #[test]

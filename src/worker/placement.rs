@@ -20,7 +20,8 @@
 //! when it did) the loop judges from the worker's CPU time, its own and its handler's,
 //! and each CPU's from `/proc/stat` ([`Placement::judge`]):
 //!
-//! - apart, it pins itself to the CPU the handler is on after two windows in a row in which
+//! - apart, it pins itself to the CPU the handler is on after two windows in a row (quiet
+//!   ones between them aside, below) in which
 //!   the worker used half a core or more ([`MIN_USE`]) but less than [`PIN_BELOW`] cores,
 //!   and neither
 //!   the loop nor its handler [`BUSY_THREAD`] of a core or more (a thread that fills a core
@@ -34,6 +35,14 @@
 //!   [`HOLD_OFF_MAX`], and back
 //!   to the first after a pin that held that long) before it pins again, so a worker on
 //!   the edge does not flap.
+//!
+//! The worker's use is counted over the part of a window it was awake: the loop's sleeps
+//! of [`IDLE_GAP`] or more are left out ([`Reading::idle`]), so a worker whose traffic
+//! comes in bursts (a busy second between seconds of quiet) is judged by its bursts, as a
+//! steady one is. Apart, a window awake for less than [`MIN_ACTIVE`] neither counts
+//! towards pinning nor breaks the row; beside the handler, one asleep for half of it or
+//! more judges nothing (its CPU's ticks are then mostly what others did while the worker
+//! slept, which matters only once it is busy again, and is judged then).
 //!
 //! Several workers each run their loop beside their own handler, where the kernel puts
 //! that; two that share one CPU crowd each other and let go.
@@ -68,14 +77,25 @@ pub const HOLD_OFF: Duration = Duration::from_secs(30);
 /// ... doubled at each letting go, up to this.
 pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
 
+/// A sleep of the loop this long or longer is the worker idling: the window's share of
+/// it is left out of the worker's use ([`Reading::idle`]).
+pub const IDLE_GAP: Duration = Duration::from_millis(50);
+/// Apart: a window in which the worker was active (the window less its idle) for less
+/// than this says nothing of whether pinning suits it, ...
+pub const MIN_ACTIVE: Duration = Duration::from_millis(250);
+// ... and pinned, one idle for half of it or more says nothing of its CPU (whose ticks
+// over the window are then mostly other processes' time while the worker slept).
+
 /// One reading: when, the worker's CPU time so far, its loop's and its handler's (in the
-/// same order every time), and every CPU's ticks so far.
+/// same order every time), every CPU's ticks so far, and how long the loop slept since
+/// the last reading in sleeps of [`IDLE_GAP`] or more.
 #[derive(Clone, Debug)]
 pub struct Reading {
     pub at: Instant,
     pub used: Duration,
     pub threads: Vec<Duration>,
     pub cpus: Vec<CpuTicks>,
+    pub idle: Duration,
 }
 
 /// What the loop is to do with itself.
@@ -103,7 +123,7 @@ pub struct Placement {
     quiet_until: Instant,
     hold_off: Duration,
     last: Option<Reading>,
-    /// Windows in a row, apart, in which pinning suited.
+    /// Windows in a row, apart, in which pinning suited (quiet ones between not counted).
     suited: u32,
     /// Moves after the handler since the last judgement.
     follows: u32,
@@ -183,9 +203,17 @@ impl Placement {
             self.suited = 0;
             return Move::Stay;
         }
-        let used = now.used.saturating_sub(last.used).as_secs_f64() / secs;
+        let idle = now.idle.as_secs_f64().min(secs);
         let Some(cpu) = self.pinned else {
-            let busiest = threads_share(&now, &last, secs).fold(0.0, f64::max);
+            // The worker's use while it was active: a worker busy for a second between
+            // seconds of quiet (traffic in bursts) is judged by its bursts, and a window
+            // nearly all quiet neither counts towards pinning nor against it.
+            let active = secs - idle;
+            if active < MIN_ACTIVE.as_secs_f64() {
+                return Move::Stay;
+            }
+            let used = now.used.saturating_sub(last.used).as_secs_f64() / active;
+            let busiest = threads_share(&now, &last, active).fold(0.0, f64::max);
             if (MIN_USE..PIN_BELOW).contains(&used) && busiest < BUSY_THREAD {
                 self.suited += 1;
             } else {
@@ -212,10 +240,12 @@ impl Placement {
                 (share(a.busy, b.busy), share(a.idle, b.idle))
             })
         };
-        if now.cpus.is_empty() {
-            // /proc/stat unreadable this time: no judgement.
+        if now.cpus.is_empty() || idle * 2.0 >= secs {
+            // /proc/stat unreadable this time, or the worker mostly asleep (what used its
+            // CPU meanwhile is judged when the worker is busy again): no judgement.
             return Move::Stay;
         }
+        let used = now.used.saturating_sub(last.used).as_secs_f64() / secs;
         if !now.cpus.iter().any(|t| t.cpu == cpu) {
             // Offline: nothing says staying is right.
             self.spread(at);
@@ -300,6 +330,7 @@ mod tests {
         used: Duration,
         busiest: Duration,
         ticks: Vec<CpuTicks>,
+        idle: Duration,
     }
 
     /// A light worker beside a busy client: 0.6 of a core, CPU 0 60 % idle, CPU 1 90 %.
@@ -317,6 +348,7 @@ mod tests {
                 at,
                 used: Duration::ZERO,
                 busiest: Duration::ZERO,
+                idle: Duration::ZERO,
                 ticks: (0..2)
                     .map(|cpu| CpuTicks {
                         cpu,
@@ -337,6 +369,7 @@ mod tests {
                 used: self.used,
                 threads: vec![self.busiest],
                 cpus: self.ticks.clone(),
+                idle: self.idle,
             }
         }
 
@@ -345,7 +378,21 @@ mod tests {
         }
 
         fn window_with(&mut self, used: f64, busiest: f64, shares: [(u64, u64); 2]) -> Move {
-            self.at += WINDOW;
+            self.span(WINDOW, Duration::ZERO, used, busiest, shares)
+        }
+
+        /// A window `len` long in which the loop slept `idle` in long sleeps; `used` and
+        /// `busiest` are CPU seconds, the ticks as in `window_with`.
+        fn span(
+            &mut self,
+            len: Duration,
+            idle: Duration,
+            used: f64,
+            busiest: f64,
+            shares: [(u64, u64); 2],
+        ) -> Move {
+            self.at += len;
+            self.idle = idle;
             self.used += Duration::from_secs_f64(used);
             self.busiest += Duration::from_secs_f64(busiest);
             for (t, (busy, idle)) in self.ticks.iter_mut().zip(shares) {
@@ -565,5 +612,64 @@ mod tests {
         d.stays(600, LIGHT);
         assert!(matches!(d.window(FULL_BESIDE_SPARE), Move::Spread(_)));
         d.held_off_for(30);
+    }
+
+    /// Traffic in bursts: a second of light load, four of quiet, and again.
+    const QUIET: Duration = Duration::from_secs(4);
+
+    #[test]
+    fn a_worker_busy_in_bursts_is_judged_by_its_bursts() {
+        let mut d = Driver::new(1);
+        // A light second, then a quiet window (judged at the first pass after it):
+        // the quiet neither counts nor undoes the light second before it.
+        assert_eq!(d.window(LIGHT), Move::Stay);
+        assert_eq!(
+            d.span(QUIET, QUIET, 0.0, 0.0, [(40, 360), (40, 360)]),
+            Move::Stay
+        );
+        assert_eq!(d.window(LIGHT), Move::Pin(1));
+
+        // A window of a light second and the quiet after it (the pass that judges it came
+        // only with the next burst) is judged by that second: two such, and it pins.
+        let mut d = Driver::new(0);
+        let burst_then_quiet = Duration::from_secs(5);
+        let shares = [(80, 420), (50, 450)];
+        assert_eq!(
+            d.span(burst_then_quiet, QUIET, 0.6, 0.3, shares),
+            Move::Stay
+        );
+        assert_eq!(
+            d.span(burst_then_quiet, QUIET, 0.6, 0.3, shares),
+            Move::Pin(0)
+        );
+
+        // A tenth of a second of work is too little to judge by, however busy.
+        let mut d = Driver::new(0);
+        let short = Duration::from_millis(900);
+        d.stays(1, LIGHT);
+        assert_eq!(
+            d.span(WINDOW, short, 0.09, 0.05, [(10, 90), (5, 95)]),
+            Move::Stay
+        );
+        assert_eq!(d.window(LIGHT), Move::Pin(0));
+    }
+
+    #[test]
+    fn a_pinned_worker_asleep_is_judged_when_it_is_busy_again() {
+        let mut d = Driver::new(0);
+        d.pin();
+        d.stays(3, LIGHT);
+        // Others fill its CPU while it sleeps: nothing it meets, so it stays ...
+        for _ in 0..3 {
+            assert_eq!(
+                d.span(QUIET, QUIET, 0.0, 0.0, [(380, 20), (40, 360)]),
+                Move::Stay
+            );
+        }
+        // ... until it meets them, busy itself.
+        assert_eq!(
+            d.window((0.6, [(95, 5), (10, 90)])),
+            Move::Spread("other processes take much of its CPU")
+        );
     }
 }

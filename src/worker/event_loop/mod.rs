@@ -35,7 +35,7 @@ use crate::sys::listen::{Listener, MAX_LISTENERS};
 use crate::sys::signals::SignalPipe;
 use crate::worker::conn::{Conn, Effects, Next, ReadCtx, Written};
 use crate::worker::inline::{Inline, InlineSetup};
-use crate::worker::placement::{Move, Placement, Reading, FOLLOW_EVERY};
+use crate::worker::placement::{Move, Placement, Reading, FOLLOW_EVERY, IDLE_GAP};
 use accept::{AcceptErrors, ACCEPT_BATCH_ALONE, ACCEPT_BATCH_SHARED};
 pub use link::{HandlerLink, LoopOptions, Responses};
 use timeouts::{beat_every, sweep_interval};
@@ -153,6 +153,9 @@ pub struct EventLoop {
     proc_stat: Option<crate::sys::ProcStat>,
     /// While the loop runs beside its handler: when it next looks where that runs.
     follow_at: Instant,
+    /// How long the loop slept since the placement's last reading, in sleeps of
+    /// `IDLE_GAP` or more (`Reading::idle`).
+    idle: Duration,
     /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
     /// section of the counters.
     metrics_listener: Option<Listener>,
@@ -251,6 +254,7 @@ impl EventLoop {
             graceful_timeout: opts.graceful_timeout,
             placement,
             follow_at: Instant::now(),
+            idle: Duration::ZERO,
             proc_stat,
             inline_setup: inline,
             inline: None,
@@ -391,6 +395,7 @@ impl EventLoop {
             self.counters.epoll_waits += 1;
             self.counters.sleeps += 1;
             let slept = self.stats.then(Instant::now);
+            let went_to_sleep = self.now;
             let poll = &mut self.poll;
             let res = match py {
                 // Inline: other Python threads (the app's own) run while the loop sleeps.
@@ -399,6 +404,11 @@ impl EventLoop {
             };
             self.now = Instant::now();
             self.shared.wake.cancel();
+            // From this pass's start: the pass's own work is nothing beside a long sleep.
+            let gap = self.now.saturating_duration_since(went_to_sleep);
+            if gap >= IDLE_GAP && self.placement.is_some() {
+                self.idle += gap;
+            }
             if let Some(t) = slept {
                 self.counters.wait += t.elapsed();
             }
@@ -468,6 +478,7 @@ impl EventLoop {
                 crate::sys::thread_cpu_time(join).unwrap_or_default(),
             ],
             cpus,
+            idle: std::mem::take(&mut self.idle),
         };
         // Relaxed: see `HandlerShared::cpu`.
         let handler_cpu =
