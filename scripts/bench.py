@@ -776,7 +776,10 @@ def markdown(doc):
     lines.append(f"- **Shape**: `--workers {meta['workers']} --blocking-threads "
                  f"{meta['blocking_threads']}` (per-server overrides in the server names); "
                  f"{client_name(meta)}, {meta['duration']} s per run after {meta['warmup']} s of warm-up, "
-                 f"{meta['rounds']} alternating rounds, medians shown"
+                 f"{meta['rounds']} alternating rounds, "
+                 + ("the round with the median p99 shown (the lower middle of an even count; its p50, "
+                    "p99.9 and CPU with it)"
+                    if meta.get("rate") else "medians shown")
                  + ("; **HTTPS** (TLS 1.3, P-256 certificate, one handshake per connection)"
                     if meta.get("tls") else "")
                  + (f"; **fixed rate**: {rate_client(meta)} {meta['rate']} req/s, "
