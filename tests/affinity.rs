@@ -427,6 +427,24 @@ fn stop_asking(
     threads.into_iter().map(|t| t.join().unwrap()).sum()
 }
 
+/// One worker with one handler thread (where `adaptive` places its loop), logging each
+/// move; the server and the worker's pid.
+fn one_handler_worker() -> (Server, u32) {
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--workers",
+            "1",
+            "--blocking-threads",
+            "1",
+            "--log-level",
+            "debug",
+        ],
+    );
+    let pid = s.wait_for_workers(1, PROMPT)[0];
+    (s, pid)
+}
+
 /// `--cpu-affinity adaptive`, the default: in a worker using part of a core, the loop
 /// thread is pinned to the CPU its handler runs on within seconds, and only the loop (the
 /// app keeps every CPU); once the app keeps that CPU full while another one idles, the loop
@@ -445,18 +463,7 @@ fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fi
     let mut attempt = 0;
     let (s, pid) = loop {
         attempt += 1;
-        let s = Server::start(
-            "regress:app",
-            &[
-                "--workers",
-                "1",
-                "--blocking-threads",
-                "1",
-                "--log-level",
-                "debug",
-            ],
-        );
-        let pid = s.wait_for_workers(1, PROMPT)[0];
+        let (s, pid) = one_handler_worker();
         assert!(apart(&threads_of(pid)), "pinned before any load");
 
         // About 0.65 of a core: 2 ms of Python, then 1 ms of quiet.
@@ -569,18 +576,7 @@ fn by_default_the_loop_runs_beside_a_handler_busy_in_bursts() {
     if two_or_more_cpus().is_none() {
         return;
     }
-    let s = Server::start(
-        "regress:app",
-        &[
-            "--workers",
-            "1",
-            "--blocking-threads",
-            "1",
-            "--log-level",
-            "debug",
-        ],
-    );
-    s.wait_for_workers(1, PROMPT);
+    let (s, _) = one_handler_worker();
     let beside = || {
         s.log_text()
             .contains("this worker's loop now runs beside its handler (CPU")
