@@ -601,6 +601,42 @@ fn by_default_the_loop_runs_beside_a_handler_busy_in_bursts() {
     s.assert_no_panic();
 }
 
+/// A loop beside its handler whose app turns to long requests that fill their CPU (200 ms
+/// of Python each, one after another, from one client) is let go: its sleeps through a request in hand are
+/// no quiet, so the window is judged. (Run alone, as the tests above.)
+#[test]
+fn by_default_the_loop_runs_beside_a_handler_until_long_requests_fill_its_cpu() {
+    let Some(cpus) = two_or_more_cpus() else {
+        return;
+    };
+    let (s, pid) = one_handler_worker();
+    let light = keep_asking(&s, "/spin?ms=2", 1, Duration::from_millis(1));
+    let (pinned, seen) = wait_for_cpus(pid, Duration::from_secs(15), |t| {
+        loop_alone_pinned(t, &cpus).is_some()
+    });
+    stop_asking(light);
+    let log = s.log_text();
+    if !pinned && log.contains("the kernel keeps moving its handler") {
+        // What `by_default_the_loop_runs_beside_a_light_handler_...` tries again for.
+        eprintln!("the kernel kept moving the handler: nothing here to let go\n{log}");
+        return;
+    }
+    assert!(pinned, "not pinned under a light load: {seen:?}\n{log}");
+    // One client: one request in hand at a time, through which the loop sleeps.
+    let long = keep_asking(&s, "/spin?ms=200", 1, Duration::ZERO);
+    let apart = |t: &Threads| t.values().flatten().all(|c| *c == cpus);
+    let (spread, seen) = wait_for_cpus(pid, Duration::from_secs(20), apart);
+    let answered = stop_asking(long);
+    let log = s.log_text();
+    assert!(
+        spread,
+        "the loop still pinned beside a handler running long requests ({answered} \
+         answered): {seen:?}\n{log}"
+    );
+    assert!(log.contains("now runs on every allowed CPU ("), "{log}");
+    s.assert_no_panic();
+}
+
 /// A loop beside its handler whose CPUs something else sets (`taskset -p` on its thread) is
 /// left where that put it, not pinned back. (Run alone, as the test above.)
 #[test]

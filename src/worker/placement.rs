@@ -37,7 +37,8 @@
 //!   the edge does not flap.
 //!
 //! The worker's use is counted over the part of a window it was awake: the loop's sleeps
-//! of [`IDLE_GAP`] or more are left out ([`Reading::idle`]), so a worker whose traffic
+//! of [`IDLE_GAP`] or more with no request at the handler are left out
+//! ([`Reading::idle`]), so a worker whose traffic
 //! comes in bursts (a busy second between seconds of quiet) is judged by its bursts, as a
 //! steady one is. Apart, a window awake for less than [`MIN_ACTIVE`] neither counts
 //! towards pinning nor breaks the row; beside the handler, one asleep for half of it or
@@ -77,8 +78,9 @@ pub const HOLD_OFF: Duration = Duration::from_secs(30);
 /// ... doubled at each letting go, up to this.
 pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
 
-/// A sleep of the loop this long or longer is the worker idling: the window's share of
-/// it is left out of the worker's use ([`Reading::idle`]).
+/// A sleep of the loop this long or longer, with no request at its handler, is the
+/// worker idling: the window's share of it is left out of the worker's use
+/// ([`Reading::idle`]).
 pub const IDLE_GAP: Duration = Duration::from_millis(50);
 /// Apart: a window in which the worker was active (the window less its idle) for less
 /// than this says nothing of whether pinning suits it, ...
@@ -88,7 +90,7 @@ pub const MIN_ACTIVE: Duration = Duration::from_millis(250);
 
 /// One reading: when, the worker's CPU time so far, its loop's and its handler's (in the
 /// same order every time), every CPU's ticks so far, and how long the loop slept since
-/// the last reading in sleeps of [`IDLE_GAP`] or more.
+/// the last reading in sleeps of [`IDLE_GAP`] or more with no request at the handler.
 #[derive(Clone, Debug)]
 pub struct Reading {
     pub at: Instant,

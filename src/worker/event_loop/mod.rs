@@ -154,7 +154,7 @@ pub struct EventLoop {
     /// While the loop runs beside its handler: when it next looks where that runs.
     follow_at: Instant,
     /// How long the loop slept since the placement's last reading, in sleeps of
-    /// `IDLE_GAP` or more (`Reading::idle`).
+    /// `IDLE_GAP` or more with no request at the handler (`Reading::idle`).
     idle: Duration,
     /// `--metrics-port`: the listener scrapes come to (until a stop), and the loop's own
     /// section of the counters.
@@ -395,7 +395,11 @@ impl EventLoop {
             self.counters.epoll_waits += 1;
             self.counters.sleeps += 1;
             let slept = self.stats.then(Instant::now);
-            let went_to_sleep = self.now;
+            // `--cpu-affinity adaptive`: a sleep with no request at the handler is the
+            // worker idling (one while the handler runs a long request is not).
+            let idle_from = (self.placement.is_some()
+                && self.handlers.iter().all(|h| h.queued == 0))
+            .then_some(self.now);
             let poll = &mut self.poll;
             let res = match py {
                 // Inline: other Python threads (the app's own) run while the loop sleeps.
@@ -404,10 +408,12 @@ impl EventLoop {
             };
             self.now = Instant::now();
             self.shared.wake.cancel();
-            // From this pass's start: the pass's own work is nothing beside a long sleep.
-            let gap = self.now.saturating_duration_since(went_to_sleep);
-            if gap >= IDLE_GAP && self.placement.is_some() {
-                self.idle += gap;
+            if let Some(from) = idle_from {
+                // From this pass's start: the pass's own work is nothing beside a long sleep.
+                let gap = self.now.saturating_duration_since(from);
+                if gap >= IDLE_GAP {
+                    self.idle += gap;
+                }
             }
             if let Some(t) = slept {
                 self.counters.wait += t.elapsed();
