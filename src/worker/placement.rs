@@ -38,12 +38,13 @@
 //!
 //! The worker's use is counted over the part of a window it was awake: the loop's sleeps
 //! of [`IDLE_GAP`] or more with no request at the handler are left out
-//! ([`Reading::idle`]), so a worker whose traffic
-//! comes in bursts (a busy second between seconds of quiet) is judged by its bursts, as a
-//! steady one is. Apart, a window awake for less than [`MIN_ACTIVE`] neither counts
-//! towards pinning nor breaks the row; beside the handler, one asleep for half of it or
-//! more judges nothing (its CPU's ticks are then mostly what others did while the worker
-//! slept, which matters only once it is busy again, and is judged then).
+//! ([`Reading::idle`]) of the loop's and handler's time (the app's own threads' is taken
+//! over the whole window), so a worker whose traffic comes in bursts (a busy second
+//! between seconds of quiet) is judged by its bursts, as a steady one is. Apart, a window
+//! awake for less than [`MIN_ACTIVE`] neither counts towards pinning nor breaks the row;
+//! beside the handler, one asleep for half of it or more is judged only by whether the two
+//! threads filled their CPU while awake (its CPU's ticks are then mostly what others did
+//! while the worker slept, which matters once it is busy again, and is judged then).
 //!
 //! Several workers each run their loop beside their own handler, where the kernel puts
 //! that; two that share one CPU crowd each other and let go.
@@ -80,13 +81,16 @@ pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
 
 /// A sleep of the loop this long or longer, with no request at its handler, is the
 /// worker idling: the window's share of it is left out of the worker's use
-/// ([`Reading::idle`]).
-pub const IDLE_GAP: Duration = Duration::from_millis(50);
+/// ([`Reading::idle`]). Long enough that the gaps of a steady trickle of requests (four a
+/// second or more) are not taken for quiet: that would judge a worker by how heavy one
+/// request is rather than by how busy it is.
+pub const IDLE_GAP: Duration = Duration::from_millis(250);
 /// Apart: a window in which the worker was active (the window less its idle) for less
 /// than this says nothing of whether pinning suits it, ...
 pub const MIN_ACTIVE: Duration = Duration::from_millis(250);
 // ... and pinned, one idle for half of it or more says nothing of its CPU (whose ticks
-// over the window are then mostly other processes' time while the worker slept).
+// over the window are then mostly other processes' time while the worker slept), but
+// for whether its two threads filled it while awake.
 
 /// One reading: when, the worker's CPU time so far, its loop's and its handler's (in the
 /// same order every time), every CPU's ticks so far, and how long the loop slept since
@@ -206,15 +210,19 @@ impl Placement {
             return Move::Stay;
         }
         let idle = now.idle.as_secs_f64().min(secs);
+        let active = secs - idle;
+        // CPU seconds in the window: the whole worker's, and its loop's and handler's, which
+        // work only while it is awake (the app's own threads run whenever they like).
+        let cpu_all = now.used.saturating_sub(last.used).as_secs_f64();
+        let cpu_pair: f64 = threads_share(&now, &last, 1.0).sum();
         let Some(cpu) = self.pinned else {
-            // The worker's use while it was active: a worker busy for a second between
-            // seconds of quiet (traffic in bursts) is judged by its bursts, and a window
-            // nearly all quiet neither counts towards pinning nor against it.
-            let active = secs - idle;
+            // A worker busy for a second between seconds of quiet (traffic in bursts) is
+            // judged by its bursts, and a window nearly all quiet neither counts towards
+            // pinning nor against it.
             if active < MIN_ACTIVE.as_secs_f64() {
                 return Move::Stay;
             }
-            let used = now.used.saturating_sub(last.used).as_secs_f64() / active;
+            let used = cpu_pair / active + (cpu_all - cpu_pair).max(0.0) / secs;
             let busiest = threads_share(&now, &last, active).fold(0.0, f64::max);
             if (MIN_USE..PIN_BELOW).contains(&used) && busiest < BUSY_THREAD {
                 self.suited += 1;
@@ -242,12 +250,10 @@ impl Placement {
                 (share(a.busy, b.busy), share(a.idle, b.idle))
             })
         };
-        if now.cpus.is_empty() || idle * 2.0 >= secs {
-            // /proc/stat unreadable this time, or the worker mostly asleep (what used its
-            // CPU meanwhile is judged when the worker is busy again): no judgement.
+        if now.cpus.is_empty() {
+            // /proc/stat unreadable this time: no judgement.
             return Move::Stay;
         }
-        let used = now.used.saturating_sub(last.used).as_secs_f64() / secs;
         if !now.cpus.iter().any(|t| t.cpu == cpu) {
             // Offline: nothing says staying is right.
             self.spread(at);
@@ -262,10 +268,24 @@ impl Placement {
             .filter(|&&c| c != cpu)
             .filter_map(|&c| shares(c))
             .any(|(_, idle)| idle >= SPARE);
+        if idle * 2.0 >= secs {
+            // Mostly asleep: its CPU's ticks are then mostly what others did meanwhile,
+            // which is judged when the worker is busy again. Only whether the two threads
+            // filled their CPU while awake (bursts shorter than a window) is judged now.
+            if active >= MIN_ACTIVE.as_secs_f64()
+                && cpu_pair / active >= 1.0 - FULL
+                && spare_elsewhere
+            {
+                self.spread(at);
+                return Move::Spread("its CPU is full while another idles");
+            }
+            return Move::Stay;
+        }
+        let used = cpu_all / secs;
         // The threads' own time: beside each other they fill the CPU they share (whichever
         // it was: the kernel may have moved the handler, and the loop after it, during the
         // window, splitting the ticks between two CPUs).
-        let own = threads_share(&now, &last, secs).sum::<f64>();
+        let own = cpu_pair / secs;
         let why = if busy_here - used >= CROWDED {
             "other processes take much of its CPU"
         } else if (idle_here < FULL || own >= 1.0 - FULL) && spare_elsewhere {
@@ -635,15 +655,27 @@ mod tests {
         // only with the next burst) is judged by that second: two such, and it pins.
         let mut d = Driver::new(0);
         let burst_then_quiet = Duration::from_secs(5);
+        // (The driver's one thread stands for the loop and handler: all of the worker's
+        // time is theirs, spent while it was awake.)
         let shares = [(80, 420), (50, 450)];
         assert_eq!(
-            d.span(burst_then_quiet, QUIET, 0.6, 0.3, shares),
+            d.span(burst_then_quiet, QUIET, 0.6, 0.6, shares),
             Move::Stay
         );
         assert_eq!(
-            d.span(burst_then_quiet, QUIET, 0.6, 0.3, shares),
+            d.span(burst_then_quiet, QUIET, 0.6, 0.6, shares),
             Move::Pin(0)
         );
+        // The app's own threads' time is taken over the whole window: a worker whose
+        // loop and handler used 0.1 s in its awake second, and its other threads 0.75 s
+        // in the five (0.15 of a core, quiet or not), uses 0.25 of a core, not 0.85.
+        let mut d = Driver::new(0);
+        for _ in 0..3 {
+            assert_eq!(
+                d.span(burst_then_quiet, QUIET, 0.85, 0.1, shares),
+                Move::Stay
+            );
+        }
 
         // A tenth of a second of work is too little to judge by, however busy.
         let mut d = Driver::new(0);
@@ -672,6 +704,28 @@ mod tests {
         assert_eq!(
             d.window((0.6, [(95, 5), (10, 90)])),
             Move::Spread("other processes take much of its CPU")
+        );
+    }
+
+    #[test]
+    fn a_pinned_worker_whose_short_bursts_fill_its_cpu_is_let_go() {
+        let mut d = Driver::new(1);
+        d.pin();
+        d.stays(3, LIGHT);
+        // Half a second of work in each two-second window, its threads filling their CPU
+        // for it while the other CPU idles.
+        let (len, idle) = (Duration::from_secs(2), Duration::from_millis(1500));
+        assert_eq!(
+            d.span(len, idle, 0.49, 0.49, [(5, 195), (60, 140)]),
+            Move::Spread("its CPU is full while another idles")
+        );
+        // The same half second at a light load stays.
+        let mut d = Driver::new(1);
+        d.pin();
+        d.stays(3, LIGHT);
+        assert_eq!(
+            d.span(len, idle, 0.3, 0.3, [(5, 195), (40, 160)]),
+            Move::Stay
         );
     }
 }

@@ -409,7 +409,9 @@ impl EventLoop {
             self.now = Instant::now();
             self.shared.wake.cancel();
             if let Some(from) = idle_from {
-                // From this pass's start: the pass's own work is nothing beside a long sleep.
+                // From the loop's last clock reading before the sleep (the pass's start, or
+                // its sweep of timeouts): what the pass did since is nothing beside a long
+                // sleep.
                 let gap = self.now.saturating_duration_since(from);
                 if gap >= IDLE_GAP {
                     self.idle += gap;
