@@ -268,27 +268,21 @@ impl Placement {
             .filter(|&&c| c != cpu)
             .filter_map(|&c| shares(c))
             .any(|(_, idle)| idle >= SPARE);
-        if idle * 2.0 >= secs {
-            // Mostly asleep: its CPU's ticks are then mostly what others did meanwhile,
-            // which is judged when the worker is busy again. Only whether the two threads
-            // filled their CPU while awake (bursts shorter than a window) is judged now.
-            if active >= MIN_ACTIVE.as_secs_f64()
-                && cpu_pair / active >= 1.0 - FULL
-                && spare_elsewhere
-            {
-                self.spread(at);
-                return Move::Spread("its CPU is full while another idles");
-            }
+        // Mostly asleep, its CPU's ticks are mostly what others did meanwhile (judged when
+        // the worker is busy again): then only whether the two threads filled their CPU
+        // while awake (bursts shorter than a window) is judged.
+        let asleep = idle * 2.0 >= secs;
+        if asleep && active < MIN_ACTIVE.as_secs_f64() {
             return Move::Stay;
         }
-        let used = cpu_all / secs;
         // The threads' own time: beside each other they fill the CPU they share (whichever
         // it was: the kernel may have moved the handler, and the loop after it, during the
         // window, splitting the ticks between two CPUs).
-        let own = cpu_pair / secs;
-        let why = if busy_here - used >= CROWDED {
+        let own = cpu_pair / if asleep { active } else { secs };
+        let full = own >= 1.0 - FULL || (!asleep && idle_here < FULL);
+        let why = if !asleep && busy_here - cpu_all / secs >= CROWDED {
             "other processes take much of its CPU"
-        } else if (idle_here < FULL || own >= 1.0 - FULL) && spare_elsewhere {
+        } else if full && spare_elsewhere {
             "its CPU is full while another idles"
         } else {
             return Move::Stay;
