@@ -29,7 +29,6 @@
 //! with `M0S_PARTS_CALLS` 1000 and then 11000 ("Collected" in valgrind's summary).
 
 use m0serve::pipeline::msg::{ConnRef, Peer, Request};
-use m0serve::pipeline::park::WakeFlag;
 use m0serve::pipeline::shared::{HandlerShared, LoopShared};
 use m0serve::wsgi::environ::EnvBuilder;
 use m0serve::wsgi::{Bridge, Observers, ServerInfo, Sink};
@@ -261,10 +260,7 @@ fn main() {
         let out = Arc::new(Mutex::new(VecDeque::new()));
         let poll = mio::Poll::new().expect("a poller");
         let waker = mio::Waker::new(poll.registry(), mio::Token(1)).expect("a waker");
-        let loop_shared = Arc::new(LoopShared {
-            wake: WakeFlag::new(),
-            waker,
-        });
+        let loop_shared = Arc::new(LoopShared::new(waker));
         let mut bridge = Bridge::new(
             py,
             app,

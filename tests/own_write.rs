@@ -9,21 +9,31 @@ use std::time::Duration;
 
 use common::*;
 
-/// The handler's "written here N/req (M in part)" figures from the last `--stats` report.
-fn written_here(log: &str) -> (f64, u64) {
+/// The figure after `label` in the last `--stats` report of the handler ("written here
+/// 0.98/req", "loop wakes 0.50/req"), and the rest of its line after it.
+fn handler_figure<'a>(log: &'a str, label: &str) -> (f64, &'a str) {
     let line = log
         .lines()
         .rev()
         .find(|l| l.contains("stats m0s-handler-0:"))
         .unwrap_or_else(|| panic!("no handler report:\n{log}"));
-    let rest = &line[line.find("written here").expect("written here") + 12..];
-    let per: f64 = rest
+    let rest = &line[line
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label}: {line}"))
+        + label.len()..];
+    let figure = rest
         .trim_start()
         .split('/')
         .next()
         .unwrap()
         .parse()
         .unwrap();
+    (figure, rest)
+}
+
+/// The handler's "written here N/req (M in part)" figures from the last `--stats` report.
+fn written_here(log: &str) -> (f64, u64) {
+    let (per, rest) = handler_figure(log, "written here");
     let part = rest[rest.find('(').unwrap() + 1..]
         .split(' ')
         .next()
@@ -90,6 +100,44 @@ fn pipelined_requests_behind_one_a_handler_writes_itself_keep_their_order() {
     // And the connection goes on, quiet again.
     c.send(b"GET /hello HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.read_response().body_text(), "hello");
+    s.assert_no_panic();
+}
+
+/// A response the handler wrote itself ends with a final part that has nothing to write,
+/// which wakes the sleeping loop only when something waits on its connection
+/// (`LoopShared::quiet`); else the loop takes it at its next wake, within 20 ms. Here
+/// something always waits: the client has half-closed (the loop closes the connection
+/// after the response), or a request outside `--root-path` is held behind (the loop
+/// answers it after the response). Each such end must wake the loop: counted by the
+/// handler's "loop wakes", which is 0 when the loop is left to its bound.
+#[test]
+fn a_response_a_handler_wrote_itself_wakes_the_loop_when_its_connection_has_more_to_do() {
+    let s = Server::start(
+        "own_write:app",
+        &["--stats", "--blocking-threads", "1", "--root-path", "/app"],
+    );
+    for _ in 0..5 {
+        let mut c = s.connect();
+        c.send(b"GET /app/sleep?s=0.02 HTTP/1.1\r\nHost: x\r\n\r\n");
+        c.shutdown_write();
+        assert_eq!(c.read_response().body_text(), "slept");
+        c.expect_closed(Duration::from_secs(5));
+    }
+    let mut c = s.connect();
+    for _ in 0..5 {
+        c.send(
+            b"GET /app/sleep?s=0.02 HTTP/1.1\r\nHost: x\r\n\r\n\
+              GET /elsewhere HTTP/1.1\r\nHost: x\r\n\r\n",
+        );
+        let statuses: Vec<u16> = c.read_responses(2).iter().map(|r| r.status).collect();
+        assert_eq!(statuses, [200, 404]);
+    }
+    let log = report(&s);
+    // The handler wrote each of the ten responses itself, and woke the loop for each.
+    let (written, _) = written_here(&log);
+    assert!(written >= 0.99, "written here {written}/req:\n{log}");
+    let (wakes, _) = handler_figure(&log, "loop wakes");
+    assert!(wakes >= 0.9, "loop wakes {wakes}/req:\n{log}");
     s.assert_no_panic();
 }
 

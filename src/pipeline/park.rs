@@ -131,6 +131,59 @@ impl WakeFlag {
     }
 }
 
+/// A sleeper's wish to be woken for work it would otherwise take at its next wake anyway.
+///
+/// The loop uses it for a handler's final part with nothing left to write (the handler
+/// wrote the response itself): all the loop learns from it is that the connection is quiet
+/// again, which matters at once only when something waits on that connection (bytes
+/// pipelined behind the request, an answer held, a close, a graceful stop). Otherwise the
+/// part waits in the ring for the loop's next wake (a new request, a timer; the loop bounds
+/// its sleep while requests are out), and the handler saves a wake-up a request.
+///
+/// The protocol beside [`WakeFlag`]'s:
+///
+/// ```text
+///   sleeper (awake)                 waker
+///   wanted.store(true)              slot.seq.store(t + 1, Release)   (push)
+///   ... announce: fence(SeqCst)     fence(SeqCst)                    (wanted)
+///   re-check: slot.seq.load()       wanted.load() -> if true, should_wake / wake
+/// ```
+///
+/// Store-buffering again: the sleeper's store of `wanted` comes before the `SeqCst` fence
+/// of its next announce, the waker's push before the fence in [`wanted`](Self::wanted), so
+/// either the waker sees the wish (and goes on to `should_wake`, which sees the announce
+/// after that fence) or the sleeper's re-check sees the item and it does not sleep. A wish
+/// made after the item was pushed is met by the re-check of the same announce. The
+/// sleeper clears the wish only when no item it could be waiting for is outstanding; a
+/// waker that reads a stale `true` makes one wake-up too many.
+#[derive(Debug, Default)]
+pub struct WantFlag {
+    wanted: AtomicBool,
+}
+
+impl WantFlag {
+    /// Sleeper, while awake (before its next announce): whether it wants wakes for such
+    /// items. Stores only a change, so the line stays shared while the wish holds.
+    pub fn set(&self, on: bool) {
+        // Relaxed, both: the fence of the sleeper's next announce orders the store before
+        // its re-check (module doc, and the type's doc above).
+        if self.wanted.load(Ordering::Relaxed) != on {
+            self.wanted.store(on, Ordering::Relaxed);
+        }
+    }
+
+    /// Waker, after publishing an item (the ring push's Release store): whether the sleeper
+    /// wants to be woken for it. If `true`, go on as for any item (`should_wake`, wake).
+    #[must_use]
+    pub fn wanted(&self) -> bool {
+        // SeqCst fence: pairs with the fence in the sleeper's `WakeFlag::announce`
+        // (store-buffering; the type's doc).
+        fence(Ordering::SeqCst);
+        // Relaxed: the fence pair decides what this load must see.
+        self.wanted.load(Ordering::Relaxed)
+    }
+}
+
 /// Handler-side wait: spin with `crossbeam_utils::Backoff` (checking `ready()` each step)
 /// until `backoff.is_completed()`; then
 /// `loop { announce; if ready() { cancel; return }; park(); cancel(); if ready() { return } }`.
@@ -460,6 +513,41 @@ mod loom_tests {
                 }
             }
             assert_eq!(consumer.join().unwrap(), [0, 1]);
+        });
+    }
+
+    /// (d) A waker that wakes only when the sleeper wants the item (`WantFlag`): the
+    /// sleeper wishes while awake, then sleeps with the usual protocol; the item must
+    /// still reach it. Without the fence in `wanted`, loom finds the lost wake-up.
+    #[test]
+    fn a_wanted_item_always_wakes_the_sleeper() {
+        loom::model(|| {
+            let (mut tx, mut rx) = ring::<u32>(1);
+            let flag = Arc::new(WakeFlag::new());
+            let want = Arc::new(WantFlag::default());
+            let sleeper = thread::current();
+            let (f, w) = (Arc::clone(&flag), Arc::clone(&want));
+            let waker = thread::spawn(move || {
+                tx.push(7).unwrap();
+                if w.wanted() && f.should_wake() {
+                    sleeper.unpark();
+                }
+            });
+            want.set(true);
+            loop {
+                if let Some(v) = rx.pop() {
+                    assert_eq!(v, 7);
+                    break;
+                }
+                flag.announce();
+                if !rx.is_empty() {
+                    flag.cancel();
+                    continue;
+                }
+                thread::park();
+                flag.cancel();
+            }
+            waker.join().unwrap();
         });
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use crossbeam_utils::CachePadded;
 
 use crate::pipeline::msg::StreamBudget;
-use crate::pipeline::park::WakeFlag;
+use crate::pipeline::park::{WakeFlag, WantFlag};
 use crate::pipeline::stats::{self, HandlerCounters};
 
 /// Slots in each handler's request ring. A full ring stops the loop from taking more
@@ -24,9 +24,23 @@ pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
     pub wake: WakeFlag,
     pub waker: mio::Waker,
+    /// Set while something waits on a connection whose request is out (bytes pipelined
+    /// behind it, an answer held, its close, a full ring, a graceful stop): then a final
+    /// part with nothing to write wakes the loop like any other. Otherwise the loop takes
+    /// such a part at its next wake (`DEFERRED_WAKE_BOUND` bounds its sleep meanwhile).
+    pub quiet: WantFlag,
 }
 
 impl LoopShared {
+    /// The loop's shared state, awake, wanting no news of quiet connections yet.
+    pub fn new(waker: mio::Waker) -> LoopShared {
+        LoopShared {
+            wake: WakeFlag::new(),
+            waker,
+            quiet: WantFlag::default(),
+        }
+    }
+
     /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`
     /// when it did (a syscall).
     pub fn notify(&self) -> bool {

@@ -965,12 +965,7 @@ impl Conn {
                     self.phase = Phase::Closing { reset: false };
                     return false;
                 }
-                self.in_flight == 0
-                    && (self.has_buffered_input()
-                        || self.held.is_some()
-                        || self.read_stalled
-                        || matches!(self.phase, Phase::Last { .. })
-                        || self.continue_pending)
+                self.in_flight == 0 && self.goes_on_when_quiet()
             }
             Part::Abort { reset } => {
                 self.stream = None;
@@ -981,6 +976,22 @@ impl Conn {
                 false
             }
         }
+    }
+
+    /// Something waits for its requests in flight to finish: bytes pipelined behind them,
+    /// an answer held, reading stalled, an interim response due, its last request read.
+    fn goes_on_when_quiet(&self) -> bool {
+        self.has_buffered_input()
+            || self.held.is_some()
+            || self.read_stalled
+            || matches!(self.phase, Phase::Last { .. })
+            || self.continue_pending
+    }
+
+    /// It has a request out, and the loop must learn at once when the last finishes
+    /// (`LoopShared::quiet`).
+    pub fn waits_for_quiet(&self) -> bool {
+        self.in_flight > 0 && (self.goes_on_when_quiet() || self.parked.is_some())
     }
 
     /// The final part of a response it will not write (it is closing): one request fewer

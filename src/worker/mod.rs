@@ -17,7 +17,6 @@ use pyo3::prelude::*;
 
 use crate::config::Config;
 use crate::log;
-use crate::pipeline::park::WakeFlag;
 use crate::pipeline::ring;
 use crate::pipeline::shared::{HandlerShared, LoopShared, REQUEST_RING_SLOTS, RESPONSE_RING_SLOTS};
 use crate::python;
@@ -300,10 +299,7 @@ fn serve(
     let poll = mio::Poll::new().map_err(|e| format!("cannot create the poller: {e}"))?;
     let waker = mio::Waker::new(poll.registry(), mio::Token(1))
         .map_err(|e| format!("cannot create the loop waker: {e}"))?;
-    let loop_shared = Arc::new(LoopShared {
-        wake: WakeFlag::new(),
-        waker,
-    });
+    let loop_shared = Arc::new(LoopShared::new(waker));
     let access_log = match &config.access_log {
         Some((target, format)) => Some(Arc::new(crate::access_log::AccessLog {
             format: format.clone(),

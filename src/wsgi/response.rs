@@ -971,9 +971,10 @@ impl Exchange {
         };
         // The final part of a response with more requests queued behind it: the loop is
         // woken once for the batch (the handler thread does it), not for each response.
-        // So is a keep-alive final part with nothing left to write (the handler wrote the
-        // response itself, or the body went before it): the loop only learns that its
-        // connection is quiet again.
+        // A keep-alive final part with nothing left to write (the handler wrote the
+        // response itself, or the body went before it) only tells the loop that its
+        // connection is quiet again: it wakes the loop (with that batch) only if something
+        // waits on that (`LoopShared::quiet`), else it waits for the loop's next wake.
         let nothing_to_write = matches!(resp.part, Part::Last { keep_alive: true })
             && resp.data.is_empty()
             && resp.more.is_empty()
@@ -993,7 +994,9 @@ impl Exchange {
             }
         }
         shared.busy.progressed();
-        if defer {
+        if nothing_to_write && !self.loop_shared.quiet.wanted() {
+            // Taken at the loop's next wake.
+        } else if defer {
             shared.wake_owed.fetch_add(1, Ordering::Relaxed);
         } else {
             self.notify_loop();

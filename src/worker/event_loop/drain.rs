@@ -40,6 +40,8 @@ impl EventLoop {
             };
         }
         let now = Instant::now();
+        // The stop waits for every request out: hear of each end at once.
+        self.shared.quiet.set(true);
         self.deadline = Some(now + self.graceful_timeout);
         self.drain_started = Some(now);
         self.drain_check_at = Some(now + self.drain_grace());

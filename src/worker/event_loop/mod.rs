@@ -68,8 +68,8 @@ const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 /// How long a closing connection may keep sending before it is dropped (lingering close).
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The longest the loop sleeps while a handler has two or more requests out: a response a
-/// handler pushed without waking it (more requests behind it) waits at most this long.
+/// The longest the loop sleeps while a request is out: a final part a handler pushed
+/// without waking it (more requests behind it, or nothing to write) waits at most this long.
 /// Longer than a scheduler tick on purpose: a timer that is the CPU's earliest is
 /// reprogrammed in hardware at every sleep, which measured 9 µs a sleep in this VM with a
 /// 1 ms bound (hello at 16 connections lost 7 %; BENCHMARKS.md, "deferred wake").
@@ -384,12 +384,13 @@ impl EventLoop {
                 continue;
             }
             let mut timeout = self.next_timeout();
-            if self.handlers.iter().any(|h| h.queued >= 2) {
-                // A handler with a request queued behind the one it serves may push that
-                // one's response without waking this loop (`handler::LOOP_WAKE_BATCH`); the
-                // response is counted in `queued` until popped, so every sleep until then
-                // comes here and is bounded: if the request behind runs long, the loop
-                // still takes the response within this bound.
+            if self.handlers.iter().any(|h| h.queued >= 1) {
+                // A handler may push a final part without waking this loop: one with
+                // nothing to write when nothing waits on its connection
+                // (`LoopShared::quiet`), or one with more requests queued behind it
+                // (`handler::LOOP_WAKE_BATCH`). The request is counted in `queued` until
+                // its final part is popped, so every sleep until then comes here and is
+                // bounded: the loop takes the part within this bound.
                 timeout = Some(timeout.map_or(DEFERRED_WAKE_BOUND, |t| t.min(DEFERRED_WAKE_BOUND)));
             }
             self.counters.epoll_waits += 1;
@@ -425,6 +426,11 @@ impl EventLoop {
                     log::error!("epoll_wait failed: {e}");
                     break;
                 }
+            }
+            if self.any_ring_ready() {
+                // Final parts pushed while it slept (without a wake) first: the next
+                // request of a connection whose response is done then finds it quiet.
+                self.service_rings(py);
             }
             self.handle_events(&events);
         }
@@ -626,11 +632,16 @@ impl EventLoop {
 
     fn any_response_ready(&self) -> bool {
         self.accept_more
-            || self.handlers.iter().any(|h| match &h.rx {
-                Responses::Ring(rx) => !rx.is_empty(),
-                Responses::Inline => false,
-            })
+            || self.any_ring_ready()
             || self.inline.as_ref().is_some_and(Inline::has_work)
+    }
+
+    /// A handler thread's response ring holds a message.
+    fn any_ring_ready(&self) -> bool {
+        self.handlers.iter().any(|h| match &h.rx {
+            Responses::Ring(rx) => !rx.is_empty(),
+            Responses::Inline => false,
+        })
     }
 
     /// The next response message from handler `h`.
@@ -743,6 +754,9 @@ impl EventLoop {
             return;
         };
         let keep = self.advance_conn(&mut conn);
+        if conn.waits_for_quiet() {
+            self.shared.quiet.set(true);
+        }
         self.slots[slot as usize].conn = Some(conn);
         if !keep {
             self.close(slot);
@@ -768,6 +782,8 @@ impl EventLoop {
             if let Some(req) = conn.take_parked() {
                 if let Err(req) = self.dispatch(conn, req) {
                     conn.park(req);
+                    // Room comes as the requests out finish: hear of each at once.
+                    self.shared.quiet.set(true);
                     self.stalled.push_back(conn.me());
                     return true;
                 }
@@ -933,6 +949,10 @@ impl EventLoop {
             if popped {
                 self.handlers[h].wake_check = true;
             }
+        }
+        if self.total_queued == 0 && self.deadline.is_none() {
+            // No request is out: no connection waits on one (set again as one does).
+            self.shared.quiet.set(false);
         }
         self.settle();
         let stalled = self.stalled.len();
@@ -1169,6 +1189,8 @@ impl EventLoop {
             }
         }
         if let Some(h) = handler {
+            // Its request's end frees a lent descriptor, and may be what a stop waits for.
+            self.shared.quiet.set(true);
             self.cancel(h, me);
             self.mark_gone(h, me);
         }
