@@ -4,9 +4,9 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use mio::{Interest, Token};
+use mio::Interest;
 
-use super::{EventLoop, Slot, FIRST_CONN, METRICS_MAX_CONNECTIONS};
+use super::{conn_token, EventLoop, Slot, MAX_SLOTS, METRICS_MAX_CONNECTIONS};
 use crate::log;
 use crate::metrics::Refused;
 use crate::pipeline::msg::{ConnRef, Peer};
@@ -49,7 +49,9 @@ impl EventLoop {
             let Some(listener) = self.listeners.get(i) else {
                 return;
             };
-            if self.conns - self.metrics_conns - self.lingering_conns >= self.max_connections {
+            if self.conns - self.metrics_conns - self.lingering_conns >= self.max_connections
+                || (self.free.is_empty() && self.slots.len() >= MAX_SLOTS)
+            {
                 // `--max-connections`: the rest wait in the kernel's backlog until a
                 // connection closes (`close` accepts again).
                 self.accept_blocked = true;
@@ -188,7 +190,7 @@ impl EventLoop {
         if proxy_header {
             conn.expect_proxy_header();
         }
-        let token = Token(slot as usize + FIRST_CONN);
+        let token = conn_token(ConnRef { slot, gen });
         if let Err(e) = self.poll.registry().register(
             conn.source(),
             token,

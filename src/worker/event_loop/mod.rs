@@ -50,6 +50,27 @@ const SIGNALS: Token = Token(2);
 /// the tokens from `FIRST_CONN` on.
 const FIRST_LISTENER: usize = 3;
 const FIRST_CONN: usize = FIRST_LISTENER + MAX_LISTENERS;
+/// A connection's token is `FIRST_CONN` plus its slot in the low half, and its generation
+/// in the high half: an event taken before its connection closed is then never applied to
+/// another accepted into the same slot before that event is handled (a pass may close one
+/// while it serves the responses rings, then accept into its slot).
+const SLOT_BITS: u32 = usize::BITS / 2;
+/// Slots a worker may have: each slot's token must keep clear of the generation's bits.
+const MAX_SLOTS: usize = (1 << SLOT_BITS) - FIRST_CONN;
+
+/// The token a connection is registered with.
+fn conn_token(r: ConnRef) -> Token {
+    Token(FIRST_CONN + r.slot as usize + ((r.gen as usize) << SLOT_BITS))
+}
+
+/// The slot a connection's token names, and whether `gen` (the slot's generation now) is
+/// the one it was registered with (the part of it the token holds).
+fn token_slot(t: usize, gen: impl FnOnce(usize) -> Option<u32>) -> Option<u32> {
+    let n = t - FIRST_CONN;
+    let slot = n & ((1 << SLOT_BITS) - 1);
+    let now = gen(slot)?;
+    (((now as usize) << SLOT_BITS) >> SLOT_BITS == n >> SLOT_BITS).then_some(slot as u32)
+}
 
 /// How long a stop past its deadline waits for the handlers to close what they hold.
 const HANDLER_EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -680,7 +701,11 @@ impl EventLoop {
                     }
                 }
                 Token(t) => {
-                    let slot = (t - FIRST_CONN) as u32;
+                    let slots = &self.slots;
+                    let Some(slot) = token_slot(t, |s| slots.get(s).map(|s| s.gen)) else {
+                        // Its connection closed since the event was taken.
+                        continue;
+                    };
                     let Some(conn) = self.conn_mut(slot) else {
                         continue;
                     };
@@ -1278,5 +1303,35 @@ fn credit_returned(handlers: &mut [HandlerLink], c: Arc<StreamCredit>, n: usize)
     c.returned(n);
     if let Some(link) = handlers.get_mut(c.handler()) {
         link.wake_check = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_names_its_slot_only_while_the_slot_holds_the_same_generation() {
+        for (slot, gen) in [
+            (0, 0),
+            (5, 7),
+            (1000, u32::MAX),
+            ((MAX_SLOTS - 1) as u32, 3),
+        ] {
+            let Token(t) = conn_token(ConnRef { slot, gen });
+            assert!(t >= FIRST_CONN);
+            assert_eq!(
+                token_slot(t, |s| (s == slot as usize).then_some(gen)),
+                Some(slot)
+            );
+            // The slot was closed and taken by another connection since.
+            let next = gen.wrapping_add(1);
+            assert_eq!(
+                token_slot(t, |s| (s == slot as usize).then_some(next)),
+                None
+            );
+            // The slot is gone.
+            assert_eq!(token_slot(t, |_| None), None);
+        }
     }
 }
