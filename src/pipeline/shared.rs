@@ -84,6 +84,10 @@ pub struct HandlerShared {
     /// responses.
     pub defer_loop_wake: AtomicBool,
     pub wake_owed: AtomicUsize,
+    /// Final parts with nothing to write pushed without a wake (`LoopShared::quiet`): they
+    /// count towards `LOOP_WAKE_BATCH` with `wake_owed`, so the loop still comes by as
+    /// often while it has responses to write; alone they never wake it. Relaxed: as above.
+    pub quiet_owed: AtomicUsize,
     /// `--cpu-affinity adaptive`: whether the loop places itself by this handler (set once,
     /// before any request), the CPU the handler thread was on when it last took up work
     /// (`usize::MAX` before then; kept only when placing), and whether the loop runs beside
@@ -205,6 +209,7 @@ impl HandlerShared {
             cpu: AtomicUsize::new(usize::MAX),
             loop_beside: AtomicBool::new(false),
             wake_owed: AtomicUsize::new(0),
+            quiet_owed: AtomicUsize::new(0),
             budget: Arc::default(),
             exchange_wake: WakeFlag::new(),
             waiter: Mutex::new(None),

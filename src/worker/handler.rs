@@ -60,11 +60,14 @@ fn run(setup: HandlerSetup) {
     // does while the loop runs beside it (`adaptive`, looked at before each wait).
     let may_spin = crate::sys::allowed_cpus().map_or(true, |cpus| cpus.len() > 1);
     let loop_waker = loop_shared.clone();
-    // Wakes the loop (if it sleeps) for the responses whose wake was deferred.
+    // Wakes the loop (if it sleeps) for the responses whose wake was deferred: once the
+    // ring is empty, or once a batch of them and of quiet connections' news is owed.
     let pay_owed = |all: bool| {
         let owed = shared.wake_owed.load(Ordering::Relaxed);
-        if owed > 0 && (all || owed >= LOOP_WAKE_BATCH) {
+        let quiet = shared.quiet_owed.load(Ordering::Relaxed);
+        if (all && owed > 0) || owed + quiet >= LOOP_WAKE_BATCH {
             shared.wake_owed.store(0, Ordering::Relaxed);
+            shared.quiet_owed.store(0, Ordering::Relaxed);
             if loop_waker.notify() {
                 stats::bump(&shared.counters.loop_wakes, 1);
             }

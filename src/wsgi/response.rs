@@ -973,8 +973,9 @@ impl Exchange {
         // woken once for the batch (the handler thread does it), not for each response.
         // A keep-alive final part with nothing left to write (the handler wrote the
         // response itself, or the body went before it) only tells the loop that its
-        // connection is quiet again: it wakes the loop (with that batch) only if something
-        // waits on that (`LoopShared::quiet`), else it waits for the loop's next wake.
+        // connection is quiet again: it is owed a wake like those only if something waits
+        // on that (`LoopShared::quiet`); else it waits for the loop's next wake, and only
+        // counts towards the batch (`HandlerShared::quiet_owed`).
         let nothing_to_write = matches!(resp.part, Part::Last { keep_alive: true })
             && resp.data.is_empty()
             && resp.more.is_empty()
@@ -995,7 +996,9 @@ impl Exchange {
         }
         shared.busy.progressed();
         if nothing_to_write && !self.loop_shared.quiet.wanted() {
-            // Taken at the loop's next wake.
+            // Taken at the loop's next wake; it counts towards the batch of owed wakes,
+            // but never wakes the loop by itself when the ring empties.
+            shared.quiet_owed.fetch_add(1, Ordering::Relaxed);
         } else if defer {
             shared.wake_owed.fetch_add(1, Ordering::Relaxed);
         } else {

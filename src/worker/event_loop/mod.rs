@@ -53,7 +53,7 @@ const FIRST_CONN: usize = FIRST_LISTENER + MAX_LISTENERS;
 /// A connection's token is `FIRST_CONN` plus its slot in the low half, and its generation
 /// in the high half: an event taken before its connection closed is then never applied to
 /// another accepted into the same slot before that event is handled (a pass may close one
-/// while it serves the responses rings, then accept into its slot).
+/// while it serves the response rings, then accept into its slot).
 const SLOT_BITS: u32 = usize::BITS / 2;
 /// Slots a worker may have: each slot's token must keep clear of the generation's bits.
 const MAX_SLOTS: usize = (1 << SLOT_BITS) - FIRST_CONN;
@@ -451,7 +451,11 @@ impl EventLoop {
             if self.any_ring_ready() {
                 // Final parts pushed while it slept (without a wake) first: the next
                 // request of a connection whose response is done then finds it quiet.
-                self.service_rings(py);
+                // (Connections this closes may have events in `events`: their tokens'
+                // generations keep those from a connection accepted into the same slot.)
+                // The handlers are told at the end of the pass, after the requests read
+                // now are pushed: waking one before would not bring it work sooner.
+                self.take_responses();
             }
             self.handle_events(&events);
         }
@@ -965,6 +969,24 @@ impl EventLoop {
             // The app may have run for a while: stamps from here on use the time now.
             self.now = Instant::now();
         }
+        self.take_responses();
+        let stalled = self.stalled.len();
+        for _ in 0..stalled {
+            let Some(r) = self.stalled.pop_front() else {
+                break;
+            };
+            if self.conn_by_ref(r).is_some() {
+                self.advance(r.slot);
+            }
+        }
+        self.settle();
+        self.notify_handlers();
+    }
+
+    /// Drains the handler threads' response rings and writes what came; connections their
+    /// last response leaves quiet go on. The handlers hear of it (ring room, credit) from
+    /// the caller's `notify_handlers`.
+    fn take_responses(&mut self) {
         for h in 0..self.handlers.len() {
             let mut popped = false;
             while let Some(resp) = self.pop_response(h) {
@@ -980,17 +1002,6 @@ impl EventLoop {
             self.shared.quiet.set(false);
         }
         self.settle();
-        let stalled = self.stalled.len();
-        for _ in 0..stalled {
-            let Some(r) = self.stalled.pop_front() else {
-                break;
-            };
-            if self.conn_by_ref(r).is_some() {
-                self.advance(r.slot);
-            }
-        }
-        self.settle();
-        self.notify_handlers();
     }
 
     /// Wakes the handlers that may wait for what this pass did (ring room, stream credit, a
