@@ -989,9 +989,9 @@ impl Conn {
     }
 
     /// It has a request out, and the loop must learn at once when the last finishes
-    /// (`LoopShared::quiet`).
+    /// (`LoopShared::quiet`; one parked for ring room is said where it is parked).
     pub fn waits_for_quiet(&self) -> bool {
-        self.in_flight > 0 && (self.goes_on_when_quiet() || self.parked.is_some())
+        self.in_flight > 0 && self.goes_on_when_quiet()
     }
 
     /// The final part of a response it will not write (it is closing): one request fewer

@@ -405,7 +405,7 @@ impl EventLoop {
                 continue;
             }
             let mut timeout = self.next_timeout();
-            if self.handlers.iter().any(|h| h.queued >= 1) {
+            if self.total_queued > 0 {
                 // A handler may push a final part without waking this loop: one with
                 // nothing to write when nothing waits on its connection
                 // (`LoopShared::quiet`), or one with more requests queued behind it
@@ -419,9 +419,8 @@ impl EventLoop {
             let slept = self.stats.then(Instant::now);
             // `--cpu-affinity adaptive`: a sleep with no request at the handler is the
             // worker idling (one while the handler runs a long request is not).
-            let idle_from = (self.placement.is_some()
-                && self.handlers.iter().all(|h| h.queued == 0))
-            .then_some(self.now);
+            let idle_from =
+                (self.placement.is_some() && self.total_queued == 0).then_some(self.now);
             let poll = &mut self.poll;
             let res = match py {
                 // Inline: other Python threads (the app's own) run while the loop sleeps.
