@@ -165,3 +165,56 @@ fn each_part_of_a_slow_stream_is_written_as_it_is_produced_and_a_stop_closes_it(
     wait_for_file_containing(&mark, "closed", PROMPT)
         .unwrap_or_else(|m| panic!("close() was not called: {m:?}\n{}", s.log_text()));
 }
+
+/// The loop's `epoll_wait` count in the `nth` (from 1) "stats m0s-loop:" report of `s`,
+/// asking for that report with SIGUSR2.
+fn epoll_waits_at_report(s: &Server, nth: usize) -> u64 {
+    s.signal(libc::SIGUSR2);
+    let deadline = std::time::Instant::now() + PROMPT;
+    loop {
+        let log = s.stderr_text();
+        if let Some(line) = log
+            .lines()
+            .filter(|l| l.contains("stats m0s-loop:"))
+            .nth(nth - 1)
+        {
+            let rest = &line[line.find("epoll_wait ").expect(line) + "epoll_wait ".len()..];
+            return rest.split(' ').next().unwrap().parse().expect(line);
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no report {nth} after SIGUSR2:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_loop_sleeps_through_a_stream_waiting_for_its_client() {
+    // Inline, every response message reaches the loop on its own thread, so nothing can
+    // wait in a ring unseen: while a stream waits for its client to read, the loop sleeps
+    // until the client reads or a timeout is due, not in bounded naps.
+    let s = inline(&["--stats"]);
+    let mut c = s.connect();
+    // 64 MiB in 64 KiB items: the socket's buffers fill at once, then the credit is spent
+    // and the stream is set aside.
+    c.send(&get("/chunks?n=1024&size=65536"));
+    read_until_count(&mut c, b"aaaa", 1, PROMPT);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = epoll_waits_at_report(&s, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    let after = epoll_waits_at_report(&s, 2);
+    // The heartbeat and the two reports wake it a few times (4 here); naps of 20 ms made
+    // 154 calls.
+    assert!(
+        after - before <= 12,
+        "the loop called epoll_wait {} times in 1.5 s while its one stream waited",
+        after - before
+    );
+    reset(c);
+    assert_served(
+        &s,
+        PROMPT,
+        "after the stream waiting for its client was dropped",
+    );
+}

@@ -405,13 +405,14 @@ impl EventLoop {
                 continue;
             }
             let mut timeout = self.next_timeout();
-            if self.total_queued > 0 {
-                // A handler may push a final part without waking this loop: one with
-                // nothing to write when nothing waits on its connection
+            if self.total_queued > 0 && self.inline.is_none() {
+                // A handler thread may push a final part without waking this loop: one
+                // with nothing to write when nothing waits on its connection
                 // (`LoopShared::quiet`), or one with more requests queued behind it
                 // (`handler::LOOP_WAKE_BATCH`). The request is counted in `queued` until
                 // its final part is popped, so every sleep until then comes here and is
-                // bounded: the loop takes the part within this bound.
+                // bounded: the loop takes the part within this bound. (Inline, the app's
+                // messages are queued on this thread, and taken before it sleeps.)
                 timeout = Some(timeout.map_or(DEFERRED_WAKE_BOUND, |t| t.min(DEFERRED_WAKE_BOUND)));
             }
             self.counters.epoll_waits += 1;
