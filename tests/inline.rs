@@ -218,3 +218,34 @@ fn the_loop_sleeps_through_a_stream_waiting_for_its_client() {
         "after the stream waiting for its client was dropped",
     );
 }
+
+#[test]
+fn a_thread_writing_to_a_stream_its_client_does_not_read_waits_for_credit() {
+    // A thread the app started calls write() over and over while the body iterable yields
+    // (tests/apps/pep3333.py /thread-and-gen). When the client stops reading, the iterable
+    // is set aside and the loop sleeps; the thread must wait for credit as on a handler
+    // thread, not queue its writes in memory (which grew by about 700 MiB a second).
+    let s = Server::start("pep3333:app", &["--blocking-threads", "0"]);
+    let mut c = s.connect();
+    c.send(&get("/thread-and-gen?n=100000000"));
+    read_until_count(&mut c, b"T", 100, PROMPT);
+    std::thread::sleep(Duration::from_millis(300));
+    let before = rss_kib(s.pid());
+    std::thread::sleep(Duration::from_millis(1000));
+    let after = rss_kib(s.pid());
+    assert!(
+        after < before + 16 * 1024,
+        "memory grew from {before} KiB to {after} KiB while the client did not read"
+    );
+    // Reading again, the thread's writes and the iterable's items both go on.
+    read_until_count(&mut c, b"T", 20_000, PROMPT);
+    read_until_count(&mut c, b"G", 20_000, PROMPT);
+    reset(c);
+    let r = s.get("/list");
+    assert_eq!(
+        r.status,
+        200,
+        "after the client of the written stream left: {}",
+        r.status_line()
+    );
+}

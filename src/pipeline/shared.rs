@@ -110,6 +110,12 @@ pub struct HandlerShared {
     credit_waiters: AtomicUsize,
     credit_lock: Mutex<()>,
     credit_returned: Condvar,
+    /// Inline mode: the loop thread is running the app (`Inline::run`). A thread the app
+    /// started then does not wait for credit in `write()` (the loop, which returns it, may
+    /// be waiting on that thread), and the loop takes what it pushes when the app is done.
+    /// Out of it, such a thread waits for credit as on a handler thread, and wakes the loop
+    /// for what it pushes.
+    pub app_running: AtomicBool,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -216,6 +222,7 @@ impl HandlerShared {
             credit_waiters: AtomicUsize::new(0),
             credit_lock: Mutex::new(()),
             credit_returned: Condvar::new(),
+            app_running: AtomicBool::new(false),
             wake: WakeFlag::new(),
             cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),

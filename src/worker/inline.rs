@@ -15,6 +15,7 @@
 //! `epoll_wait`, so threads the app starts still run.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
@@ -87,8 +88,8 @@ impl Inline {
     }
 
     pub fn pop_response(&mut self) -> Option<Response> {
-        // (Pushed under the bridge's exchange lock, by this thread or by a thread the app
-        // started while the app ran here; never contended now, with the app not running.)
+        // (Pushed under the bridge's exchange lock, by this thread, or by a thread the app
+        // started: a `write()` to a response set aside for its client.)
         self.out
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -107,8 +108,24 @@ impl Inline {
 
     /// Serves what can be served now: bodies whose client caught up, queued requests.
     pub fn run(&mut self, py: Python<'_>) {
+        // Relaxed, both: only this thread stores it. A thread in `write()` waiting for
+        // credit is told by `credits_returned` (its SeqCst fence pairs with the waiter's, and
+        // orders this store before the load of the waiters' count): the app about to run
+        // may wait on that thread, which stops waiting for credit now.
+        self.shared.app_running.store(true, Ordering::Relaxed);
+        self.shared.credits_returned();
         self.bridge.new_pass();
         while self.bridge.step(py, &mut self.rx) {}
+        self.shared.app_running.store(false, Ordering::Relaxed);
+    }
+
+    /// A thread the app started pushed a message while the app was not running here.
+    pub fn has_output(&self) -> bool {
+        !self
+            .out
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// Writes buffered access log lines (before the loop sleeps).

@@ -630,12 +630,11 @@ impl Exchange {
             // Waited for without the lock, so a slow client holds only this thread.
             let (stream, conn) = {
                 let mut inner = self.lock(py);
-                let inline = matches!(inner.out.sink, Sink::Inline(_));
                 let wanted = id.unwrap_or(inner.st.req.id);
                 let st = inner
                     .response(wanted)
                     .ok_or_else(|| outside_request("write()"))?;
-                (st.stream.clone().filter(|_| !inline), st.req.conn)
+                (st.stream.clone(), st.req.conn)
             };
             if let Some(c) = stream {
                 self.wait_for_credit(py, &c, conn);
@@ -711,8 +710,13 @@ impl Exchange {
         py.detach(|| {
             shared.wait_for_credit(|| {
                 // Acquire: pairs with the loop's Release store when it closed the
-                // connection.
-                stream.can_go_on() || shared.cancelled.load(Ordering::Acquire) == conn
+                // connection. `app_running` (inline; Relaxed, ordered by the SeqCst fences
+                // of `wait_for_credit` and `credits_returned`): the loop thread runs the
+                // app, which may be waiting on this thread; it is the loop thread itself
+                // when the app's own call writes.
+                stream.can_go_on()
+                    || shared.cancelled.load(Ordering::Acquire) == conn
+                    || shared.app_running.load(Ordering::Relaxed)
             })
         });
     }
@@ -965,6 +969,15 @@ impl Exchange {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .push_back(resp);
+                // Relaxed: only the loop thread stores it. While the app runs there, the
+                // loop takes this message when it returns; else this is a thread the app
+                // started, writing to a response set aside, and the loop may sleep: its
+                // re-check of the queue after its announce pairs with `notify`'s fence. (If
+                // the loop took the queue before this push, the queue's lock orders its
+                // store of `false` before this load.)
+                if !shared.app_running.load(Ordering::Relaxed) {
+                    self.notify_loop();
+                }
                 return;
             }
             Sink::Ring(tx) => tx,

@@ -660,7 +660,10 @@ impl EventLoop {
     fn any_response_ready(&self) -> bool {
         self.accept_more
             || self.any_ring_ready()
-            || self.inline.as_ref().is_some_and(Inline::has_work)
+            || self
+                .inline
+                .as_ref()
+                .is_some_and(|i| i.has_work() || i.has_output())
     }
 
     /// A handler thread's response ring holds a message.
