@@ -412,9 +412,9 @@ impl EventLoop {
                 // (`handler::LOOP_WAKE_BATCH`). The request is counted in `queued` until
                 // its final part is popped, so every sleep until then comes here and is
                 // bounded: the loop takes the part within this bound. (Inline, no wake is
-                // deferred: the iterable's messages are queued on this thread and taken
-                // before it sleeps; an app thread's `write()` to a response set aside goes
-                // behind bytes its client has not read, whose writable edge wakes us.)
+                // deferred: the app's messages are queued on this thread and taken before
+                // it sleeps, and a thread the app started wakes it for what it pushes
+                // while the app is not running here: `HandlerShared::app_running`.)
                 timeout = Some(timeout.map_or(DEFERRED_WAKE_BOUND, |t| t.min(DEFERRED_WAKE_BOUND)));
             }
             self.counters.epoll_waits += 1;
