@@ -54,6 +54,7 @@ impl Inline {
         setup: InlineSetup,
         loop_shared: Arc<LoopShared>,
     ) -> PyResult<(Inline, Producer<Box<Request>>)> {
+        crate::wsgi::response::mark_inline_loop_thread();
         let InlineSetup {
             tx,
             rx,
@@ -135,6 +136,9 @@ impl Inline {
 
     /// At exit: a suspended body is closed; the rest is dropped with the GIL held.
     pub fn finish(mut self, py: Python<'_>) {
+        // The closes below are the app's code on this thread: as in `run`.
+        self.shared.app_running.store(true, Ordering::Relaxed);
+        self.shared.credits_returned();
         self.bridge.abandon(py);
         crate::python::flush_stdio(py);
     }

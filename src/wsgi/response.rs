@@ -7,6 +7,7 @@
 //! from threads they start: everything here may run on any thread that holds the GIL, for
 //! the request being served. See [`Exchange`] for how that stays safe.
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -702,7 +703,8 @@ impl Exchange {
     /// threads run) and the exchange lock not held (the handler serves others meanwhile),
     /// until the loop has written some or the client is gone.
     fn wait_for_credit(&self, py: Python<'_>, stream: &StreamCredit, conn: ConnRef) {
-        if stream.can_go_on() {
+        // Inline, the loop thread never waits: it is the one that returns the credit.
+        if stream.can_go_on() || INLINE_LOOP.with(Cell::get) {
             return;
         }
         let shared = &*self.shared;
@@ -712,8 +714,7 @@ impl Exchange {
                 // Acquire: pairs with the loop's Release store when it closed the
                 // connection. `app_running` (inline; Relaxed, ordered by the SeqCst fences
                 // of `wait_for_credit` and `credits_returned`): the loop thread runs the
-                // app, which may be waiting on this thread; it is the loop thread itself
-                // when the app's own call writes.
+                // app, which may be waiting on this thread.
                 stream.can_go_on()
                     || shared.cancelled.load(Ordering::Acquire) == conn
                     || shared.app_running.load(Ordering::Relaxed)
@@ -1024,6 +1025,17 @@ impl Exchange {
             stats::bump(&self.shared.counters.loop_wakes, 1);
         }
     }
+}
+
+thread_local! {
+    /// This thread is an inline worker's loop thread (`mark_inline_loop_thread`).
+    static INLINE_LOOP: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by the loop thread of an inline worker: a `write()` on it (the app's own call, or
+/// code the loop runs as it closes a body) never waits for credit.
+pub fn mark_inline_loop_thread() {
+    INLINE_LOOP.with(|l| l.set(true));
 }
 
 /// Most bytes of a response a handler writes to its lent socket itself: a 64 KiB body
