@@ -25,6 +25,10 @@ whose client fell behind shows it. `--interleave S` (with `--rate` and `--client
 runs a round's servers at once and gives them the schedule in turns of S seconds, so that
 each meets the host's state (a hypervisor's steal comes and goes over seconds) of the same
 minutes; each turn's p99 is kept, and the report compares them pair by pair.
+At a rate m0load also runs its `--stall-probe` (a thread that naps 500 us at a time and notes
+each wake-up 150 us or more late: the host ran nothing of ours then), and each run reports
+its p99 outside those stalls (`outside_stalls`) beside the p99 of every request: the part
+of a tail that was the server's, not the minute's.
 Every run records the client's own CPU (`client_cores`) beside the server's, and the host's
 steal time over the run (`host_steal`, from /proc/stat: CPU time a hypervisor gave to other
 guests; a run that lost much of the machine is not comparable with its round's others).
@@ -448,7 +452,7 @@ def m0load(port, conns, duration, post_bytes=0, path="/", rate=0):
         raise RuntimeError("--client m0load speaks plain HTTP only")
     cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(duration)]
     if rate:
-        cmd += ["--rate", str(rate)]
+        cmd += ["--rate", str(rate), "--stall-probe"]
     for h in HEADERS:
         cmd += ["-H", h]
     if post_bytes:
@@ -483,6 +487,9 @@ def m0load_result(d, cpu, rate):
         if d["unsent"]:
             # Due and never sent: the server held every connection past the run's end.
             out["socket_errors"]["unsent"] = d["unsent"]
+    for k in ("outside_stalls", "host_stalls"):
+        if k in d:
+            out[k] = d[k]
     if "turns" in d:
         out["turns"] = d["turns"]
         out["quiet"] = d["quiet"]
@@ -637,7 +644,7 @@ def run_interleaved(servers, scen_name, app, conns, args):
             return out
         n = len(ready)
         cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(args.duration * n),
-                               "--rate", str(args.rate), "--switch", str(args.interleave)]
+                               "--rate", str(args.rate), "--switch", str(args.interleave), "--stall-probe"]
         for h in HEADERS:
             cmd += ["-H", h]
         cmd += [f"http://127.0.0.1:{port}/" for _, _, port, _, _ in ready]
@@ -807,6 +814,9 @@ def markdown(doc):
         head += [f"vs {label}" for _, label in refs]
         fixed_rate = bool(meta.get("rate"))
         head += (["p50 ms", "p99 ms", "p99.9 ms"] if fixed_rate else ["lat avg ms", "p99 ms"])
+        with_clean = any("outside_stalls" in r for r in results if r["scenario"] == scen)
+        if with_clean:
+            head.append("p99 outside host stalls, rounds' median")
         head += ["cores", "CPU µs/req"]
         with_client = any("client_cores" in r for r in results if r["scenario"] == scen)
         if with_client:
@@ -839,6 +849,9 @@ def markdown(doc):
                             f"{r['latency_p999_ms']:.3f}"]
                 else:
                     row += [f"{r['latency_avg_ms']:.2f}", f"{r['latency_p99_ms']:.2f}"]
+                if with_clean:
+                    clean = [x["outside_stalls"]["p99_ms"] for x in e["runs"] if "outside_stalls" in x]
+                    row.append(f"{statistics.median(clean):.3f}" if clean else "")
                 row += [f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
                 if with_client:
                     row.append(f"{r['client_cores']:.2f}" if "client_cores" in r else "")
@@ -861,6 +874,12 @@ def markdown(doc):
                       "others during the run): " + per + ".", ""]
         if fixed_rate:
             lines += round_by_round_p99(summary, scen, servers, conns_all)
+            if with_clean:
+                lines += round_by_round_p99(summary, scen, servers, conns_all, clean_p99,
+                                            "p99 outside host stalls")
+                per = per_round(summary, scen, servers, conns_all, stall_cell)
+                lines += ["Host stalls the client's probe saw per round (count, total ms; the "
+                          "share of requests left out as due near one): " + per + ".", ""]
             lines += turn_by_turn(summary, scen, servers, conns_all)
             if any("send_lag_p99_ms" in r for r in results if r["scenario"] == scen):
                 per = per_round(summary, scen, servers, conns_all,
@@ -894,16 +913,30 @@ def per_round(summary, scen, servers, conns_all, cell):
     return ". ".join(per)
 
 
-def round_by_round_p99(summary, scen, servers, conns_all):
-    """At a fixed rate: each round's p99, and for each m0serve shape, in how many rounds its
-    p99 was at or below each other server's p99 of the same round (rounds alternate
-    servers, so one round's runs share the machine's state of that minute)."""
+def clean_p99(run):
+    """A run's p99 over the requests due outside the host's stalls (m0load --stall-probe)."""
+    return run["outside_stalls"]["p99_ms"] if "outside_stalls" in run else None
+
+
+def stall_cell(run):
+    if "host_stalls" not in run:
+        return "?"
+    h, o = run["host_stalls"], run["outside_stalls"]
+    return f"{h['count']}, {h['total_ms']:.0f} ms ({o['excluded'] * 100:.1f} %)"
+
+
+def round_by_round_p99(summary, scen, servers, conns_all,
+                       p99=lambda run: run["latency_p99_ms"], what="p99"):
+    """At a fixed rate: each round's p99 (or another figure: `p99` reads it from a run,
+    `what` names it), and for each m0serve shape, in how many rounds its figure was at or
+    below each other server's of the same round (rounds alternate servers, so one round's
+    runs share the machine's state of that minute)."""
     lines, per, wins = [], [], []
     for conns in conns_all:
-        runs = {s: summary[(scen, s, conns)]["runs"] for s in servers
-                if (scen, s, conns) in summary}
+        runs = {s: [x for x in summary[(scen, s, conns)]["runs"] if p99(x) is not None]
+                for s in servers if (scen, s, conns) in summary}
         per.append(f"{conns} conns: " + "; ".join(
-            f"{display(s)} " + " / ".join(f"{x['latency_p99_ms']:.2f}" for x in r)
+            f"{display(s)} " + " / ".join(f"{p99(x):.2f}" for x in r)
             for s, r in runs.items()))
         for s, r in runs.items():
             if not s.startswith("m0serve"):
@@ -912,17 +945,17 @@ def round_by_round_p99(summary, scen, servers, conns_all):
             for peer, pr in runs.items():
                 if peer.startswith("m0serve"):
                     continue
-                mine = {x.get("round"): x["latency_p99_ms"] for x in r}
-                theirs = {x.get("round"): x["latency_p99_ms"] for x in pr}
+                mine = {x.get("round"): p99(x) for x in r}
+                theirs = {x.get("round"): p99(x) for x in pr}
                 both = [k for k in mine if k in theirs]
                 won = sum(mine[k] <= theirs[k] for k in both)
                 cells.append(f"{display(peer)} {won}/{len(both)}")
             if cells:
                 wins.append(f"{conns} conns, {display(s)}: " + ", ".join(cells))
     if per:
-        lines += ["Per round (p99 ms): " + ". ".join(per) + ".", ""]
+        lines += [f"Per round ({what} ms): " + ". ".join(per) + ".", ""]
     if wins:
-        lines += ["Rounds in which m0serve's p99 was at or below the other server's in the "
+        lines += [f"Rounds in which m0serve's {what} was at or below the other server's in the "
                   "same round: " + ". ".join(wins) + ".", ""]
     return lines
 

@@ -131,7 +131,7 @@ cargo test --quiet --manifest-path benches/loadgen/Cargo.toml --target-dir targe
 
 # scripts/bench.py's fixed-rate run with m0load and --interleave, end to end on this build
 # (about 15 s): two m0serve shapes run at once and take turns, and each comes back with its
-# requests, its CPU and its turns' figures.
+# requests, its CPU, its turns' figures and its p99 outside the host's stalls.
 bench_out=$(mktemp -d)
 bin="$PWD/target/debug/m0serve"
 scripts/bench.py --no-install --client m0load \
@@ -150,5 +150,10 @@ for r in results:
     assert [t["turn"] % 2 for t in r["turns"]] == [r["turns"][0]["turn"] % 2] * 4, r["turns"]
     assert sum(t["requests"] for t in r["turns"]) == r["requests"], r["turns"]
     assert r["cpu_s"] > 0 and r["latency_p99_ms"] > 0, r
+    # The client's stall probe ran, and left out at most the requests there were.
+    assert 0 < r["outside_stalls"]["requests"] <= r["requests"], r
+    assert r["host_stalls"]["count"] >= 0 and r["outside_stalls"]["p99_ms"] > 0, r
 PY
+grep -q "p99 outside host stalls" "$bench_out/log" \
+    || { cat "$bench_out/log"; die "scripts/bench.py: no p99 outside host stalls in the report"; }
 rm -rf "$bench_out"

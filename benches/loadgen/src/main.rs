@@ -34,6 +34,14 @@
 //! turns with under 2 % steal are also pooled. So servers measured together meet the same
 //! minutes of a host whose hypervisor takes CPU in bursts.
 //!
+//! With `--stall-probe` (open loop only) a second thread sleeps 500 us at a time and notes
+//! each wake-up 150 us or more late: a stretch when this host ran nothing of ours (a
+//! hypervisor's steal, another tenant). Each target then also reports the percentiles of its
+//! requests due outside those stretches (from 1 ms before one to 2 ms plus twice its length
+//! after it, while the backlog it left drains), and the stretches themselves. The probe sees
+//! a stall of the CPU it runs on; one of the other CPU alone stays in the figures. It shows
+//! what part of a tail was the host's, in a run whose servers met different minutes.
+//!
 //! Content-Length bodies and bodiless statuses are read (an interim 1xx is passed over); a
 //! chunked response is an error that names itself, so the run fails rather than measuring
 //! something else. Connects are non-blocking, so a server slow to accept holds up neither
@@ -44,6 +52,8 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -62,6 +72,8 @@ struct Args {
     rate: Option<f64>,
     /// With several URLs: how long each has the schedule before the next takes it.
     switch: Option<Duration>,
+    /// Watch for host stalls and report each target's figures outside them too.
+    stall_probe: bool,
 }
 
 /// One server to load: where it is, and what its requests name.
@@ -94,8 +106,8 @@ fn parse_url(url: &str) -> Result<Url, String> {
 }
 
 fn usage() -> String {
-    "usage: m0load -c CONNECTIONS -d SECONDS [--rate REQUESTS_A_SECOND [--switch SECONDS]] \
-     [-H 'Name: value']... [--body-bytes N] http://HOST:PORT/PATH [URL...]"
+    "usage: m0load -c CONNECTIONS -d SECONDS [--rate REQUESTS_A_SECOND [--switch SECONDS] \
+     [--stall-probe]] [-H 'Name: value']... [--body-bytes N] http://HOST:PORT/PATH [URL...]"
         .to_string()
 }
 
@@ -114,6 +126,7 @@ fn parse_args() -> Result<Args, String> {
     let mut body_bytes = 0;
     let mut rate: Option<f64> = None;
     let mut switch: Option<f64> = None;
+    let mut stall_probe = false;
     let mut urls = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -124,6 +137,7 @@ fn parse_args() -> Result<Args, String> {
             "-H" => headers.push(value("-H")?),
             "--rate" => rate = Some(parsed("--rate", value("--rate")?)?),
             "--switch" => switch = Some(parsed("--switch", value("--switch")?)?),
+            "--stall-probe" => stall_probe = true,
             "--body-bytes" => body_bytes = parsed("--body-bytes", value("--body-bytes")?)?,
             "-h" | "--help" => return Err(usage()),
             _ if a.starts_with('-') => return Err(format!("unknown option {a}\n{}", usage())),
@@ -142,6 +156,9 @@ fn parse_args() -> Result<Args, String> {
         if !(r.is_finite() && r > 0.0) {
             return Err("--rate: give a number of requests a second above 0".into());
         }
+    }
+    if stall_probe && rate.is_none() {
+        return Err("--stall-probe needs --rate".into());
     }
     let switch = match switch {
         None if urls.len() > 1 => {
@@ -164,6 +181,7 @@ fn parse_args() -> Result<Args, String> {
         urls,
         rate,
         switch,
+        stall_probe,
     })
 }
 
@@ -519,6 +537,9 @@ struct Target {
     turns: Vec<Turn>,
     /// The latencies of its quiet turns (under `QUIET_STEAL` steal), pooled.
     quiet: Histogram,
+    /// With `--stall-probe`: each request's due time and latency (us), to be judged
+    /// against the host's stalls once the run is over.
+    log: Option<Vec<(Instant, u32)>>,
 }
 
 /// A turn is quiet when the hypervisor took under this share of all CPUs' time during it:
@@ -547,24 +568,80 @@ impl Target {
                 self.quiet.record(u64::from(us));
             }
         }
-        let at = |lat: &mut Vec<u32>, p: f64| -> u32 {
-            if lat.is_empty() {
-                return 0;
-            }
-            let rank = ((p / 100.0) * lat.len() as f64).ceil().max(1.0) as usize - 1;
-            *lat.select_nth_unstable(rank).1
-        };
         self.turns.push(Turn {
             index,
             requests: lat.len(),
-            p50_us: at(&mut lat, 50.0),
-            p99_us: at(&mut lat, 99.0),
+            p50_us: percentile_of(&mut lat, 50.0),
+            p99_us: percentile_of(&mut lat, 99.0),
             max_us: lat.iter().copied().max().unwrap_or(0),
             steal,
         });
         lat.clear();
         self.turn = lat;
     }
+}
+
+/// The latency at percentile `p` (0-100) of `lat` (reordered); 0 for none.
+fn percentile_of(lat: &mut [u32], p: f64) -> u32 {
+    if lat.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * lat.len() as f64).ceil().max(1.0) as usize - 1;
+    *lat.select_nth_unstable(rank).1
+}
+
+/// The probe's nap, and how late a wake-up from it must be to count as a host stall.
+const PROBE_NAP: Duration = Duration::from_micros(500);
+const PROBE_LATE: Duration = Duration::from_micros(150);
+
+/// `--stall-probe`'s thread: naps `PROBE_NAP` at a time until `stop`, and returns each
+/// stretch it woke `PROBE_LATE` or more late for, as (start, end).
+fn probe_stalls(stop: &AtomicBool) -> Vec<(Instant, Instant)> {
+    // Timed waits end when they are due, not up to 50 us later (this thread's own slack).
+    // SAFETY: PR_SET_TIMERSLACK takes an integer argument and no pointers.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+    let mut stalls = Vec::new();
+    // Relaxed: `stop` carries no data; the caller's join() publishes `stalls` back.
+    while !stop.load(Ordering::Relaxed) {
+        let due = Instant::now() + PROBE_NAP;
+        std::thread::sleep(PROBE_NAP);
+        let woke = Instant::now();
+        let late = woke.saturating_duration_since(due);
+        if late >= PROBE_LATE {
+            stalls.push((woke - late, woke));
+        }
+    }
+    stalls
+}
+
+/// The latencies of the requests in `log` due outside every stall's window: from 1 ms
+/// before it starts (requests then in flight meet it) to 2 ms plus twice its length after
+/// it ends (the backlog it left drains at the spare capacity, about half the rate at a
+/// load at half a server's maximum).
+fn outside_stalls(log: &[(Instant, u32)], stalls: &[(Instant, Instant)]) -> Vec<u32> {
+    let mut windows: Vec<(Instant, Instant)> = stalls
+        .iter()
+        .map(|&(s, e)| {
+            let from = s.checked_sub(Duration::from_millis(1)).unwrap_or(s);
+            (from, e + Duration::from_millis(2) + 2 * (e - s))
+        })
+        .collect();
+    windows.sort_unstable();
+    let mut merged: Vec<(Instant, Instant)> = Vec::with_capacity(windows.len());
+    for (s, e) in windows {
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    log.iter()
+        .filter(|&&(due, _)| {
+            // The last window starting at or before `due` is the only one that can hold it.
+            let i = merged.partition_point(|w| w.0 <= due);
+            i == 0 || merged[i - 1].1 < due
+        })
+        .map(|&(_, us)| us)
+        .collect()
 }
 
 /// (steal, total) jiffies of all CPUs, from /proc/stat's first line.
@@ -597,6 +674,8 @@ struct Run {
     stopped: bool,
     /// The host's steal share in each turn of the run, by turn (`--switch`).
     turn_steal: Vec<Option<f64>>,
+    /// `--stall-probe`: the host's stalls, once the probe has been stopped.
+    stalls: Option<Vec<(Instant, Instant)>>,
 }
 
 const RETRY: Duration = Duration::from_millis(10);
@@ -977,6 +1056,9 @@ impl Run {
                 let us = c.due_at.elapsed().as_micros() as u64;
                 target.counts.latency.record(us);
                 target.counts.requests += 1;
+                if let Some(log) = target.log.as_mut() {
+                    log.push((c.due_at, us.min(u32::MAX as u64) as u32));
+                }
                 if self.schedule.as_ref().is_some_and(|s| s.switch.is_some()) {
                     target.turn.push(us.min(u32::MAX as u64) as u32);
                 }
@@ -1130,6 +1212,7 @@ fn new_run(args: &Args, ep: Epoll) -> Run {
             turn: Vec::new(),
             turns: Vec::new(),
             quiet: Histogram::new(),
+            log: args.stall_probe.then(Vec::new),
         })
         .collect::<Vec<_>>();
     Run {
@@ -1151,6 +1234,7 @@ fn new_run(args: &Args, ep: Epoll) -> Run {
         }),
         stopped: false,
         turn_steal: Vec::new(),
+        stalls: None,
     }
 }
 
@@ -1176,7 +1260,17 @@ fn main() -> ExitCode {
         }
     };
     let mut run = new_run(&args, ep);
-    let secs = match drive(&mut run, args.duration) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let probe = args.stall_probe.then(|| {
+        let stop = stop.clone();
+        std::thread::spawn(move || probe_stalls(&stop))
+    });
+    let driven = drive(&mut run, args.duration);
+    if let Some(probe) = probe {
+        stop.store(true, Ordering::Relaxed);
+        run.stalls = Some(probe.join().unwrap_or_default());
+    }
+    let secs = match driven {
         Ok(secs) => secs,
         Err(e) => {
             eprintln!("m0load: epoll_pwait2: {e}");
@@ -1217,6 +1311,7 @@ fn report(run: &Run, secs: f64) -> String {
                 sent,
                 unsent,
                 run.schedule.as_ref(),
+                run.stalls.as_deref(),
             )
         })
         .collect();
@@ -1239,6 +1334,7 @@ fn target_report(
     sent: u64,
     unsent: Option<u64>,
     schedule: Option<&Schedule>,
+    stalls: Option<&[(Instant, Instant)]>,
 ) -> String {
     let c = &t.counts;
     // Requests outstanding for over 2 s at the end count as timeouts, as wrk counts them.
@@ -1284,6 +1380,25 @@ fn target_report(
             c.send_lag.percentile_ms(50.0),
             c.send_lag.percentile_ms(99.0),
             c.send_lag.max_us as f64 / 1000.0,
+        ));
+    }
+    if let (Some(stalls), Some(log)) = (stalls, t.log.as_deref()) {
+        let mut kept = outside_stalls(log, stalls);
+        let ms = |us: u32| us as f64 / 1000.0;
+        let lengths = stalls.iter().map(|&(s, e)| e - s);
+        out.push_str(&format!(
+            ", \"outside_stalls\": {{\"requests\": {}, \"excluded\": {:.4}, \
+             \"p50_ms\": {:.3}, \"p90_ms\": {:.3}, \"p99_ms\": {:.3}, \"p999_ms\": {:.3}}}, \
+             \"host_stalls\": {{\"count\": {}, \"total_ms\": {:.3}, \"max_ms\": {:.3}}}",
+            kept.len(),
+            1.0 - kept.len() as f64 / log.len().max(1) as f64,
+            ms(percentile_of(&mut kept, 50.0)),
+            ms(percentile_of(&mut kept, 90.0)),
+            ms(percentile_of(&mut kept, 99.0)),
+            ms(percentile_of(&mut kept, 99.9)),
+            stalls.len(),
+            lengths.clone().sum::<Duration>().as_secs_f64() * 1000.0,
+            lengths.max().unwrap_or_default().as_secs_f64() * 1000.0,
         ));
     }
     if schedule.is_some_and(|s| s.switch.is_some()) {
@@ -1514,6 +1629,7 @@ mod tests {
             urls: vec![parse_url(&format!("http://{addr}/")).unwrap()],
             rate,
             switch: None,
+            stall_probe: false,
         }
     }
 
@@ -1644,6 +1760,68 @@ mod tests {
             out.contains("\"turns\": [{\"turn\": 1, \"requests\": "),
             "{out}"
         );
+    }
+
+    /// A request is left out when it was due from 1 ms before a stall to 2 ms plus twice
+    /// the stall's length after it, and only then; overlapping windows join.
+    #[test]
+    fn requests_due_in_a_stalls_window_are_left_out() {
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        // One request every 100 us for 20 ms, each with its own latency (its index).
+        let log: Vec<(Instant, u32)> = (0..200).map(|k| (at(k * 100), k as u32)).collect();
+        // 5.0-5.5 ms: left out 4.0-8.5 ms. 12.0-12.1 and 14.0-14.2: 11.0-14.3 and 13.0-16.6.
+        let stalls = [
+            (at(14_000), at(14_200)),
+            (at(5_000), at(5_500)),
+            (at(12_000), at(12_100)),
+        ];
+        let kept = outside_stalls(&log, &stalls);
+        let expect: Vec<u32> = (0..200)
+            .filter(|k| !(40..=85).contains(k) && !(110..=166).contains(k))
+            .collect();
+        assert_eq!(kept, expect);
+        // A stall at the very start (nothing to subtract from) and none at all.
+        assert_eq!(outside_stalls(&log, &[(t0, at(100))]).first(), Some(&24));
+        assert_eq!(outside_stalls(&log, &[]).len(), 200);
+    }
+
+    /// The probe hides only the host's stalls: a server's own 300 ms stall stays in the
+    /// figures outside stalls, and the report carries both parts.
+    #[test]
+    fn a_servers_own_stall_stays_in_the_figures_outside_host_stalls() {
+        let mut a = args(
+            stalling_server(100, Duration::from_millis(300)).0,
+            1,
+            Some(1000.0),
+        );
+        a.stall_probe = true;
+        let mut run = new_run(&a, Epoll::new().unwrap());
+        let stop = AtomicBool::new(false);
+        let secs = std::thread::scope(|sc| {
+            let probe = sc.spawn(|| probe_stalls(&stop));
+            let secs = drive(&mut run, a.duration).unwrap();
+            stop.store(true, Ordering::Relaxed);
+            run.stalls = Some(probe.join().unwrap());
+            secs
+        });
+        let log = run.targets[0].log.as_deref().unwrap();
+        assert_eq!(log.len() as u64, counts(&run).requests);
+        let stalls = run.stalls.as_deref().unwrap();
+        let mut kept = outside_stalls(log, stalls);
+        // ~300 requests were held up by the server; the host's own stalls, if any, are short.
+        let p90 = percentile_of(&mut kept, 90.0);
+        assert!(
+            p90 > 100_000,
+            "p90 outside host stalls {p90} us ({} stalls)",
+            stalls.len()
+        );
+        let out = report(&run, secs);
+        assert!(
+            out.contains(", \"outside_stalls\": {\"requests\": "),
+            "{out}"
+        );
+        assert!(out.contains(", \"host_stalls\": {\"count\": "), "{out}");
     }
 
     /// A turn's figures are its own, and only a quiet turn's latencies join the pool.
