@@ -25,7 +25,7 @@ whose client fell behind shows it. `--interleave S` (with `--rate` and `--client
 runs a round's servers at once and gives them the schedule in turns of S seconds, so that
 each meets the host's state (a hypervisor's steal comes and goes over seconds) of the same
 minutes; each turn's p99 is kept, and the report compares them pair by pair.
-At a rate m0load also runs its `--stall-probe` (a thread that naps 500 us at a time and notes
+At a rate m0load also runs its `--stall-probe` (a thread that naps 1 ms at a time and notes
 each wake-up 150 us or more late: the host ran nothing of ours then), and each run reports
 its p99 outside those stalls (`outside_stalls`) beside the p99 of every request: the part
 of a tail that was the server's, not the minute's.
