@@ -967,7 +967,8 @@ def turn_by_turn(summary, scen, servers, conns_all):
     """With --interleave: each server's turns' p99s (median and range), and for each m0serve
     shape against each peer, in how many pairs of turns it was at or below the peer's p99:
     a pair is the two servers' turns of one rotation of one round, at most one rotation
-    apart; "quiet" pairs are those where both turns had under 2 % steal."""
+    apart; "quiet" pairs are those where both turns had under 2 % steal. With m0load's stall
+    probe each turn also has its p99 outside the host's stalls, compared the same way."""
     lines, cells, wins = [], [], []
     for conns in conns_all:
         turns = {}
@@ -985,10 +986,14 @@ def turn_by_turn(summary, scen, servers, conns_all):
             p99 = sorted(t["p99_ms"] for t in ts.values())
             quiet = sorted(t["p99_ms"] for t in ts.values()
                            if t["steal"] is not None and t["steal"] < QUIET_STEAL)
+            outside = sorted(t["p99_outside_ms"] for t in ts.values()
+                             if t.get("p99_outside_ms") is not None)
             cells.append(f"{conns} conns, {display(s)}: {len(p99)} turns, p99 median "
                          f"{statistics.median(p99):.2f} ms (range {p99[0]:.2f}-{p99[-1]:.2f})"
                          + (f", {len(quiet)} quiet turns' median {statistics.median(quiet):.2f}"
-                            if quiet else ""))
+                            if quiet else "")
+                         + (f", median outside host stalls {statistics.median(outside):.2f}"
+                            if outside else ""))
         for s, mine in turns.items():
             if not s.startswith("m0serve"):
                 continue
@@ -1002,7 +1007,11 @@ def turn_by_turn(summary, scen, servers, conns_all):
                     x[k]["steal"] is not None and x[k]["steal"] < QUIET_STEAL
                     for x in (mine, theirs))]
                 qwon = sum(mine[k]["p99_ms"] <= theirs[k]["p99_ms"] for k in quiet)
-                parts.append(f"{display(peer)} {won}/{len(both)} (quiet {qwon}/{len(quiet)})")
+                out = [k for k in both if mine[k].get("p99_outside_ms") is not None
+                       and theirs[k].get("p99_outside_ms") is not None]
+                owon = sum(mine[k]["p99_outside_ms"] <= theirs[k]["p99_outside_ms"] for k in out)
+                parts.append(f"{display(peer)} {won}/{len(both)} (quiet {qwon}/{len(quiet)}"
+                             + (f", outside host stalls {owon}/{len(out)}" if out else "") + ")")
             if parts:
                 wins.append(f"{conns} conns, {display(s)}: " + ", ".join(parts))
     if cells:

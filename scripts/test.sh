@@ -153,6 +153,8 @@ for r in results:
     # The client's stall probe ran, and left out at most the requests there were.
     assert 0 < r["outside_stalls"]["requests"] <= r["requests"], r
     assert r["host_stalls"]["count"] >= 0 and r["outside_stalls"]["p99_ms"] > 0, r
+    # And each turn its own (null only for a turn a long stall left out whole).
+    assert any(t["p99_outside_ms"] for t in r["turns"]), r["turns"]
 PY
 grep -q "p99 outside host stalls" "$bench_out/log" \
     || { cat "$bench_out/log"; die "scripts/bench.py: no p99 outside host stalls in the report"; }

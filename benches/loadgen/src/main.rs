@@ -673,11 +673,11 @@ fn probe_stalls(stop: &AtomicBool, want_realtime: bool) -> Stalls {
     }
 }
 
-/// The latencies of the requests in `log` due outside every stall's window: from 2 ms
+/// The requests in `log` due outside every stall's window: from 2 ms
 /// before its noticed start (it began up to a nap earlier, and requests then in flight met
 /// it) to 2 ms plus twice its noticed length after it ends (the backlog it left drains at
 /// the spare capacity, about half the rate at a load at half a server's maximum).
-fn outside_stalls(log: &[(Instant, u32)], stalls: &[(Instant, Instant)]) -> Vec<u32> {
+fn outside_stalls(log: &[(Instant, u32)], stalls: &[(Instant, Instant)]) -> Vec<(Instant, u32)> {
     let mut windows: Vec<(Instant, Instant)> = stalls
         .iter()
         .map(|&(s, e)| {
@@ -699,7 +699,7 @@ fn outside_stalls(log: &[(Instant, u32)], stalls: &[(Instant, Instant)]) -> Vec<
             let i = merged.partition_point(|w| w.0 <= due);
             i == 0 || merged[i - 1].1 < due
         })
-        .map(|&(_, us)| us)
+        .copied()
         .collect()
 }
 
@@ -764,6 +764,12 @@ struct Schedule {
 impl Schedule {
     fn due(&self, k: u64) -> Instant {
         self.start + Duration::from_secs_f64(k as f64 / self.rate)
+    }
+
+    /// The turn a request due at `due` fell in (`due` is `self.due(k)` for its k).
+    fn turn_at(&self, due: Instant) -> u64 {
+        let k = (due.saturating_duration_since(self.start).as_secs_f64() * self.rate).round();
+        self.turn_of(k as u64)
     }
 
     /// The turn request k falls in.
@@ -1461,8 +1467,18 @@ fn target_report(
             c.send_lag.max_us as f64 / 1000.0,
         ));
     }
-    if let (Some(stalls), Some(log)) = (stalls, t.log.as_deref()) {
-        let mut kept = outside_stalls(log, &stalls.spans);
+    // With the probe: the requests due outside the host's stalls, by turn too.
+    let kept = stalls
+        .zip(t.log.as_deref())
+        .map(|(st, log)| outside_stalls(log, &st.spans));
+    let mut kept_by_turn: std::collections::HashMap<u64, Vec<u32>> = Default::default();
+    if let (Some(kept), Some(s)) = (&kept, schedule.filter(|s| s.switch.is_some())) {
+        for &(due, us) in kept {
+            kept_by_turn.entry(s.turn_at(due)).or_default().push(us);
+        }
+    }
+    if let (Some(stalls), Some(log), Some(kept)) = (stalls, t.log.as_deref(), &kept) {
+        let mut kept: Vec<u32> = kept.iter().map(|&(_, us)| us).collect();
         let ms = |us: u32| us as f64 / 1000.0;
         let lengths = stalls.spans.iter().map(|&(s, e)| e - s);
         out.push_str(&format!(
@@ -1489,9 +1505,16 @@ fn target_report(
             .turns
             .iter()
             .map(|u| {
+                // The turn's p99 over its requests due outside the host's stalls (null
+                // without the probe, or when every request of the turn was left out).
+                let outside = kept_by_turn
+                    .get_mut(&u.index)
+                    .map_or("null".to_string(), |lat| {
+                        format!("{:.3}", percentile_of(lat, 99.0) as f64 / 1000.0)
+                    });
                 format!(
                     "{{\"turn\": {}, \"requests\": {}, \"p50_ms\": {:.3}, \"p99_ms\": {:.3}, \
-                     \"max_ms\": {:.3}, \"steal\": {}}}",
+                     \"max_ms\": {:.3}, \"steal\": {}, \"p99_outside_ms\": {outside}}}",
                     u.index,
                     u.requests,
                     u.p50_us as f64 / 1000.0,
@@ -1860,16 +1883,24 @@ mod tests {
             (at(5_000), at(5_500)),
             (at(12_000), at(12_100)),
         ];
-        let kept = outside_stalls(&log, &stalls);
+        let lat =
+            |kept: Vec<(Instant, u32)>| kept.into_iter().map(|(_, us)| us).collect::<Vec<u32>>();
+        let kept = lat(outside_stalls(&log, &stalls));
         let expect: Vec<u32> = (0..200)
             .filter(|k| !(30..=85).contains(k) && !(100..=166).contains(k))
             .collect();
         assert_eq!(kept, expect);
         // A stall at the very start (nothing to subtract from) and none at all.
-        assert_eq!(outside_stalls(&log, &[(t0, at(100))]).first(), Some(&24));
+        assert_eq!(
+            outside_stalls(&log, &[(t0, at(100))]).first().map(|e| e.1),
+            Some(24)
+        );
         assert_eq!(outside_stalls(&log, &[]).len(), 200);
         // 1.0-3.0 ms leaves out up to 9.0 ms; 2.5-2.6 ms, inside it, only up to 4.8 ms.
-        let nested = outside_stalls(&log, &[(at(1_000), at(3_000)), (at(2_500), at(2_600))]);
+        let nested = lat(outside_stalls(
+            &log,
+            &[(at(1_000), at(3_000)), (at(2_500), at(2_600))],
+        ));
         assert_eq!(nested, (91..200).collect::<Vec<u32>>());
     }
 
@@ -1948,7 +1979,7 @@ mod tests {
         let log = run.targets[0].log.as_deref().unwrap();
         assert_eq!(log.len() as u64, counts(&run).requests);
         let stalls = &run.stalls.as_ref().unwrap().spans;
-        let mut kept = outside_stalls(log, stalls);
+        let mut kept: Vec<u32> = outside_stalls(log, stalls).iter().map(|e| e.1).collect();
         // ~300 requests were held up by the server; the host's own stalls, if any, are short.
         let p90 = percentile_of(&mut kept, 90.0);
         assert!(
@@ -1962,6 +1993,62 @@ mod tests {
             "{out}"
         );
         assert!(out.contains(", \"host_stalls\": {\"count\": "), "{out}");
+    }
+
+    /// With the probe each turn also has its p99 outside the host's stalls. Over one
+    /// connection the second server's 100 ms hold delays the ~100 requests due during it;
+    /// taken for a host stall, it leaves that turn (and the neighbours its window reaches)
+    /// nothing slow, or nothing at all (null), while its p99 shows the hold.
+    #[test]
+    fn each_turn_has_its_p99_outside_the_host_stalls() {
+        let (a_addr, _) = stalling_server(usize::MAX, Duration::ZERO);
+        let (b_addr, _) = stalling_server(250, Duration::from_millis(100));
+        let mut a = args(a_addr, 1, Some(1000.0));
+        a.urls
+            .push(parse_url(&format!("http://{b_addr}/")).unwrap());
+        a.switch = Some(Duration::from_millis(200));
+        a.duration = Duration::from_millis(1200);
+        a.stall_probe = true;
+        let mut run = new_run(&a, Epoll::new().unwrap());
+        let secs = drive(&mut run, a.duration).unwrap();
+        // The hold, as the probe would have seen it had it been the host's.
+        let &(due, us) = run.targets[1]
+            .log
+            .as_ref()
+            .unwrap()
+            .iter()
+            .max_by_key(|e| e.1)
+            .unwrap();
+        assert!(us >= 90_000);
+        let held = due + Duration::from_micros(u64::from(us));
+        run.stalls = Some(Stalls {
+            spans: vec![(held - Duration::from_millis(100), held)],
+            realtime: true,
+            run_delay: true,
+            waited: Duration::ZERO,
+        });
+        let out = report(&run, secs);
+        let turns: Vec<(f64, Option<f64>)> = out
+            .split("{\"turn\": ")
+            .skip(1)
+            .map(|t| {
+                let num = |key: &str| -> Option<f64> {
+                    let at = t.find(key).unwrap() + key.len();
+                    let end = t[at..].find([',', '}']).unwrap();
+                    t[at..at + end].parse().ok()
+                };
+                (num("\"p99_ms\": ").unwrap(), num("\"p99_outside_ms\": "))
+            })
+            .collect();
+        assert_eq!(turns.len(), 6, "{out}");
+        // Target a's three turns, then b's: b's second held the requests.
+        for (i, &(p99, outside)) in turns.iter().enumerate() {
+            if i == 4 {
+                assert!(p99 >= 50.0 && outside.is_none_or(|o| o < 5.0), "{out}");
+            } else {
+                assert!(p99 < 5.0 && outside.is_some_and(|o| o <= 5.0), "{out}");
+            }
+        }
     }
 
     /// A turn's figures are its own, and only a quiet turn's latencies join the pool.
