@@ -1544,7 +1544,11 @@ fn target_report(
 }
 
 #[cfg(test)]
+mod test_server;
+
+#[cfg(test)]
 mod tests {
+    use super::test_server::stalling_server;
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
@@ -1689,43 +1693,6 @@ mod tests {
         assert_eq!(h.max_us, 5_000_000);
     }
 
-    /// A keep-alive server, a thread a connection: it answers each request with a 2-byte
-    /// body, and holds the `stall_at`th request it reads (from 0, over all connections)
-    /// for `stall` first. Returns its address and its count of requests read.
-    fn stalling_server(stall_at: usize, stall: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let served = Arc::new(AtomicUsize::new(0));
-        let count = served.clone();
-        std::thread::spawn(move || {
-            for s in l.incoming() {
-                let Ok(mut s) = s else { return };
-                let count = count.clone();
-                std::thread::spawn(move || {
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 4096];
-                    loop {
-                        while let Some(end) = find_head_end(&buf) {
-                            buf.drain(..end);
-                            if count.fetch_add(1, Ordering::Relaxed) == stall_at {
-                                std::thread::sleep(stall);
-                            }
-                            let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                            if s.write_all(ok).is_err() {
-                                return;
-                            }
-                        }
-                        match s.read(&mut chunk) {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                        }
-                    }
-                });
-            }
-        });
-        (addr, served)
-    }
-
     fn args(addr: SocketAddr, conns: usize, rate: Option<f64>) -> Args {
         Args {
             conns,
@@ -1806,19 +1773,26 @@ mod tests {
         assert!(c.latency.percentile_ms(50.0) < 5.0);
     }
 
-    /// Two servers taking turns of 200 ms at 1000 requests a second for 1.2 s: each gets
-    /// three turns, the requests of a turn all go to its server, and a stall of the second
-    /// server shows in that server's turn only.
-    #[test]
-    fn targets_take_turns_and_each_turn_has_its_own_figures() {
+    /// Two servers taking turns of 200 ms at 1000 requests a second for 1.2 s, `conns`
+    /// connections each: the second holds its 250th request 100 ms, in its second turn.
+    /// The arguments, and each server's count of requests served.
+    fn two_servers_in_turns(conns: usize) -> (Args, [Arc<AtomicUsize>; 2]) {
         let (a_addr, a_served) = stalling_server(usize::MAX, Duration::ZERO);
-        // The second server's 250th request is held 100 ms: in its second turn.
         let (b_addr, b_served) = stalling_server(250, Duration::from_millis(100));
-        let mut a = args(a_addr, 8, Some(1000.0));
+        let mut a = args(a_addr, conns, Some(1000.0));
         a.urls
             .push(parse_url(&format!("http://{b_addr}/")).unwrap());
         a.switch = Some(Duration::from_millis(200));
         a.duration = Duration::from_millis(1200);
+        (a, [a_served, b_served])
+    }
+
+    /// Two servers in turns: each gets three turns, the requests of a turn all go to its
+    /// server, and a stall of the second server shows in that server's turn only.
+    #[test]
+    fn targets_take_turns_and_each_turn_has_its_own_figures() {
+        let (a, [a_served, b_served]) = two_servers_in_turns(8);
+        let a_addr = a.urls[0].addr;
         let mut run = new_run(&a, Epoll::new().unwrap());
         let secs = drive(&mut run, a.duration).unwrap();
         for (t, served) in run.targets.iter().zip([&a_served, &b_served]) {
@@ -2001,13 +1975,7 @@ mod tests {
     /// nothing slow, or nothing at all (null), while its p99 shows the hold.
     #[test]
     fn each_turn_has_its_p99_outside_the_host_stalls() {
-        let (a_addr, _) = stalling_server(usize::MAX, Duration::ZERO);
-        let (b_addr, _) = stalling_server(250, Duration::from_millis(100));
-        let mut a = args(a_addr, 1, Some(1000.0));
-        a.urls
-            .push(parse_url(&format!("http://{b_addr}/")).unwrap());
-        a.switch = Some(Duration::from_millis(200));
-        a.duration = Duration::from_millis(1200);
+        let (mut a, _) = two_servers_in_turns(1);
         a.stall_probe = true;
         let mut run = new_run(&a, Epoll::new().unwrap());
         let secs = drive(&mut run, a.duration).unwrap();

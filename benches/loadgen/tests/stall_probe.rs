@@ -2,39 +2,11 @@
 //! (SIGSTOP, as a hypervisor stops a guest) is a host stall. The probe notes it, the
 //! requests due in it are left out of the figures outside stalls, and not out of the rest.
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// A server answering each request head at once with a 2-byte body.
-fn server() -> std::net::SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            std::thread::spawn(move || {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        buf.drain(..end + 4);
-                        let ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                        if s.write_all(ok).is_err() {
-                            return;
-                        }
-                    }
-                    match s.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
+#[path = "../src/test_server.rs"]
+mod test_server;
 
 /// A number after `"key": ` in the JSON text, searched from `from`.
 fn number(json: &str, from: &str, key: &str) -> f64 {
@@ -48,7 +20,7 @@ fn number(json: &str, from: &str, key: &str) -> f64 {
 
 #[test]
 fn a_stopped_client_is_a_host_stall_and_its_requests_are_left_out() {
-    let addr = server();
+    let (addr, _) = test_server::stalling_server(usize::MAX, Duration::ZERO);
     let child = Command::new(env!("CARGO_BIN_EXE_m0load"))
         .args(["-c", "4", "-d", "3", "--rate", "2000", "--stall-probe"])
         .arg(format!("http://{addr}/"))
