@@ -52,6 +52,10 @@ fn tune_malloc() {
     }
 }
 
+/// Descriptors beyond `--max-connections` the worker's table is grown for at its start:
+/// listeners, the loop's own, the app's files and sockets.
+const FD_HEADROOM: usize = 256;
+
 /// `--scheduling-policy batch`: the calling thread (the loop or a handler) becomes
 /// SCHED_BATCH (`sys::batch_scheduling`), or the log says why not and it serves on as it is.
 fn enter_batch_scheduling(thread: &str) {
@@ -162,6 +166,12 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         }
     }
     tune_malloc();
+    // Before any thread starts (`sys::presize_fd_table`): room for every connection the
+    // worker may hold, and some for the app's own files.
+    if let Err(e) = crate::sys::presize_fd_table(config.max_connections.saturating_add(FD_HEADROOM))
+    {
+        log::debug!("cannot grow the descriptor table ahead ({e}): it grows as needed");
+    }
     let listeners = inherited
         .listener_fds
         .iter()
