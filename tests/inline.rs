@@ -47,10 +47,11 @@ fn a_stream_its_client_does_not_read_is_suspended_then_closed_when_the_client_le
     // Take a little, then stop reading: the socket buffers fill, the credit is spent and
     // the generator must wait (suspended) rather than run on into memory.
     read_until_count(&mut c, b"e100\n", 1, PROMPT);
-    std::thread::sleep(Duration::from_millis(300));
-    let rss_before = rss_kib(s.pid());
-    std::thread::sleep(Duration::from_millis(700));
-    let rss_after = rss_kib(s.pid());
+    let (rss_before, rss_after) = rss_kib_over(
+        s.pid(),
+        Duration::from_millis(300),
+        Duration::from_millis(700),
+    );
     assert!(
         rss_after < rss_before + 8 * 1024,
         "memory grew from {rss_before} KiB to {rss_after} KiB while the client did not read"
@@ -229,10 +230,11 @@ fn a_thread_writing_to_a_stream_its_client_does_not_read_waits_for_credit() {
     let mut c = s.connect();
     c.send(&get("/thread-and-gen?n=100000000"));
     read_until_count(&mut c, b"T", 100, PROMPT);
-    std::thread::sleep(Duration::from_millis(300));
-    let before = rss_kib(s.pid());
-    std::thread::sleep(Duration::from_millis(1000));
-    let after = rss_kib(s.pid());
+    let (before, after) = rss_kib_over(
+        s.pid(),
+        Duration::from_millis(300),
+        Duration::from_millis(1000),
+    );
     assert!(
         after < before + 16 * 1024,
         "memory grew from {before} KiB to {after} KiB while the client did not read"

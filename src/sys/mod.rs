@@ -29,8 +29,8 @@ pub(crate) use syscall;
 /// the table each growth waits for an RCU grace period (`expand_fdtable`). A worker taking
 /// its first 256 connections at 27 000 requests a second slept 11 ms in `accept` that way
 /// (state D), and every request then arriving waited; with one thread the growth costs no
-/// wait. Returns the reach asked for after the limit.
-pub fn presize_fd_table(n: usize) -> std::io::Result<usize> {
+/// wait.
+pub fn presize_fd_table(n: usize) -> std::io::Result<()> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -40,7 +40,7 @@ pub fn presize_fd_table(n: usize) -> std::io::Result<usize> {
     let reach = (n as u64).min(lim.rlim_cur).min(libc::c_int::MAX as u64) as libc::c_int;
     if reach <= 64 {
         // The table a process starts with holds 64.
-        return Ok(reach.max(0) as usize);
+        return Ok(());
     }
     // SAFETY: a NUL-terminated path and flags; the descriptor returned is closed below.
     let null = unsafe {
@@ -59,7 +59,7 @@ pub fn presize_fd_table(n: usize) -> std::io::Result<usize> {
         }
         libc::close(null);
     }
-    high.map(|_| reach as usize)
+    high.map(drop)
 }
 
 /// Makes the calling thread a batch thread (`SCHED_BATCH`): when it is woken it does not

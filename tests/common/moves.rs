@@ -158,6 +158,15 @@ pub fn rss_kib(pid: u32) -> u64 {
     own + child_pids(pid).into_iter().map(rss_kib).sum::<u64>()
 }
 
+/// [`rss_kib`] after `settle`, and again `window` later: what a server takes on over a
+/// stretch in which nothing should grow it.
+pub fn rss_kib_over(pid: u32, settle: Duration, window: Duration) -> (u64, u64) {
+    std::thread::sleep(settle);
+    let before = rss_kib(pid);
+    std::thread::sleep(window);
+    (before, rss_kib(pid))
+}
+
 /// The direct children of `pid` (for the server: its worker processes).
 pub fn child_pids(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
