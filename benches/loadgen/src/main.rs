@@ -50,6 +50,12 @@
 //! of a CPU. It shows what part of a tail was the host's, in a run whose servers met
 //! different minutes.
 //!
+//! With `--log FILE` (open loop only) it also writes, once the run is over, one line a
+//! request answered: `TARGET DUE_NS LATENCY_US`, the target's index in the URLs given, when
+//! the request was due on the CLOCK_MONOTONIC clock in nanoseconds (the clock `perf record
+//! -k CLOCK_MONOTONIC` stamps its events with), and its latency. So a script can set each
+//! request beside what else the machine ran then (scripts/bench.py `--trace-others`).
+//!
 //! Content-Length bodies and bodiless statuses are read (an interim 1xx is passed over); a
 //! chunked response is an error that names itself, so the run fails rather than measuring
 //! something else. Connects are non-blocking, so a server slow to accept holds up neither
@@ -82,6 +88,8 @@ struct Args {
     switch: Option<Duration>,
     /// Watch for host stalls and report each target's figures outside them too.
     stall_probe: bool,
+    /// Write each answered request's due time and latency here after the run.
+    log: Option<std::path::PathBuf>,
 }
 
 /// One server to load: where it is, and what its requests name.
@@ -115,7 +123,7 @@ fn parse_url(url: &str) -> Result<Url, String> {
 
 fn usage() -> String {
     "usage: m0load -c CONNECTIONS -d SECONDS [--rate REQUESTS_A_SECOND [--switch SECONDS] \
-     [--stall-probe]] [-H 'Name: value']... [--body-bytes N] http://HOST:PORT/PATH [URL...]"
+     [--stall-probe] [--log FILE]] [-H 'Name: value']... [--body-bytes N] http://HOST:PORT/PATH [URL...]"
         .to_string()
 }
 
@@ -135,6 +143,7 @@ fn parse_args() -> Result<Args, String> {
     let mut rate: Option<f64> = None;
     let mut switch: Option<f64> = None;
     let mut stall_probe = false;
+    let mut log = None;
     let mut urls = Vec::new();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -146,6 +155,7 @@ fn parse_args() -> Result<Args, String> {
             "--rate" => rate = Some(parsed("--rate", value("--rate")?)?),
             "--switch" => switch = Some(parsed("--switch", value("--switch")?)?),
             "--stall-probe" => stall_probe = true,
+            "--log" => log = Some(value("--log")?.into()),
             "--body-bytes" => body_bytes = parsed("--body-bytes", value("--body-bytes")?)?,
             "-h" | "--help" => return Err(usage()),
             _ if a.starts_with('-') => return Err(format!("unknown option {a}\n{}", usage())),
@@ -167,6 +177,9 @@ fn parse_args() -> Result<Args, String> {
     }
     if stall_probe && rate.is_none() {
         return Err("--stall-probe needs --rate".into());
+    }
+    if log.is_some() && rate.is_none() {
+        return Err("--log needs --rate".into());
     }
     let switch = match switch {
         None if urls.len() > 1 => {
@@ -190,6 +203,7 @@ fn parse_args() -> Result<Args, String> {
         rate,
         switch,
         stall_probe,
+        log,
     })
 }
 
@@ -545,8 +559,8 @@ struct Target {
     turns: Vec<Turn>,
     /// The latencies of its quiet turns (under `QUIET_STEAL` steal), pooled.
     quiet: Histogram,
-    /// With `--stall-probe`: each request's due time and latency (us), to be judged
-    /// against the host's stalls once the run is over.
+    /// With `--stall-probe` or `--log`: each request's due time and latency (us), to be
+    /// judged against the host's stalls, or written out, once the run is over.
     log: Option<Vec<(Instant, u32)>>,
 }
 
@@ -1278,7 +1292,7 @@ fn new_run(args: &Args, ep: Epoll) -> Run {
             turns: Vec::new(),
             quiet: Histogram::new(),
             // Room for the most any target's turns hold, so that no log grows mid-run.
-            log: args.stall_probe.then(|| {
+            log: (args.stall_probe || args.log.is_some()).then(|| {
                 let secs = args.duration.as_secs_f64();
                 let share = match args.switch {
                     Some(sw) => {
@@ -1363,6 +1377,15 @@ fn main() -> ExitCode {
         }
     };
     println!("{}", report(&run, secs));
+    if let Some(path) = &args.log {
+        let written = std::fs::File::create(path)
+            .map(io::BufWriter::new)
+            .and_then(|mut f| write_log(&run, &mut f).and_then(|()| f.flush()));
+        if let Err(e) = written {
+            eprintln!("m0load: --log {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
     let failed = run
         .targets
         .iter()
@@ -1371,6 +1394,29 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// `--log`: each target's answered requests, one line each, `TARGET DUE_NS LATENCY_US`,
+/// in the order they were answered, the due time on the CLOCK_MONOTONIC clock.
+fn write_log(run: &Run, out: &mut impl Write) -> io::Result<()> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // `Instant` reads CLOCK_MONOTONIC on Linux: one reading of each places every due time.
+    let now = Instant::now();
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mono_now = ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128;
+    for (i, t) in run.targets.iter().enumerate() {
+        for &(due, us) in t.log.as_deref().unwrap_or(&[]) {
+            let due_ns = mono_now - now.saturating_duration_since(due).as_nanos() as i128;
+            writeln!(out, "{i} {due_ns} {us}")?;
+        }
+    }
+    Ok(())
 }
 
 /// The run's figures as one JSON object: one target's, or with several (`--switch`),
@@ -1703,6 +1749,7 @@ mod tests {
             rate,
             switch: None,
             stall_probe: false,
+            log: None,
         }
     }
 
