@@ -10,13 +10,25 @@ use std::time::Duration;
 /// body, and holds the `stall_at`th request it reads (from 0, over all connections)
 /// for `stall` first. Returns its address and its count of requests read.
 pub fn stalling_server(stall_at: usize, stall: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+    let (addr, served, _) = counting_server(stall_at, stall);
+    (addr, served)
+}
+
+/// `stalling_server`, also returning its count of connections accepted.
+pub fn counting_server(
+    stall_at: usize,
+    stall: Duration,
+) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let served = Arc::new(AtomicUsize::new(0));
-    let count = served.clone();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (count, conns) = (served.clone(), accepted.clone());
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { return };
+            // Relaxed: a count, read once the run it counts is over.
+            conns.fetch_add(1, Ordering::Relaxed);
             let count = count.clone();
             std::thread::spawn(move || {
                 let mut buf = Vec::new();
@@ -41,5 +53,5 @@ pub fn stalling_server(stall_at: usize, stall: Duration) -> (SocketAddr, Arc<Ato
             });
         }
     });
-    (addr, served)
+    (addr, served, accepted)
 }

@@ -79,6 +79,51 @@ fn the_log_has_each_request_answered_with_its_due_time_and_latency() {
     assert!((480.0..=520.0).contains(&into_run), "{into_run} ms");
 }
 
+/// `--warmup 0.5` at 1000 requests a second: the server holds the warm-up's 100th request
+/// 100 ms. The run's own second is reported (1000 requests, none held, every one due after
+/// the warm-up's requests were answered, on the warm-up's connections), and the warm-up's
+/// 500 apart.
+#[test]
+fn the_warmup_is_left_out_of_the_figures_and_the_log() {
+    let (addr, served, accepted) = test_server::counting_server(100, Duration::from_millis(100));
+    let dir = std::env::temp_dir().join(format!("m0load-warmup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("log.txt");
+    let before = monotonic_ns();
+    let out = Command::new(env!("CARGO_BIN_EXE_m0load"))
+        .args([
+            "-c", "2", "-d", "1", "--rate", "1000", "--warmup", "0.5", "--log",
+        ])
+        .arg(&path)
+        .arg(format!("http://{addr}/"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let json = String::from_utf8(out.stdout).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(number(&json, "warmup_requests"), 500.0, "{json}");
+    assert_eq!(number(&json, "requests"), 1000.0, "{json}");
+    assert_eq!(
+        served.load(std::sync::atomic::Ordering::Relaxed),
+        1500,
+        "{json}"
+    );
+    // On the warm-up's two connections.
+    assert_eq!(accepted.load(std::sync::atomic::Ordering::Relaxed), 2);
+    // The held request and the ~100 due behind it were the warm-up's.
+    assert!(number(&json, "latency_max_ms") < 50.0, "{json}");
+    let mut due: Vec<i128> = text
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+        .collect();
+    due.sort();
+    assert_eq!(due.len(), 1000);
+    // The run's clock started once the warm-up's 0.5 s were over.
+    let after_warmup = (due[0] - before) / 1_000_000;
+    assert!((500..900).contains(&after_warmup), "{after_warmup} ms");
+}
+
 #[test]
 fn the_log_needs_the_open_loop() {
     let out = Command::new(env!("CARGO_BIN_EXE_m0load"))
