@@ -25,10 +25,20 @@ whose client fell behind shows it. `--interleave S` (with `--rate` and `--client
 runs a round's servers at once and gives them the schedule in turns of S seconds, so that
 each meets the host's state (a hypervisor's steal comes and goes over seconds) of the same
 minutes; each turn's p99 is kept, and the report compares them pair by pair.
+At a rate m0load first sends for 0.5 s on the run's connections (interleaved: a turn for each
+server) and leaves that out of the figures (`--warmup`): every server answers a burst of
+fresh connections late, and that burst would set each run's p99.9.
 At a rate m0load also runs its `--stall-probe` (a thread that naps 1 ms at a time and notes
 each wake-up 150 us or more late: the host ran nothing of ours then), and each run reports
 its p99 outside those stalls (`outside_stalls`) beside the p99 of every request: the part
 of a tail that was the server's, not the minute's.
+`--trace-others` (with `--rate` and `--client m0load`, as root): perf records the machine's
+context switches over each run (`sched:sched_switch`, filtered in the kernel to those that
+involve a thread that is neither a server's nor the client's), m0load logs each request's
+due time and latency (`--log`), and each run also reports its p50/p90/p99/p99.9 over the
+requests due outside the windows around other processes' runs of 200 us or more (from 1 ms
+before one to 2 ms plus its length after it): what a daemon, a kernel thread or perf itself
+took from the CPUs, which the stall probe, a real-time thread, never waits behind.
 Every run records the client's own CPU (`client_cores`) beside the server's, and the host's
 steal time over the run (`host_steal`, from /proc/stat: CPU time a hypervisor gave to other
 guests; a run that lost much of the machine is not comparable with its round's others).
@@ -41,7 +51,7 @@ a change), `granian`, `bjoern` (through benches/run_bjoern.py), `fastwsgi` (thro
 benches/run_fastwsgi.py), `uwsgi` (pyuwsgi, `--http11-socket`), `gunicorn` (gthread). Any server may carry
 option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
 (and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on;
-`m0serve:cpu-affinity=auto`, its `--cpu-affinity`; `SERVER:pin=N`, that server alone under `taskset -c N`, the client free),
+`m0serve:cpu-affinity=auto`, its `--cpu-affinity`; `m0serve:scheduling-policy=normal`, its `--scheduling-policy`; `SERVER:pin=N`, that server alone under `taskset -c N`, the client free),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
 installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
 with VIRTUAL_ENV=.venv so every server imports the same packages. If bjoern cannot be
@@ -51,6 +61,7 @@ installed, it is skipped with a message.
 """
 
 import argparse
+import bisect
 import datetime
 import json
 import math
@@ -59,6 +70,7 @@ import platform
 import re
 import resource
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -85,6 +97,8 @@ MIB = 1 << 20
 TLS = None
 # --pin: (the servers' CPU list, the client's), as `taskset -c` takes them.
 PIN = None
+# --trace-others: perf records the machine's context switches over each run at a rate.
+TRACE = False
 
 # name -> app module in benches/apps, what is sent, what must come back.
 SCENARIOS = {
@@ -126,13 +140,15 @@ def parse_server(spec):
             # request); metrics: --metrics-port on, to measure what counting costs.
             overrides[k] = True
             continue
-        if sep and k == "cpu-affinity" and kind == "m0serve":
-            # --cpu-affinity (auto, or one CPU: a list's commas would split the server list)
+        if sep and k in ("cpu-affinity", "scheduling-policy") and kind == "m0serve":
+            # --cpu-affinity (auto, or one CPU: a list's commas would split the server
+            # list), --scheduling-policy (normal)
             overrides[k] = v
             continue
         if not sep or k not in ("workers", "blocking-threads", "pin"):
             raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N, pin=CPU "
-                             "and (m0serve) static-response, metrics, cpu-affinity=V")
+                             "and (m0serve) static-response, metrics, cpu-affinity=V, "
+                             "scheduling-policy=V")
         overrides[k] = int(v)
     # A relative PATH is the caller's: each server runs in a directory of its own.
     binary = os.path.abspath(binary) if binary else None
@@ -159,8 +175,9 @@ def server_cmd(srv, port, app, workers, threads):
         extra = ["--static-response"] if srv["opts"].get("static-response") else []
         if srv["opts"].get("metrics"):
             extra += ["--metrics-port", str(free_port())]
-        if srv["opts"].get("cpu-affinity"):
-            extra += ["--cpu-affinity", srv["opts"]["cpu-affinity"]]
+        for opt in ("cpu-affinity", "scheduling-policy"):
+            if srv["opts"].get(opt):
+                extra += [f"--{opt}", srv["opts"][opt]]
         if TLS:
             extra += ["--certfile", TLS[0], "--keyfile", TLS[1]]
         return [binary, f"{app}:app",
@@ -403,6 +420,163 @@ def run_client(cmd, duration):
     return p, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
+# ---------------------------------------------------------------------------------------
+# --trace-others: what the rest of the machine ran beside a run at a rate
+
+# A run of another process's thread this long or longer (on any CPU) marks a window...
+OTHERS_MIN_US = 200
+# ... from this long before it starts to this long plus its own length after it ends (the
+# backlog it left drains), and the requests due in a window are left out of the figures
+# outside other processes.
+OTHERS_BEFORE_US = 1000
+OTHERS_AFTER_US = 2000
+# A run whose end the trace lacks (the next switch recorded on its CPU is from another
+# thread) is taken to end at that switch, at most this long after it began. (This VM's PID
+# 1, its agent, shows its threads' switches in and never out, in perf and ftrace alike; its
+# bursts last up to a few ms.)
+OTHERS_MAX_RUN_US = 10_000
+# At a rate, m0load first sends this long on the run's connections and leaves it out of its
+# figures (`--warmup`; interleaved, a turn for each server): a burst of fresh connections is
+# answered late by every server (0.5-13 ms for the first 20-30 ms at 256 connections here),
+# which would set every run's p99.9.
+SETTLE_S = 0.5
+
+
+class OthersTrace:
+    """`perf record -e sched:sched_switch -a` over one m0load run at a rate, with
+    `m0load --log`: afterwards each request's due time is set beside the runs of every
+    thread on the machine that is neither the servers' nor m0load's (another tenant's
+    daemon, a kernel thread, perf itself), and each target gets its figures over the
+    requests due outside those runs' windows. The timestamps are CLOCK_MONOTONIC on both
+    sides (`perf record -k CLOCK_MONOTONIC`, m0load's log).
+
+    A switch from one of ours (the servers' threads when the trace starts, m0load, the
+    idle task) to another of ours is filtered out in the kernel: recording each of the
+    tens of thousands a second would cost the busiest server most (measured: 7 % more of
+    its CPU, and its p99 up by a third); the rest are a few thousand a second."""
+
+    def __init__(self, server_pids):
+        self.dir = tempfile.mkdtemp(prefix="m0bench-trace-")
+        self.log = os.path.join(self.dir, "requests.txt")
+        self.data = os.path.join(self.dir, "perf.data")
+        # Ours: the idle task (0), the servers' threads, and m0load's (by name: it starts
+        # after the trace).
+        self.tids = {0}
+        for pid in server_pids:
+            for p in tree(pid):
+                try:
+                    self.tids.update(int(t) for t in os.listdir(f"/proc/{p}/task"))
+                except OSError:
+                    pass
+        ours = {side: " && ".join([f'{side}_comm != "m0load"'] +
+                                  [f"{side}_pid != {t}" for t in sorted(self.tids)])
+                for side in ("prev", "next")}
+        self.perf = subprocess.Popen(
+            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "sched:sched_switch",
+             "--filter", f"({ours['prev']}) || ({ours['next']})", "-a", "-o", self.data],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # perf opens its events before it writes the file's header: wait for the header.
+        deadline = time.time() + 10
+        while not (os.path.exists(self.data) and os.path.getsize(self.data) > 0):
+            if self.perf.poll() is not None or time.time() > deadline:
+                self.close()
+                raise RuntimeError("perf record did not start: "
+                                   f"{self.perf.stderr.read().decode()[-300:] if self.perf.stderr else ''}")
+            time.sleep(0.02)
+
+    def figures(self, targets):
+        """Stops perf; returns one dict a target: requests, excluded (the share left out),
+        p50/p90/p99/p999 ms outside the windows, and the other processes' runs (count,
+        ms) that made windows."""
+        self.perf.send_signal(signal.SIGINT)
+        try:
+            self.perf.wait(30)
+        except subprocess.TimeoutExpired:
+            self.perf.kill()
+            self.perf.wait()
+        p = subprocess.run(["perf", "script", "-i", self.data, "--ns", "-F", "cpu,time,trace"],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise RuntimeError(f"perf script failed: {p.stderr[-300:]}")
+        windows, runs, run_ms = others_windows(p.stdout, self.tids)
+        out = []
+        with open(self.log) as f:
+            log = [tuple(map(int, line.split())) for line in f]
+        for t in range(targets):
+            lat = [(due, us) for i, due, us in log if i == t]
+            out.append(outside_windows(lat, windows) | {"other_runs": runs,
+                                                         "other_ms": round(run_ms, 1)})
+        return out
+
+    def close(self):
+        if self.perf.poll() is None:
+            self.perf.kill()
+            self.perf.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def others_windows(script, ours):
+    """From `perf script -F cpu,time,trace` of sched_switch events: the merged windows, in
+    CLOCK_MONOTONIC ns, around the runs of OTHERS_MIN_US or more of the threads that are
+    not ours (thread ids in `ours`, or named m0load); their count and total ms.
+
+    A run is the switched-to thread's, from its event to the next event on that CPU (the
+    kernel filter drops only switches between two of ours, so the next event on the CPU
+    of a run not ours is the one that ends it, unless the trace lacks it:
+    OTHERS_MAX_RUN_US)."""
+    line_re = re.compile(r"^\s*\[(\d+)\]\s+(\d+)\.(\d{9}):.* prev_pid=(\d+) .*"
+                         r" ==> next_comm=(.*?) next_pid=(\d+) next_prio=")
+    running = {}  # cpu -> (since, thread id, one of ours)
+    spans, total = [], 0
+    for line in script.splitlines():
+        m = line_re.match(line)
+        if not m:
+            continue
+        cpu = int(m.group(1))
+        t = int(m.group(2)) * 1_000_000_000 + int(m.group(3))
+        tid = int(m.group(6))
+        prev = running.get(cpu)
+        running[cpu] = (t, tid, m.group(5) == "m0load" or tid in ours)
+        if prev is None or prev[2]:
+            continue
+        length = t - prev[0]
+        if int(m.group(4)) != prev[1]:
+            length = min(length, OTHERS_MAX_RUN_US * 1000)
+        if length < OTHERS_MIN_US * 1000:
+            continue
+        total += length
+        spans.append((prev[0] - OTHERS_BEFORE_US * 1000,
+                      prev[0] + length + OTHERS_AFTER_US * 1000 + length))
+    spans.sort()
+    merged = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged, len(spans), total / 1e6
+
+
+def outside_windows(lat, windows):
+    """Percentiles (m0load's rank: the ceil(p% of n)th) of the latencies whose due time
+    falls outside every window; `lat` is [(due_ns, us)]."""
+    starts = [w[0] for w in windows]
+    kept = []
+    for due, us in lat:
+        i = bisect.bisect_right(starts, due) - 1
+        if i < 0 or due > windows[i][1]:
+            kept.append(us)
+    kept.sort()
+
+    def at(p):
+        if not kept:
+            return None
+        return kept[max(math.ceil(p / 100 * len(kept)), 1) - 1] / 1000
+
+    return {"requests": len(kept), "excluded": round(1 - len(kept) / max(len(lat), 1), 4),
+            "p50_ms": at(50), "p90_ms": at(90), "p99_ms": at(99), "p999_ms": at(99.9)}
+
+
 def wrk(port, conns, duration, script=None, path="/"):
     cmd = client_cpus() + ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
     for h in HEADERS:
@@ -444,15 +618,17 @@ def build_m0load():
         raise SystemExit(f"building benches/loadgen failed (exit {r.returncode})")
 
 
-def m0load(port, conns, duration, post_bytes=0, path="/", rate=0):
+def m0load(port, conns, duration, post_bytes=0, path="/", rate=0, trace=None):
     """A run with benches/loadgen: at saturation, wrk's closed loop at a lower cost a
     response; with `rate`, its open loop (each request measured from when it was due, one
-    thread, each request sent at its own time)."""
+    thread, each request sent at its own time). `trace`: an OthersTrace over the run."""
     if TLS:
         raise RuntimeError("--client m0load speaks plain HTTP only")
     cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(duration)]
     if rate:
-        cmd += ["--rate", str(rate), "--stall-probe"]
+        cmd += ["--rate", str(rate), "--warmup", str(SETTLE_S), "--stall-probe"]
+    if trace:
+        cmd += ["--log", trace.log]
     for h in HEADERS:
         cmd += ["-H", h]
     if post_bytes:
@@ -465,7 +641,10 @@ def m0load(port, conns, duration, post_bytes=0, path="/", rate=0):
         d = None
     if p.returncode != 0 or d is None:
         raise RuntimeError(f"m0load failed (exit {p.returncode}): {(p.stdout + p.stderr)[-500:]}")
-    return m0load_result(d, cpu, rate)
+    out = m0load_result(d, cpu, rate)
+    if trace:
+        out["outside_others"] = trace.figures(1)[0]
+    return out
 
 
 def m0load_result(d, cpu, rate):
@@ -483,7 +662,7 @@ def m0load_result(d, cpu, rate):
     if rate:
         out.update({k: d[k] for k in ("latency_p50_ms", "latency_p90_ms", "latency_p999_ms",
                                       "latency_max_ms", "send_lag_p50_ms", "send_lag_p99_ms",
-                                      "send_lag_max_ms", "unsent")})
+                                      "send_lag_max_ms", "unsent", "warmup_requests")})
         if d["unsent"]:
             # Due and never sent: the server held every connection past the run's end.
             out["socket_errors"]["unsent"] = d["unsent"]
@@ -537,13 +716,20 @@ def oha(port, conns, duration, rate, script=None, path="/"):
     }
 
 
-def load(port, conns, duration, args, scen, script=None):
+def load(port, conns, duration, args, scen, script=None, server_pid=None):
     """One measured run: wrk (or m0load, --client) at saturation; at `--rate`, oha (or
-    m0load's open loop, --client m0load)."""
+    m0load's open loop, --client m0load). `server_pid`, under --trace-others: trace the
+    run, its figures outside other processes' runs added."""
     if args.rate and args.client == "m0load":
         if script:
             raise RuntimeError("--rate runs GET scenarios only")
-        return m0load(port, conns, duration, rate=args.rate)
+        if not (TRACE and server_pid):
+            return m0load(port, conns, duration, rate=args.rate)
+        trace = OthersTrace([server_pid])
+        try:
+            return m0load(port, conns, duration, rate=args.rate, trace=trace)
+        finally:
+            trace.close()
     if args.rate:
         return oha(port, conns, duration, args.rate, script)
     if args.client == "m0load":
@@ -601,7 +787,7 @@ def run_one(srv, scen_name, app, conns, args, script):
             before = sample(proc.pid)
             host0 = host_cpu()
             t0 = time.time()
-            res = load(port, conns, args.duration, args, scen, script)
+            res = load(port, conns, args.duration, args, scen, script, proc.pid)
             wall = time.time() - t0
             host1 = host_cpu()
             after = sample(proc.pid)
@@ -644,15 +830,25 @@ def run_interleaved(servers, scen_name, app, conns, args):
             return out
         n = len(ready)
         cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(args.duration * n),
-                               "--rate", str(args.rate), "--switch", str(args.interleave), "--stall-probe"]
+                               "--rate", str(args.rate), "--switch", str(args.interleave),
+                               "--warmup", str(args.interleave * n), "--stall-probe"]
         for h in HEADERS:
             cmd += ["-H", h]
         cmd += [f"http://127.0.0.1:{port}/" for _, _, port, _, _ in ready]
+        trace = None
+        if TRACE:
+            trace = OthersTrace([proc.pid for _, proc, _, _, _ in ready])
+            cmd += ["--log", trace.log]
         before = {srv["spec"]: sample(proc.pid) for srv, proc, _, _, _ in ready}
         t0 = time.time()
-        p, cpu = run_client(cmd, args.duration * n)
-        wall = time.time() - t0
-        after = {srv["spec"]: sample(proc.pid) for srv, proc, _, _, _ in ready}
+        try:
+            p, cpu = run_client(cmd, args.duration * n)
+            wall = time.time() - t0
+            after = {srv["spec"]: sample(proc.pid) for srv, proc, _, _, _ in ready}
+            others = trace.figures(n) if trace and os.path.exists(trace.log) else None
+        finally:
+            if trace:
+                trace.close()
         try:
             d = json.loads(p.stdout)
         except ValueError:
@@ -662,11 +858,13 @@ def run_interleaved(servers, scen_name, app, conns, args):
             for srv, *_ in ready:
                 out[srv["spec"]] = {"error": err}
             return out
-        for (srv, proc, port, scmd, errlog), t in zip(ready, d["targets"]):
+        for k, ((srv, proc, port, scmd, errlog), t) in enumerate(zip(ready, d["targets"])):
             if p.returncode != 0 and (t["requests"] == 0 or t["errors"]["protocol"]):
                 out[srv["spec"]] = {"error": f"m0load: {t.get('first_protocol_error') or 'no response'}"}
                 continue
             res = m0load_result(t, cpu / n, args.rate)
+            if others:
+                res["outside_others"] = others[k]
             # Each server had the load for its turns only: a 1/n share of the wall time.
             out[srv["spec"]] = measured(res, srv, scen_name, app, conns, scmd,
                                         before[srv["spec"]], after[srv["spec"]], wall / n)
@@ -681,21 +879,23 @@ def run_interleaved(servers, scen_name, app, conns, args):
 
 
 def measured(res, srv, scen_name, app, conns, cmd, before, after, wall):
-    """A load generator's result with the server's per-thread CPU over `wall` added."""
+    """A load generator's result with the server's per-thread CPU over `wall` added (per
+    request: over the run's requests and its client's warm-up's, which `wall` includes)."""
     scen = SCENARIOS[scen_name]
+    served = max(res["requests"] + res.get("warmup_requests", 0), 1)
     threads_cpu = []
     for key, (tname, cpu) in after.items():
         used = cpu - before.get(key, (tname, 0.0))[1]
         if used > 0:
             threads_cpu.append({"thread": tname, "pid": key[0], "tid": key[1], "cpu_s": used,
                                 "busy": used / wall,
-                                "cpu_us_per_req": used / max(res["requests"], 1) * 1e6})
+                                "cpu_us_per_req": used / served * 1e6})
     threads_cpu.sort(key=lambda t: -t["cpu_s"])
     total = sum(t["cpu_s"] for t in threads_cpu)
     res.update({
         "server": srv["spec"], "kind": srv["kind"], "scenario": scen_name, "app": app,
         "connections": conns, "wall_s": wall, "cpu_s": total,
-        "cores": total / wall, "cpu_us_per_req": total / max(res["requests"], 1) * 1e6,
+        "cores": total / wall, "cpu_us_per_req": total / served * 1e6,
         "client_cores": res["client_cpu_s"] / wall,
         "command": shlex.join(cmd), "threads": threads_cpu,
     })
@@ -817,6 +1017,9 @@ def markdown(doc):
         with_clean = any("outside_stalls" in r for r in results if r["scenario"] == scen)
         if with_clean:
             head.append("p99 outside host stalls, rounds' median")
+        with_others = any("outside_others" in r for r in results if r["scenario"] == scen)
+        if with_others:
+            head.append("p99 / p99.9 outside other processes, rounds' median")
         head += ["cores", "CPU µs/req"]
         with_client = any("client_cores" in r for r in results if r["scenario"] == scen)
         if with_client:
@@ -852,6 +1055,8 @@ def markdown(doc):
                 if with_clean:
                     clean = [x["outside_stalls"]["p99_ms"] for x in e["runs"] if "outside_stalls" in x]
                     row.append(f"{statistics.median(clean):.3f}" if clean else "")
+                if with_others:
+                    row.append(others_cell(e["runs"]))
                 row += [f"{r['cores']:.2f}", f"{r['cpu_us_per_req']:.1f}"]
                 if with_client:
                     row.append(f"{r['client_cores']:.2f}" if "client_cores" in r else "")
@@ -880,6 +1085,16 @@ def markdown(doc):
                 per = per_round(summary, scen, servers, conns_all, stall_cell)
                 lines += ["Host stalls the client's probe saw per round (count, total ms; the "
                           "share of requests left out as due near one): " + per + ".", ""]
+            if with_others:
+                for what, key in (("p99", "p99_ms"), ("p99.9", "p999_ms")):
+                    lines += round_by_round_p99(
+                        summary, scen, servers, conns_all,
+                        lambda x, key=key: x["outside_others"][key] if "outside_others" in x else None,
+                        f"{what} outside other processes")
+                per = per_round(summary, scen, servers, conns_all, others_round)
+                lines += ["Other processes' runs per round (count, total ms, of threads "
+                          f"neither the servers' nor the client's, {OTHERS_MIN_US} us or more; "
+                          "the share of requests left out as due near one): " + per + ".", ""]
             lines += turn_by_turn(summary, scen, servers, conns_all)
             if any("send_lag_p99_ms" in r for r in results if r["scenario"] == scen):
                 per = per_round(summary, scen, servers, conns_all,
@@ -916,6 +1131,23 @@ def per_round(summary, scen, servers, conns_all, cell):
 def clean_p99(run):
     """A run's p99 over the requests due outside the host's stalls (m0load --stall-probe)."""
     return run["outside_stalls"]["p99_ms"] if "outside_stalls" in run else None
+
+
+def others_cell(runs):
+    """The rounds' medians of p99 and p99.9 outside other processes' runs (--trace-others)."""
+    o = [x["outside_others"] for x in runs if "outside_others" in x]
+    p99 = [x["p99_ms"] for x in o if x["p99_ms"] is not None]
+    p999 = [x["p999_ms"] for x in o if x["p999_ms"] is not None]
+    if not p99:
+        return ""
+    return f"{statistics.median(p99):.3f} / {statistics.median(p999):.2f}"
+
+
+def others_round(run):
+    if "outside_others" not in run:
+        return "?"
+    o = run["outside_others"]
+    return f"{o['other_runs']}, {o['other_ms']:.0f} ms ({o['excluded'] * 100:.1f} %)"
 
 
 def stall_cell(run):
@@ -1222,6 +1454,12 @@ def main():
                          "give them the schedule in turns of SECONDS (--duration each in "
                          "all), so that every server meets the host's state of the same "
                          "minutes; each turn's p99 is kept and compared turn by turn")
+    ap.add_argument("--trace-others", action="store_true",
+                    help="with --rate and --client m0load: record every CPU's context "
+                         "switches over each run (perf record, as root) and report each "
+                         "server's p99 and p99.9 also over the requests due outside the runs "
+                         "of other processes' threads (another daemon, a kernel thread, perf "
+                         f"itself) of {OTHERS_MIN_US} us or more")
     ap.add_argument("--pin", metavar="SERVER_CPUS:CLIENT_CPUS",
                     help="run every server on SERVER_CPUS and the load generator on "
                          "CLIENT_CPUS (taskset -c lists, e.g. 1:0), so that they do not "
@@ -1292,6 +1530,23 @@ def main():
     if args.interleave and any(SCENARIOS.get(s, {}).get("post_bytes")
                                for s in args.scenario.split(",")):
         raise SystemExit("--interleave runs GET scenarios only")
+    if args.trace_others:
+        if not (args.rate and args.client == "m0load"):
+            raise SystemExit("--trace-others needs --rate and --client m0load")
+        probe = tempfile.mkdtemp(prefix="m0bench-perf-")
+        try:
+            r = subprocess.run(["perf", "record", "-q", "-e", "sched:sched_switch", "-a", "-o",
+                                os.path.join(probe, "d"), "--", "true"], capture_output=True,
+                               text=True)
+        except OSError as e:
+            raise SystemExit(f"--trace-others needs perf: {e}") from None
+        finally:
+            shutil.rmtree(probe, ignore_errors=True)
+        if r.returncode != 0:
+            raise SystemExit(f"--trace-others: perf cannot record sched_switch system-wide "
+                             f"(root, or kernel.perf_event_paranoid -1): {r.stderr[-300:]}")
+        global TRACE
+        TRACE = True
     if args.client == "m0load":
         if args.tls:
             raise SystemExit("--client m0load speaks plain HTTP only (no --tls)")

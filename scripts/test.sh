@@ -158,4 +158,77 @@ for r in results:
 PY
 grep -q "p99 outside host stalls" "$bench_out/log" \
     || { cat "$bench_out/log"; die "scripts/bench.py: no p99 outside host stalls in the report"; }
+
+# --trace-others' windows, on a made-up `perf script`: a run of another process's thread of
+# 200 us or more leaves out the requests due from 1 ms before it to 2 ms plus its length
+# after it; a shorter one, and the runs of ours, leave out nothing; a run whose switch out
+# the trace lacks ends at the next switch on its CPU, 10 ms after it began at most, and one
+# whose switch out is there lasts as long as it did.
+python3 - <<'PY' || die "scripts/bench.py: --trace-others' windows are wrong"
+import sys
+sys.path.insert(0, "scripts")
+import bench
+def switch(cpu, t, prev, to, pid):
+    return (f"[{cpu:03}] {t}: prev_comm=x prev_pid={prev} prev_prio=120 prev_state=S ==> "
+            f"next_comm={to} next_pid={pid} next_prio=120")
+script = "\n".join([
+    switch(0, "10.000000000", 42, "daemon", 77),    # another process, 500 us: 9.999-10.003 s
+    switch(0, "10.000500000", 77, "srv", 42),       # ours, by its thread id
+    switch(1, "10.001000000", 0, "kworker/1", 78),  # another, 100 us: too short
+    switch(1, "10.001100000", 78, "swapper/1", 0),  # the idle task
+    switch(1, "11.000000000", 0, "m0load", 999),    # ours, by name, 500 ms
+    switch(1, "11.500000000", 999, "daemon", 79),   # another, 300 us: 11.499-11.5026 s
+    switch(1, "11.500300000", 79, "srv", 42),
+    switch(0, "12.000000000", 42, "agent", 80),     # another, its end not traced: 10 ms
+    switch(0, "12.050000000", 42, "cron", 81),      #   (11.999-12.022 s); then another,
+    switch(0, "12.100000000", 81, "srv", 43),       #   50 ms whole: 12.049-12.152 s
+])
+windows, runs, ms = bench.others_windows(script, {0, 42, 43})
+assert (runs, round(ms, 3)) == (4, 60.8), (runs, ms)
+assert windows == [[9_999_000_000, 10_003_000_000], [11_499_000_000, 11_502_600_000],
+                   [11_999_000_000, 12_022_000_000], [12_049_000_000, 12_152_000_000]], windows
+# Due (ns) and latency (us): the edges of a window are in it.
+lat = [(9_998_999_999, 1), (9_999_000_000, 2000), (10_003_000_000, 3000), (10_003_000_001, 4),
+       (11_502_000_000, 5000), (11_502_600_001, 6), (12_021_000_000, 7000), (12_022_000_001, 8),
+       (12_152_000_001, 9), (12_150_000_000, 9000)]
+o = bench.outside_windows(lat, windows)
+assert o["requests"] == 5 and o["p99_ms"] == 0.009 and o["excluded"] == 0.5, o
+PY
+
+# --trace-others end to end where perf can record the machine's context switches: a
+# process that spins 0.3 s of every 0.75 (for 60 s at most; so it meets both servers'
+# turns) shows as another process's runs, and the requests due then are left out.
+if perf record -q -e sched:sched_switch -a -o "$bench_out/probe.data" -- true >/dev/null 2>&1; then
+    python3 -c '
+import time
+end = time.time() + 60
+while time.time() < end:
+    spin = time.time() + 0.3
+    while time.time() < spin:
+        pass
+    time.sleep(0.45)' &
+    spinner=$!
+    scripts/bench.py --no-install --client m0load --trace-others \
+        --servers "m0serve@$bin,m0serve@$bin:blocking-threads=0" --scenario hello \
+        --connections 8 --rate 2000 --interleave 0.5 --duration 2 --warmup 1 --rounds 1 \
+        --json "$bench_out/trace.json" >"$bench_out/log" 2>&1 \
+        || { cat "$bench_out/log"; die "scripts/bench.py --trace-others failed"; }
+    kill $spinner; wait $spinner 2>/dev/null || true
+    python3 - "$bench_out/trace.json" <<'PY' || { cat "$bench_out/log"; die "scripts/bench.py --trace-others: wrong results"; }
+import json, sys
+results = json.load(open(sys.argv[1]))["results"]
+assert len(results) == 2, results
+for r in results:
+    o = r["outside_others"]
+    # The spinner had a CPU for most of its 0.3 s in 0.75, over the 4 s the two servers'
+    # turns took, and the requests due then are left out.
+    assert o["other_ms"] >= 600 and o["other_runs"] >= 4, o
+    assert 0.15 <= o["excluded"] < 0.9 and 0 < o["requests"] < r["requests"], (o, r["requests"])
+    assert o["p99_ms"] > 0 and o["p999_ms"] >= o["p99_ms"], o
+PY
+    grep -q "p99 / p99.9 outside other processes" "$bench_out/log" \
+        || { cat "$bench_out/log"; die "scripts/bench.py: no figures outside other processes"; }
+else
+    echo "note: perf cannot record sched_switch here: scripts/bench.py --trace-others not tried"
+fi
 rm -rf "$bench_out"
