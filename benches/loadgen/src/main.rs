@@ -137,6 +137,14 @@ fn usage() -> String {
         .to_string()
 }
 
+/// A number of seconds above 0 as a duration, or an error that names the option.
+fn seconds(name: &str, s: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or(format!("{name}: give a number of seconds above 0"))
+}
+
 /// An option's value as a number, or an error that names the option.
 fn parsed<T: std::str::FromStr>(name: &str, v: String) -> Result<T, String>
 where
@@ -178,10 +186,7 @@ fn parse_args() -> Result<Args, String> {
         return Err(usage());
     }
     let conns = conns.filter(|&c| c > 0).ok_or("-c: give 1 or more")?;
-    let duration = secs
-        .filter(|&s| s > 0.0)
-        .and_then(|s| Duration::try_from_secs_f64(s).ok())
-        .ok_or("-d: give a number of seconds above 0")?;
+    let duration = seconds("-d", secs.unwrap_or(0.0))?;
     if let Some(r) = rate {
         if !(r.is_finite() && r > 0.0) {
             return Err("--rate: give a number of requests a second above 0".into());
@@ -196,12 +201,7 @@ fn parse_args() -> Result<Args, String> {
     let warmup = match warmup {
         None => None,
         Some(_) if rate.is_none() => return Err("--warmup needs --rate".into()),
-        Some(w) => Some(
-            Duration::try_from_secs_f64(w)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or("--warmup: give a number of seconds above 0")?,
-        ),
+        Some(w) => Some(seconds("--warmup", w)?),
     };
     let switch = match switch {
         None if urls.len() > 1 => {
@@ -209,12 +209,7 @@ fn parse_args() -> Result<Args, String> {
         }
         None => None,
         Some(_) if rate.is_none() => return Err("--switch needs --rate".into()),
-        Some(s) => Some(
-            Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or("--switch: give a number of seconds above 0")?,
-        ),
+        Some(s) => Some(seconds("--switch", s)?),
     };
     Ok(Args {
         conns,
