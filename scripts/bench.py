@@ -472,18 +472,23 @@ class OthersTrace:
         ours = {side: " && ".join([f'{side}_comm != "m0load"'] +
                                   [f"{side}_pid != {t}" for t in sorted(self.tids)])
                 for side in ("prev", "next")}
-        self.perf = subprocess.Popen(
-            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "sched:sched_switch",
-             "--filter", f"({ours['prev']}) || ({ours['next']})", "-a", "-o", self.data],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # perf opens its events before it writes the file's header: wait for the header.
-        deadline = time.time() + 10
-        while not (os.path.exists(self.data) and os.path.getsize(self.data) > 0):
-            if self.perf.poll() is not None or time.time() > deadline:
-                self.close()
-                raise RuntimeError("perf record did not start: "
-                                   f"{self.perf.stderr.read().decode()[-300:] if self.perf.stderr else ''}")
-            time.sleep(0.02)
+        # Its messages go to a file: a pipe nobody reads could fill and stop it.
+        with open(os.path.join(self.dir, "perf.err"), "w+b") as err:
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", "sched:sched_switch",
+                 "--filter", f"({ours['prev']}) || ({ours['next']})", "-a", "-o", self.data],
+                stdout=subprocess.DEVNULL, stderr=err)
+            # perf opens its events before it writes the file's header: wait for the header.
+            deadline = time.time() + 10
+            while not (os.path.exists(self.data) and os.path.getsize(self.data) > 0):
+                if self.perf.poll() is not None or time.time() > deadline:
+                    self.perf.kill()
+                    self.perf.wait()
+                    err.seek(0)
+                    why = err.read().decode(errors="replace")[-300:]
+                    self.close()
+                    raise RuntimeError(f"perf record did not start: {why}")
+                time.sleep(0.02)
 
     def figures(self, targets):
         """Stops perf; returns one dict a target: requests, excluded (the share left out),
@@ -717,20 +722,14 @@ def oha(port, conns, duration, rate, script=None, path="/"):
     }
 
 
-def load(port, conns, duration, args, scen, script=None, server_pid=None):
+def load(port, conns, duration, args, scen, script=None, trace=None):
     """One measured run: wrk (or m0load, --client) at saturation; at `--rate`, oha (or
-    m0load's open loop, --client m0load). `server_pid`, under --trace-others: trace the
-    run, its figures outside other processes' runs added."""
+    m0load's open loop, --client m0load). `trace` (--trace-others): an OthersTrace over
+    the run, whose figures outside other processes' runs it adds."""
     if args.rate and args.client == "m0load":
         if script:
             raise RuntimeError("--rate runs GET scenarios only")
-        if not (TRACE and server_pid):
-            return m0load(port, conns, duration, rate=args.rate)
-        trace = OthersTrace([server_pid])
-        try:
-            return m0load(port, conns, duration, rate=args.rate, trace=trace)
-        finally:
-            trace.close()
+        return m0load(port, conns, duration, rate=args.rate, trace=trace)
     if args.rate:
         return oha(port, conns, duration, args.rate, script)
     if args.client == "m0load":
@@ -779,22 +778,27 @@ def run_one(srv, scen_name, app, conns, args, script):
     scen = SCENARIOS[scen_name]
     with tempfile.TemporaryFile() as errlog:
         proc, port, cmd = launch(srv, app, args, errlog)
-        err = None
+        err, trace = None, None
         try:
             wait_ready(port, proc)
             check_response(port, scen)
             if args.warmup > 0:
                 load(port, conns, args.warmup, args, scen, script)
+            # --trace-others: perf is up before the server's CPU is sampled.
+            if TRACE and args.rate and args.client == "m0load":
+                trace = OthersTrace([proc.pid])
             before = sample(proc.pid)
             host0 = host_cpu()
             t0 = time.time()
-            res = load(port, conns, args.duration, args, scen, script, proc.pid)
+            res = load(port, conns, args.duration, args, scen, script, trace)
             wall = time.time() - t0
             host1 = host_cpu()
             after = sample(proc.pid)
         except Exception as e:  # reported with the server's stderr, and the bench goes on
             err = e
         finally:
+            if trace:
+                trace.close()
             stop(proc)  # also on KeyboardInterrupt
         if err is not None:
             raise with_stderr(err, errlog)

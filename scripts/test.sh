@@ -213,7 +213,20 @@ while time.time() < end:
         --connections 8 --rate 2000 --interleave 0.5 --duration 2 --warmup 1 --rounds 1 \
         --json "$bench_out/trace.json" >"$bench_out/log" 2>&1 \
         || { cat "$bench_out/log"; die "scripts/bench.py --trace-others failed"; }
+    # And a server on its own (its own code path in bench.py).
+    scripts/bench.py --no-install --client m0load --trace-others --servers "m0serve@$bin" \
+        --scenario hello --connections 8 --rate 2000 --duration 2 --warmup 1 --rounds 1 \
+        --json "$bench_out/trace1.json" >"$bench_out/log1" 2>&1 \
+        || { cat "$bench_out/log1"; die "scripts/bench.py --trace-others (one server) failed"; }
     kill $spinner; wait $spinner 2>/dev/null || true
+    python3 - "$bench_out/trace1.json" <<'PY' || { cat "$bench_out/log1"; die "scripts/bench.py --trace-others (one server): wrong results"; }
+import json, sys
+[r] = json.load(open(sys.argv[1]))["results"]
+o = r["outside_others"]
+# The spinner's 0.3 s in 0.75 over the run's 2 s; the 0.5 s warm-up's requests counted apart.
+assert o["other_ms"] >= 300 and 0.15 <= o["excluded"] < 0.9, o
+assert 0 < o["requests"] < r["requests"] <= 4001 and r["warmup_requests"] >= 900, (o, r)
+PY
     python3 - "$bench_out/trace.json" <<'PY' || { cat "$bench_out/log"; die "scripts/bench.py --trace-others: wrong results"; }
 import json, sys
 results = json.load(open(sys.argv[1]))["results"]
