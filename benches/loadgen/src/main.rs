@@ -795,6 +795,12 @@ struct Schedule {
     turn_jiffies: Option<(u64, u64)>,
 }
 
+/// How many requests a schedule at `rate` has in `duration`: request k is due at k / rate
+/// seconds, and those due before the end are sent.
+fn requests_due(rate: f64, duration: Duration) -> u64 {
+    (duration.as_secs_f64() * rate).ceil() as u64
+}
+
 impl Schedule {
     fn due(&self, k: u64) -> Instant {
         self.start + Duration::from_secs_f64(k as f64 / self.rate)
@@ -1027,8 +1033,6 @@ impl Run {
         self.turn_steal[at] = steal;
     }
 
-    /// The run has ended: the last turn is charged its steal, and every target closes the
-    /// turn it has open.
     /// `--warmup`: the schedule starts again for a run of `duration` on the same
     /// connections (the warm-up's drive has waited for its last responses), and what the
     /// warm-up measured is forgotten but for its errors, which stay counted.
@@ -1051,10 +1055,12 @@ impl Run {
         if let Some(s) = self.schedule.as_mut() {
             s.next = 0;
             s.turn = 0;
-            s.total = (duration.as_secs_f64() * s.rate).ceil() as u64;
+            s.total = requests_due(s.rate, duration);
         }
     }
 
+    /// The run has ended: the last turn is charged its steal, and every target closes the
+    /// turn it has open.
     fn finish_turns(&mut self) {
         let n = self.targets.len() as u64;
         let Some(s) = self.schedule.as_ref().filter(|s| s.switch.is_some()) else {
@@ -1367,8 +1373,7 @@ fn new_run(args: &Args, ep: Epoll) -> Run {
             start: Instant::now(),
             rate,
             next: 0,
-            // Request k is due at k / rate seconds: those before the end.
-            total: (args.duration.as_secs_f64() * rate).ceil() as u64,
+            total: requests_due(rate, args.duration),
             switch: args.switch,
             turn: 0,
             turn_jiffies: cpu_jiffies(),
@@ -1409,7 +1414,7 @@ fn main() -> ExitCode {
     let driven = match args.warmup {
         Some(w) => {
             if let Some(s) = run.schedule.as_mut() {
-                s.total = (w.as_secs_f64() * s.rate).ceil() as u64;
+                s.total = requests_due(s.rate, w);
             }
             drive(&mut run, w).and_then(|_| {
                 run.restart(args.duration);
