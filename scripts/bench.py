@@ -82,7 +82,8 @@ import http.client
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 APPS = os.path.join(ROOT, "benches", "apps")
-VENV = os.path.join(ROOT, ".venv")
+# M0BENCH_VENV: another virtual environment for the peers (and m0serve's VIRTUAL_ENV).
+VENV = os.path.abspath(os.environ.get("M0BENCH_VENV") or os.path.join(ROOT, ".venv"))
 VENV_BIN = os.path.join(VENV, "bin")
 TICK = os.sysconf("SC_CLK_TCK")
 HEADERS = [
@@ -99,6 +100,8 @@ TLS = None
 PIN = None
 # --trace-others: perf records the machine's context switches over each run at a rate.
 TRACE = False
+# --clients: how many m0load processes share a saturation run's connections.
+CLIENTS = 1
 
 # name -> app module in benches/apps, what is sent, what must come back.
 SCENARIOS = {
@@ -616,12 +619,28 @@ M0LOAD = os.path.join(ROOT, "target", "loadgen", "release", "m0load")
 
 
 def build_m0load():
-    """cargo builds benches/loadgen into target/loadgen (a no-op when it is current)."""
+    """cargo builds benches/loadgen into target/loadgen (a no-op when it is current). Where
+    there is no cargo (a machine the tree was copied to with m0load built), the binary
+    already there is used."""
+    if shutil.which("cargo") is None and os.access(M0LOAD, os.X_OK):
+        print(f"no cargo here: using {os.path.relpath(M0LOAD, ROOT)} as it is", flush=True)
+        return
     r = subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path",
                         os.path.join(ROOT, "benches", "loadgen", "Cargo.toml"),
                         "--target-dir", os.path.join(ROOT, "target", "loadgen")])
     if r.returncode != 0 or not os.access(M0LOAD, os.X_OK):
         raise SystemExit(f"building benches/loadgen failed (exit {r.returncode})")
+
+
+def m0load_cmd(conns, duration, port, post_bytes=0, path="/", rate=0):
+    cmd = [M0LOAD, "-c", str(conns), "-d", str(duration)]
+    if rate:
+        cmd += ["--rate", str(rate), "--warmup", str(SETTLE_S), "--stall-probe"]
+    for h in HEADERS:
+        cmd += ["-H", h]
+    if post_bytes:
+        cmd += ["--body-bytes", str(post_bytes)]
+    return cmd + [f"http://127.0.0.1:{port}{path}"]
 
 
 def m0load(port, conns, duration, post_bytes=0, path="/", rate=0, trace=None):
@@ -630,16 +649,11 @@ def m0load(port, conns, duration, post_bytes=0, path="/", rate=0, trace=None):
     thread, each request sent at its own time). `trace`: an OthersTrace over the run."""
     if TLS:
         raise RuntimeError("--client m0load speaks plain HTTP only")
-    cmd = client_cpus() + [M0LOAD, "-c", str(conns), "-d", str(duration)]
-    if rate:
-        cmd += ["--rate", str(rate), "--warmup", str(SETTLE_S), "--stall-probe"]
+    if CLIENTS > 1 and not rate:
+        return m0load_many(port, conns, duration, post_bytes, path)
+    cmd = client_cpus() + m0load_cmd(conns, duration, port, post_bytes, path, rate)
     if trace:
-        cmd += ["--log", trace.log]
-    for h in HEADERS:
-        cmd += ["-H", h]
-    if post_bytes:
-        cmd += ["--body-bytes", str(post_bytes)]
-    cmd.append(f"http://127.0.0.1:{port}{path}")
+        cmd[-1:-1] = ["--log", trace.log]
     p, cpu = run_client(cmd, duration)
     try:
         d = json.loads(p.stdout)
@@ -651,6 +665,68 @@ def m0load(port, conns, duration, post_bytes=0, path="/", rate=0, trace=None):
     if trace:
         out["outside_others"] = trace.figures(1)[0]
     return out
+
+
+def cpu_list(spec):
+    """The CPUs a `taskset -c` list names ('0,2,4-7'), in order."""
+    out = []
+    for part in spec.split(","):
+        lo, sep, hi = part.partition("-")
+        out += range(int(lo), int(hi) + 1) if sep else [int(lo)]
+    return out
+
+
+def m0load_many(port, conns, duration, post_bytes, path):
+    """`--clients K` at saturation: K m0load processes at once, the connections shared out
+    among them (the first `conns % K` one more each) and, under --pin, each on one CPU of
+    the client's list in turn: one client thread cannot load a server of many workers. The
+    result sums their requests and errors; its p99 is the highest of theirs (their
+    histograms are not merged) and its average latency theirs weighted by requests."""
+    cpus = cpu_list(PIN[1]) if PIN else []
+    shares = [conns // CLIENTS + (i < conns % CLIENTS) for i in range(CLIENTS)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    procs = []
+    try:
+        for i, c in enumerate(shares):
+            pin = ["taskset", "-c", str(cpus[i % len(cpus)])] if cpus else []
+            procs.append(subprocess.Popen(pin + m0load_cmd(c, duration, port, post_bytes, path),
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        outs = [p.communicate(timeout=duration + 60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    each = []
+    for p, (stdout, stderr) in zip(procs, outs):
+        try:
+            d = json.loads(stdout)
+        except ValueError:
+            d = None
+        if p.returncode != 0 or d is None:
+            raise RuntimeError(f"m0load (one of {CLIENTS}) failed (exit {p.returncode}): "
+                               f"{(stdout + stderr)[-500:]}")
+        each.append(m0load_result(d, 0.0, 0))
+    requests = sum(r["requests"] for r in each)
+    errors = {}
+    for r in each:
+        for k, v in r["socket_errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    return {
+        "rps": sum(r["rps"] for r in each),
+        "requests": requests,
+        "latency_avg_ms": sum(r["latency_avg_ms"] * r["requests"] for r in each)
+        / max(requests, 1),
+        "latency_p99_ms": max(r["latency_p99_ms"] for r in each),
+        "non_2xx": sum(r["non_2xx"] for r in each),
+        "socket_errors": errors,
+        "client_cpu_s": cpu,
+        "clients": [{"connections": c, "rps": r["rps"], "latency_p99_ms": r["latency_p99_ms"]}
+                    for c, r in zip(shares, each)],
+    }
 
 
 def m0load_result(d, cpu, rate):
@@ -967,6 +1043,10 @@ def rate_client(meta):
 
 def client_name(meta):
     """The load generator of a saturation run, as the reports name it."""
+    k = meta.get("clients", 1)
+    if k > 1:
+        return (f"{k} m0load processes (benches/loadgen, one thread each) sharing each run's "
+                "connections; a run's p99 is the highest of theirs")
     return "m0load (benches/loadgen, one thread)" if meta.get("client") == "m0load" \
         else "wrk -t1"
 
@@ -1000,8 +1080,10 @@ def markdown(doc):
                  + (f"; **interleaved**: a round's servers run at once and take the schedule "
                     f"in turns of {meta['interleave']:g} s, in the round's order, "
                     f"{meta['duration']} s each in all" if meta.get("interleave") else "")
-                 + (f"; **pinned**: every server on CPU {meta['pin'][0]}, the client on CPU "
-                    f"{meta['pin'][1]} (`taskset -c`)" if meta.get("pin") else "") + ".")
+                 + (f"; **pinned**: every server on CPU {meta['pin'][0]}, the client"
+                    + (f"s on CPU {meta['pin'][1]}, one CPU each in turn" if meta.get("clients", 1) > 1
+                       else f" on CPU {meta['pin'][1]}") + " (`taskset -c`)"
+                    if meta.get("pin") else "") + ".")
     lines.append("")
     by_kind = {}
     for s in servers:
@@ -1009,6 +1091,13 @@ def markdown(doc):
     gran = by_kind.get("granian")
     # Ratio columns: against each of these peers that was measured.
     refs = [(by_kind[k], DISPLAY[k]) for k in ("granian", "bjoern", "fastwsgi") if k in by_kind]
+
+    def peer(ref, s):
+        """The run of `ref`'s server to set `s` against: the one with as many workers, if
+        the peer ran with several counts."""
+        kind, w = parse_server(ref)["kind"], shape_of(s, meta["workers"])[1]
+        return next((x for x in servers if parse_server(x)["kind"] == kind
+                     and shape_of(x, meta["workers"])[1] == w), ref)
     for scen in meta["scenarios"]:
         post = SCENARIOS.get(scen, {}).get("post_bytes")
         lines.append(f"#### {scen}: {SCENARIOS.get(scen, {}).get('title', scen)}")
@@ -1039,7 +1128,6 @@ def markdown(doc):
         lines.append("|" + "---|" * len(head))
         conns_all = sorted({k[2] for k in summary if k[0] == scen})
         for conns in conns_all:
-            ref_g = summary.get((scen, gran, conns))
             for s in servers:
                 e = summary.get((scen, s, conns))
                 if not e:
@@ -1049,6 +1137,7 @@ def markdown(doc):
                 if post:
                     row.append(f"{e['rps_median'] * post / MIB:.0f}")
                 for name, _ in refs:
+                    name = peer(name, s)
                     ref = summary.get((scen, name, conns))
                     row.append("" if s == name or not ref
                                else f"{e['rps_median'] / ref['rps_median']:.2f}×")
@@ -1068,7 +1157,8 @@ def markdown(doc):
                 if with_steal:
                     row.append(f"{r['host_steal'] * 100:.0f}" if "host_steal" in r else "")
                 if gran:
-                    row.append("" if s == gran or not ref_g else
+                    ref_g = summary.get((scen, peer(gran, s), conns))
+                    row.append("" if s == peer(gran, s) or not ref_g else
                                f"{r['cpu_us_per_req'] / ref_g['median']['cpu_us_per_req']:.2f}×")
                 row.append(thread_cell(r, 0.02))
                 lines.append("| " + " | ".join(row) + " |")
@@ -1106,6 +1196,7 @@ def markdown(doc):
                                 lambda x: f"{x.get('send_lag_p99_ms', 0):.2f}")
                 lines += ["The client's send lag per round, p99 ms (how late m0load sent "
                           "a request after it was due, for any reason): " + per + ".", ""]
+        lines += workers_scaling(meta, summary, scen, conns_all)
         def real(errors):
             return {k: v for k, v in errors.items() if k != "aborted due to deadline" and v}
         errs = [r for r in results if r["scenario"] == scen and
@@ -1118,6 +1209,61 @@ def markdown(doc):
         if errs:
             lines.append("")
     return "\n".join(lines)
+
+
+def shape_of(spec, default_workers):
+    """A server spec without its workers override, and its worker count."""
+    base, _, opts = spec.partition(":")
+    kept, workers = [], default_workers
+    for kv in filter(None, opts.split(",")):
+        k, _, v = kv.partition("=")
+        if k.lstrip("-").replace("_", "-") == "workers":
+            workers = int(v)
+        else:
+            kept.append(kv)
+    return base + (":" + ",".join(kept) if kept else ""), workers
+
+
+def workers_scaling(meta, summary, scen, conns_all):
+    """Where a server ran with several worker counts (`SERVER:workers=N`), a table of its
+    median req/s by worker count: each × its own with the fewest workers, and × Granian
+    with as many where Granian ran with that count too."""
+    shapes = {}
+    for s in meta["servers"]:
+        shape, w = shape_of(s, meta["workers"])
+        shapes.setdefault(shape, {})[w] = s
+    shapes = {k: v for k, v in shapes.items() if len(v) > 1}
+    if not shapes:
+        return []
+    counts = sorted({w for v in shapes.values() for w in v})
+    gran = next((v for k, v in shapes.items() if k == "granian"), {})
+    out = [f"Workers scaling ({scen}): median req/s by `--workers`, × the same server with "
+           f"{counts[0]}" + (", and × Granian with as many workers" if gran else "")
+           + "; then the server's cores and the clients' cores.", ""]
+    out.append("| conns | server | " + " | ".join(f"{w} worker{'s' * (w > 1)}" for w in counts) + " |")
+    out.append("|" + "---|" * (len(counts) + 2))
+    for conns in conns_all:
+        for shape, by_w in shapes.items():
+            base = summary.get((scen, by_w.get(min(by_w)), conns))
+            cells = []
+            for w in counts:
+                e = summary.get((scen, by_w.get(w), conns))
+                if not e:
+                    cells.append("")
+                    continue
+                r = e["median"]
+                cell = fmt_int(e["rps_median"])
+                if base and w != min(by_w):
+                    cell += f" ({e['rps_median'] / base['rps_median']:.2f}×"
+                    g = summary.get((scen, gran.get(w), conns)) if shape != "granian" else None
+                    cell += f", {e['rps_median'] / g['rps_median']:.2f}× Granian)" if g else ")"
+                elif shape != "granian" and summary.get((scen, gran.get(w), conns)):
+                    g = summary[(scen, gran[w], conns)]
+                    cell += f" ({e['rps_median'] / g['rps_median']:.2f}× Granian)"
+                cell += f"; {r['cores']:.2f} / {r.get('client_cores', 0):.2f} cores"
+                cells.append(cell)
+            out.append(f"| {conns} | {display(shape)} | " + " | ".join(cells) + " |")
+    return out + [""]
 
 
 def per_round(summary, scen, servers, conns_all, cell):
@@ -1454,6 +1600,11 @@ def main():
                          "(default), or benches/loadgen's m0load for both: the same closed "
                          "loop reading up to 256 KiB a call (for large responses, where wrk's "
                          "8 KiB reads bound the run), and an open loop on one thread at --rate")
+    ap.add_argument("--clients", type=int, default=1, metavar="K",
+                    help="with --client m0load, at saturation: K m0load processes share each "
+                         "run's connections (under --pin each on one CPU of the client's list "
+                         "in turn), for a server of many workers that one client thread "
+                         "cannot load")
     ap.add_argument("--interleave", type=float, default=0, metavar="SECONDS",
                     help="with --rate and --client m0load: run a round's servers at once and "
                          "give them the schedule in turns of SECONDS (--duration each in "
@@ -1552,11 +1703,20 @@ def main():
                              f"(root, or kernel.perf_event_paranoid -1): {r.stderr[-300:]}")
         global TRACE
         TRACE = True
+    if args.clients < 1:
+        raise SystemExit("--clients takes 1 or more")
+    if args.clients > 1:
+        if args.client != "m0load" or args.rate:
+            raise SystemExit("--clients needs --client m0load, at saturation (no --rate)")
+        global CLIENTS
+        CLIENTS = args.clients
     if args.client == "m0load":
         if args.tls:
             raise SystemExit("--client m0load speaks plain HTTP only (no --tls)")
         build_m0load()
     conns_list = [int(c) for c in args.connections.split(",") if c]
+    if any(c < args.clients for c in conns_list):
+        raise SystemExit(f"--clients {args.clients}: every run needs as many connections")
     doc = {"meta": {
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
@@ -1564,7 +1724,7 @@ def main():
         "connections": conns_list, "duration": args.duration, "warmup": args.warmup,
         "rounds": args.rounds, "workers": args.workers, "tls": bool(args.tls),
         "rate": args.rate, "pin": list(PIN) if PIN else None, "client": args.client,
-        "interleave": args.interleave,
+        "interleave": args.interleave, "clients": args.clients,
         "blocking_threads": args.blocking_threads,
         "machine": machine(), "versions": versions(servers),
     }, "results": []}
