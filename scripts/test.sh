@@ -244,4 +244,39 @@ PY
 else
     echo "note: perf cannot record sched_switch here: scripts/bench.py --trace-others not tried"
 fi
+
+# scripts/device-scale.sh, as the device machine would run it but for a few seconds a part
+# (about 40 s): prepared for the base interpreter (its wheel from above, the peers' from
+# PyPI), then run from those wheels alone: workers 1 and 2 of each shape and of Granian,
+# two m0load processes sharing each run (bench.py --clients), and the latency part's five
+# servers.
+export M0S_DEVICE_DIR=target/device-smoke
+scripts/device-scale.sh prepare --python "$BASE_PYTHON" --wheels "$WHEELS" >"$bench_out/log" 2>&1 \
+    || { cat "$bench_out/log"; die "scripts/device-scale.sh prepare failed"; }
+scripts/device-scale.sh run --quick --python "$BASE_PYTHON" --out "$bench_out/device" \
+    >"$bench_out/log" 2>&1 || { cat "$bench_out/log"; die "scripts/device-scale.sh run failed"; }
+unset M0S_DEVICE_DIR
+python3 - "$bench_out/device" <<'PY' || { cat "$bench_out/log"; die "scripts/device-scale.sh: wrong results"; }
+import json, os, sys
+d = sys.argv[1]
+scale = json.load(open(os.path.join(d, "scale.json")))
+assert scale["meta"]["clients"] == 2, scale["meta"]
+results = scale["results"]
+specs = [r["server"] for r in results]
+assert len(results) == 6 and all("error" not in r for r in results), results
+for shape in ("m0serve@", "blocking-threads=0", "granian"):
+    assert sum(shape in s for s in specs) >= 2, specs
+for r in results:
+    # Two clients, the connections shared out, each with its share of the requests.
+    assert [c["connections"] for c in r["clients"]] == [2, 2], r["clients"]
+    assert all(c["rps"] > 0 for c in r["clients"]) and r["non_2xx"] == 0, r
+    assert abs(sum(c["rps"] for c in r["clients"]) - r["rps"]) < 1, r
+    assert r["cpu_s"] > 0 and r["client_cores"] > 0, r
+md = open(os.path.join(d, "scale.md")).read()
+assert "Workers scaling (hello)" in md and "| 1 worker | 2 workers |" in md, md
+latency = json.load(open(os.path.join(d, "latency.json")))["results"]
+assert sorted(r["kind"] for r in latency) == ["bjoern", "fastwsgi", "granian", "m0serve", "m0serve"], latency
+for r in latency:
+    assert "error" not in r and 1900 <= r["requests"] <= 2001 and r["non_2xx"] == 0, r
+PY
 rm -rf "$bench_out"
