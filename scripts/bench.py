@@ -1060,7 +1060,7 @@ def markdown(doc):
     v = meta.get("versions", {})
     lines.append(f"- **Date**: {meta.get('date', '?')}")
     lines.append(f"- **Machine**: {m.get('cpu')}, {m.get('cpus')} CPUs, {m.get('mem_gib')} GiB, "
-                 f"Linux {m.get('kernel')}; {v.get('wrk')}")
+                 f"Linux {m.get('kernel')}" + (f"; {v['wrk']}" if v.get("wrk") else ""))
     vs = [val if str(val).startswith(k.split("@")[0]) else f"{k} {val}"
           for k, val in v.items() if val and k != "wrk"]
     lines.append("- **Versions**: " + "; ".join(vs))
