@@ -12,7 +12,7 @@
 #                    --wheels DIR), Granian, bjoern-binary, Flask and what they need (pip
 #                    download for that CPython on manylinux x86-64), and FastWSGI built here
 #                    (PyPI has only its sdist)
-#   .device/m0load   benches/loadgen's client, stripped
+#   .device/m0load   benches/loadgen's client, stripped (and .device/commit, the tree's)
 # run (python3, or --python, must be that version; no network):
 #   - makes target/device-venv with those wheels alone, and puts m0load where
 #     scripts/bench.py looks for it;
@@ -90,6 +90,8 @@ prepare)
     cp target/loadgen/release/m0load "$DEV/m0load"
     strip "$DEV/m0load" 2>/dev/null || true
     rm -rf "$DEV/build"
+    # The tree the wheel was built from, for machine.txt there (where there is no .git).
+    git describe --always --dirty >"$DEV/commit" 2>/dev/null || echo unknown >"$DEV/commit"
     say "prepared $DEV ($(du -sh "$DEV" | cut -f1)) for CPython $PYV:"
     ls "$DEV/wheels"
     ;;
@@ -141,6 +143,7 @@ run)
     # --- the machine, and its CPUs in two halves by physical core ---
     {
         date -u +%FT%TZ
+        echo "m0serve prepared from $(cat "$DEV/commit" 2>/dev/null || echo '?')"
         uname -a
         "$VENV/bin/python" --version
         lscpu 2>/dev/null || grep -m1 'model name' /proc/cpuinfo
