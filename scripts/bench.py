@@ -724,8 +724,8 @@ def m0load_many(port, conns, duration, post_bytes, path):
         "non_2xx": sum(r["non_2xx"] for r in each),
         "socket_errors": errors,
         "client_cpu_s": cpu,
-        "clients": [{"connections": c, "rps": r["rps"], "latency_p99_ms": r["latency_p99_ms"]}
-                    for c, r in zip(shares, each)],
+        "clients": [{"connections": c, "requests": r["requests"], "rps": r["rps"],
+                     "latency_p99_ms": r["latency_p99_ms"]} for c, r in zip(shares, each)],
     }
 
 
@@ -1093,11 +1093,13 @@ def markdown(doc):
     refs = [(by_kind[k], DISPLAY[k]) for k in ("granian", "bjoern", "fastwsgi") if k in by_kind]
 
     def peer(ref, s):
-        """The run of `ref`'s server to set `s` against: the one with as many workers, if
-        the peer ran with several counts."""
+        """The run of `ref`'s server to set `s` against: where the peer ran with several
+        worker counts, the one with as many workers as `s` (None without one)."""
         kind, w = parse_server(ref)["kind"], shape_of(s, meta["workers"])[1]
-        return next((x for x in servers if parse_server(x)["kind"] == kind
-                     and shape_of(x, meta["workers"])[1] == w), ref)
+        runs = [x for x in servers if parse_server(x)["kind"] == kind]
+        if len({shape_of(x, meta["workers"])[1] for x in runs}) == 1:
+            return ref
+        return next((x for x in runs if shape_of(x, meta["workers"])[1] == w), None)
     for scen in meta["scenarios"]:
         post = SCENARIOS.get(scen, {}).get("post_bytes")
         lines.append(f"#### {scen}: {SCENARIOS.get(scen, {}).get('title', scen)}")

@@ -7,11 +7,12 @@
 #   scripts/device-scale.sh prepare [--python-version 3.12 | --python PATH] [--wheels DIR]  (here)
 #   scripts/device-scale.sh run [--out DIR] [--python PATH] [--only scale|latency] [--quick]
 #
-# prepare (needs PyPI, Rust, and that CPython, e.g. pyenv's, for the two wheels it builds):
+# prepare (needs PyPI, Rust, a C compiler, and that CPython, e.g. pyenv's, for the two
+# wheels it builds):
 #   .device/wheels   the m0serve wheel for that CPython (scripts/wheels.sh; or taken from
-#                    --wheels DIR), Granian, bjoern-binary, Flask and what they need (pip
-#                    download for that CPython on manylinux x86-64), and FastWSGI built here
-#                    (PyPI has only its sdist)
+#                    --wheels DIR), Granian, bjoern-binary, Flask and what they need, and
+#                    pip (pip download for that CPython on manylinux x86-64), and FastWSGI
+#                    built here with a C compiler (PyPI has only its sdist)
 #   .device/m0load   benches/loadgen's client, stripped (and .device/commit, the tree's)
 # run (python3, or --python, must be that version; no network):
 #   - makes target/device-venv with those wheels alone, and puts m0load where
@@ -22,8 +23,9 @@
 #     servers' CPUs, hello and Flask, 256 connections, K m0load processes at saturation
 #     (scripts/bench.py --clients), 2 alternating rounds;
 #   - latency: m0serve (both shapes), FastWSGI, bjoern and Granian at 27 000 req/s over 64
-#     connections, each server on two CPUs of its half and m0load on one of the other's
-#     (the 2-core host's p99 comparison, without the client sharing the server's CPUs);
+#     connections, each server on two CPUs of two physical cores of its half and m0load
+#     on one CPU of the other's (the 2-core host's p99 comparison, without the client
+#     sharing the server's CPUs);
 #   - writes machine.txt, setup.log and, for each part, PART.json, PART.md, PART.log into
 #     DIR (default bench-results/device). bench.py saves its JSON after every run, so a run
 #     cut short still leaves what it measured (`scripts/bench.py --report DIR/PART.json`).
@@ -41,7 +43,8 @@ say() { echo "scripts/device-scale.sh: $*"; }
 DEV=${M0S_DEVICE_DIR:-.device}
 # The peers' versions of BENCHMARKS.md's runs; FastWSGI imports pkg_resources, which
 # setuptools 81 no longer has and a CPython 3.12 virtualenv does not install.
-PEERS=("granian==2.8.9" "bjoern-binary==3.2.2" "flask==3.1.3" "setuptools<81")
+# pip itself: for an interpreter without ensurepip, whose venv then has no pip.
+PEERS=("granian==2.8.9" "bjoern-binary==3.2.2" "flask==3.1.3" "setuptools<81" pip)
 FASTWSGI="fastwsgi==0.0.9"
 MANYLINUX=(--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64)
@@ -130,15 +133,17 @@ run)
     if "$PY" -m venv "$VENV" >&3 2>&1; then
         "$VENV/bin/python" -m pip "${pipargs[@]}" >&3 2>&1 || die "run: pip install failed (setup.log)"
     else
-        # An interpreter without ensurepip: an empty venv, filled by the interpreter's pip.
+        # An interpreter without ensurepip: an empty venv, filled by pip run from its wheel.
         rm -rf "$VENV"
         "$PY" -m venv --without-pip "$VENV" >&3 2>&1 || die "run: $PY -m venv failed (setup.log)"
-        "$PY" -m pip --python "$VENV/bin/python" "${pipargs[@]}" >&3 2>&1 \
+        pipwheel=$(ls "$DEV"/wheels/pip-*.whl) || die "run: no pip wheel in $DEV/wheels"
+        "$VENV/bin/python" "$pipwheel/pip" "${pipargs[@]}" >&3 2>&1 \
             || die "run: pip install into $VENV failed (setup.log)"
     fi
     export M0BENCH_VENV=$PWD/$VENV
     mkdir -p target/loadgen/release
-    [ -x target/loadgen/release/m0load ] || cp "$DEV/m0load" target/loadgen/release/m0load
+    # (Where cargo is, bench.py builds it from the tree instead.)
+    command -v cargo >/dev/null || cp -f "$DEV/m0load" target/loadgen/release/m0load
 
     # --- the machine, and its CPUs in two halves by physical core ---
     {
@@ -147,9 +152,10 @@ run)
         uname -a
         "$VENV/bin/python" --version
         lscpu 2>/dev/null || grep -m1 'model name' /proc/cpuinfo
-        cat /sys/devices/system/cpu/cpuidle/current_governor 2>/dev/null || true
+        echo "cpuidle: $(cat /sys/devices/system/cpu/cpuidle/current_governor 2>/dev/null || echo '?')," \
+            "cpufreq: $(cat /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor 2>/dev/null || echo '?')"
     } >"$OUT/machine.txt" 2>&1
-    read -r SERVER_CPUS CLIENT_CPUS NSERVER NCLIENT < <("$PY" - <<'PY'
+    split=$("$PY" - <<'PY'
 import os
 cpus = sorted(os.sched_getaffinity(0))
 def core(c):
@@ -165,9 +171,15 @@ groups = list(cores.values())
 half = max(len(groups) // 2, 1)
 server = sorted(c for g in groups[:half] for c in g)
 client = sorted(c for g in groups[half:] for c in g) or server
-print(",".join(map(str, server)), ",".join(map(str, client)), len(server), len(client))
+# The latency part: the first CPU of each of the first two server cores (a core's siblings
+# may be numbered next to each other), and the first of the first client core.
+two = [g[0] for g in groups[:half]][:2] or server[:1]
+one = (groups[half:] or groups)[0][0]
+print(",".join(map(str, server)), ",".join(map(str, client)), len(server), len(client),
+      ",".join(map(str, two)), one)
 PY
-    )
+    ) || die "run: the CPU split failed"
+    read -r SERVER_CPUS CLIENT_CPUS NSERVER NCLIENT LAT_SERVER LAT_CLIENT <<<"$split"
     PINNED=1
     where="servers on CPUs $SERVER_CPUS, clients on CPUs $CLIENT_CPUS"
     if ! command -v taskset >/dev/null; then
@@ -185,9 +197,7 @@ PY
         [ "${counts[-1]}" = "$NSERVER" ] || counts+=("$NSERVER")
         rounds=2 duration=3 warmup=1 scen=hello,flask conns=256
         if [ -n "$QUICK" ]; then
-            counts=(1 2) rounds=1 duration=1 scen=hello
-            ((NCLIENT >= 2)) || NCLIENT=2
-            conns=$((NCLIENT * 2))
+            counts=(1 2) rounds=1 duration=1 scen=hello NCLIENT=2 conns=4
         fi
         servers=
         for shape in "m0serve@$M0" "m0serve@$M0:blocking-threads=0" granian; do
@@ -199,15 +209,14 @@ PY
         say "scale: workers ${counts[*]}, $NCLIENT client(s), $conns connections"
         pinarg=()
         [ -z "$PINNED" ] || pinarg=(--pin "$SERVER_CPUS:$CLIENT_CPUS")
-        scripts/bench.py --no-install --client m0load --clients "$NCLIENT" \
+        "$PY" scripts/bench.py --no-install --client m0load --clients "$NCLIENT" \
             "${pinarg[@]}" --servers "$servers" --scenario "$scen" \
             --connections "$conns" --rounds "$rounds" --duration "$duration" \
             --warmup "$warmup" --json "$OUT/scale.json" --md "$OUT/scale.md" \
             2>&1 | tee "$OUT/scale.log" || die "run: the scale part failed (scale.log)"
     fi
     if [ -z "$ONLY" ] || [ "$ONLY" = latency ]; then
-        two=$(echo "$SERVER_CPUS" | cut -d, -f1-2)
-        one=$(echo "$CLIENT_CPUS" | cut -d, -f1)
+        two=$LAT_SERVER one=$LAT_CLIENT
         rounds=3 duration=8 warmup=2 rate=27000
         if [ -n "$QUICK" ]; then
             rounds=1 duration=1 warmup=1 rate=2000
@@ -215,7 +224,7 @@ PY
         say "latency: servers on CPUs $two, m0load on CPU $one, $rate req/s"
         pinarg=()
         [ -z "$PINNED" ] || pinarg=(--pin "$two:$one")
-        scripts/bench.py --no-install --client m0load --rate "$rate" "${pinarg[@]}" \
+        "$PY" scripts/bench.py --no-install --client m0load --rate "$rate" "${pinarg[@]}" \
             --servers "m0serve@$M0,m0serve@$M0:blocking-threads=0,fastwsgi,bjoern,granian" \
             --scenario hello --connections 64 --rounds "$rounds" --duration "$duration" \
             --warmup "$warmup" --json "$OUT/latency.json" --md "$OUT/latency.md" \

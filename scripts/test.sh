@@ -267,10 +267,10 @@ assert len(results) == 6 and all("error" not in r for r in results), results
 for shape in ("m0serve@", "blocking-threads=0", "granian"):
     assert sum(shape in s for s in specs) >= 2, specs
 for r in results:
-    # Two clients, the connections shared out, each with its share of the requests.
+    # Two clients, the connections shared out, each answered over its own second.
     assert [c["connections"] for c in r["clients"]] == [2, 2], r["clients"]
-    assert all(c["rps"] > 0 for c in r["clients"]) and r["non_2xx"] == 0, r
-    assert abs(sum(c["rps"] for c in r["clients"]) - r["rps"]) < 1, r
+    assert all(c["requests"] > 100 and c["latency_p99_ms"] > 0 for c in r["clients"]), r
+    assert r["non_2xx"] == 0 and not any(r["socket_errors"].values()), r
     assert r["cpu_s"] > 0 and r["client_cores"] > 0, r
 md = open(os.path.join(d, "scale.md")).read()
 assert "Workers scaling (hello)" in md and "| 1 worker | 2 workers |" in md, md
