@@ -483,6 +483,20 @@ pub struct Cli {
     )]
     pub cpu_affinity: String,
 
+    /// Microseconds each worker's loop goes on polling its sockets, once its work is done
+    /// and no request is at a handler thread, before it sleeps: the next request then finds
+    /// it awake instead of waking an idle CPU. For a lower latency at a moderate load, at
+    /// the price of CPU: up to a core per worker while requests come closer together than
+    /// this (the polling counts as busy). Mostly for inline mode (`--blocking-threads 0`)
+    /// on cores of its own; 0 (the default) sleeps at once (BENCHMARKS.md, "idle poll").
+    #[arg(
+        long,
+        env = "M0SERVE_IDLE_POLL",
+        default_value_t = 0,
+        value_name = "MICROSECONDS"
+    )]
+    pub idle_poll: u64,
+
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
     #[arg(long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]

@@ -18,6 +18,9 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// Longest `--graceful-timeout` (a day).
 pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
+/// `--idle-poll`'s upper bound (10 ms): past the next timer tick a sleeping loop would
+/// have been woken anyway.
+pub const MAX_IDLE_POLL_US: u64 = 10_000;
 
 /// An IPv4 or IPv6 address from a flag, the latter with or without its brackets.
 fn parse_ip(flag: &str, s: &str) -> Result<IpAddr, String> {
@@ -104,6 +107,8 @@ pub struct Config {
     /// `--cpu-affinity adaptive` (the default): each worker's loop runs beside its one
     /// handler thread while that suits them (`worker::placement`).
     pub adaptive_affinity: bool,
+    /// `--idle-poll`: how long a loop polls before it sleeps (`None`: it sleeps at once).
+    pub idle_poll: Option<Duration>,
     /// `--metrics-port` (with `--metrics-address`).
     pub metrics: Option<SocketAddr>,
     /// `--reload`, with its `--reload-ignore` patterns.
@@ -658,6 +663,13 @@ impl Config {
                 spec => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
             },
             adaptive_affinity,
+            idle_poll: Some(Duration::from_micros(within(
+                "--idle-poll",
+                cli.idle_poll,
+                0,
+                MAX_IDLE_POLL_US,
+            )?))
+            .filter(|d| !d.is_zero()),
             venv,
             reload: cli.reload.then(|| {
                 cli.reload_ignore

@@ -53,6 +53,64 @@ fn stats_report_counts_requests_per_thread_on_sigusr2_and_at_exit() {
         "{log}"
     );
     assert!(log.contains("% of wall time waiting"), "{log}");
+    // Without --idle-poll the loop sleeps at once.
+    assert_eq!(
+        count_in(&log, "stats m0s-loop:", "idle polls"),
+        Some(0),
+        "{log}"
+    );
+}
+
+/// CPU time (user and system) of process `pid` so far, in clock ticks (/proc/PID/stat).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis: state is the 3rd of the line, utime
+    // and stime the 14th and 15th.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// `--idle-poll`: a request that comes within the window after the last is found by the
+/// loop's polling, not by a sleep; and once nothing comes, the polling stops when the
+/// window has passed, so that an idle worker does not keep a CPU busy.
+#[test]
+fn idle_poll_finds_the_next_request_and_stops_when_none_comes() {
+    let mut s = Server::start(
+        "hello:app",
+        &["--stats", "--blocking-threads", "0", "--idle-poll", "5000"],
+    );
+    let worker = s.wait_for_workers(1, Duration::from_secs(10))[0];
+    let mut c = s.connect();
+    for _ in 0..40 {
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.read_response().status, 200);
+        // Well inside the 5 ms window.
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    // Nothing comes for a second, on an open connection: a loop that went on polling
+    // would use about all of it (100 ticks a second).
+    let before = cpu_ticks(worker);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = cpu_ticks(worker) - before;
+    assert!(used <= 20, "an idle worker used {used} ticks of CPU in 1 s");
+
+    s.signal(libc::SIGUSR2);
+    assert!(
+        s.wait_for_log("stats m0s-loop:", Duration::from_secs(10)),
+        "{}",
+        s.stderr_text()
+    );
+    let log = s.stderr_text();
+    let found = count_in(&log, "stats m0s-loop:", "idle polls").unwrap();
+    let ran_out = count_in(&log, "stats m0s-loop:", "found work and").unwrap();
+    // Most of the 39 requests after the first were found polling (a test thread held up
+    // past 5 ms on a busy machine may miss a few), and the idle second's window ran out.
+    assert!(found >= 20, "{found} requests found by polling: {log}");
+    assert!(ran_out >= 1, "no window ran out: {log}");
+    drop(c);
+    assert!(s.stop().success());
 }
 
 #[test]

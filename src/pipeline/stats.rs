@@ -72,6 +72,9 @@ pub struct LoopCounters {
     /// Moves of the loop to its handler's CPU (`--cpu-affinity adaptive`): pins and
     /// follows.
     pub moves: u64,
+    /// `--idle-poll` windows that found work before they passed, and those that passed.
+    pub idle_polls_caught: u64,
+    pub idle_polls_out: u64,
 }
 
 impl LoopCounters {
@@ -88,6 +91,8 @@ impl LoopCounters {
             wait: Duration::ZERO,
             sendfile_bytes: 0,
             moves: 0,
+            idle_polls_caught: 0,
+            idle_polls_out: 0,
         }
     }
 }
@@ -143,7 +148,8 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}, sendfile {} bytes, moves to its handler's CPU {}",
+         ring-full {}, sendfile {} bytes, moves to its handler's CPU {}, idle polls {} \
+         found work and {} ran out",
         secs(loop_cpu),
         wall.as_secs_f64(),
         c.requests,
@@ -155,6 +161,8 @@ pub fn report(
         c.ring_full,
         c.sendfile_bytes,
         c.moves,
+        c.idle_polls_caught,
+        c.idle_polls_out,
     );
     for (name, h, thread) in handlers {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -378,6 +378,7 @@ fn serve(
         stats: config.stats,
         static_response: config.static_response,
         adaptive_affinity: config.adaptive_affinity,
+        idle_poll: config.idle_poll,
         graceful_timeout: config.graceful_timeout,
         root_path: config.root_path.clone().filter(|_| !config.root_path_app),
         tls: listeners

@@ -117,4 +117,6 @@ pub struct LoopOptions {
     pub proxy_protocol: Option<crate::http::trusted::Trusted>,
     /// `--cpu-affinity adaptive`.
     pub adaptive_affinity: bool,
+    /// `--idle-poll`.
+    pub idle_poll: Option<Duration>,
 }

@@ -157,6 +157,8 @@ pub struct EventLoop {
     stats: bool,
     /// `--static-response`: the loop answers every request itself (its ceiling).
     static_response: bool,
+    /// `--idle-poll`: how long the loop polls before it sleeps with no request out.
+    idle_poll: Option<Duration>,
     /// `--root-path`, when the loop answers requests outside it with 404.
     root_path: Option<String>,
     /// Per listener: the TLS configuration its connections speak, if any.
@@ -269,6 +271,7 @@ impl EventLoop {
             counters: LoopCounters::new(),
             stats: opts.stats,
             static_response: opts.static_response,
+            idle_poll: opts.idle_poll,
             root_path: opts.root_path.clone(),
             tls: opts.tls.clone(),
             proxy_protocol: opts.proxy_protocol.clone(),
@@ -396,6 +399,17 @@ impl EventLoop {
             // request and gained nothing (BENCHMARKS.md, "loop spin").
             if let Some(inline) = self.inline.as_mut() {
                 inline.flush_log();
+            }
+            // `--idle-poll`: with no request out (a handler thread with one needs this CPU
+            // more than a poll does), poll a while before sleeping, so that the next
+            // request finds the loop awake rather than an idle CPU to wake.
+            if let Some(window) = self.idle_poll.filter(|_| self.total_queued == 0) {
+                if self.poll_idle(py, &mut events, window) {
+                    self.now = Instant::now();
+                    self.handle_events(&events);
+                    self.maybe_sweep();
+                    continue;
+                }
             }
             // Announce, re-check, then sleep: a handler that pushes after the re-check sees
             // the flag and wakes us (the fences pair in `WakeFlag`).
@@ -964,6 +978,38 @@ impl EventLoop {
             }
         }
         best
+    }
+
+    /// `--idle-poll`: `epoll_wait` without sleeping, again and again for up to `window`.
+    /// True when it found events (in `events`); false when the window passed or a
+    /// response came meanwhile (a handler's push, or an app thread's message inline: they
+    /// wake only a loop that announced its sleep, so it looks), which the caller's
+    /// re-check before sleeping takes. Inline, each poll releases the GIL, as a sleep does,
+    /// so that the app's own threads are not held up by the polling.
+    fn poll_idle(&mut self, py: Option<Python<'_>>, events: &mut Events, window: Duration) -> bool {
+        let until = Instant::now() + window;
+        loop {
+            self.counters.epoll_waits += 1;
+            let poll = &mut self.poll;
+            let res = match py {
+                Some(py) => py.detach(|| poll.poll(events, Some(Duration::ZERO))),
+                None => poll.poll(events, Some(Duration::ZERO)),
+            };
+            // An error is left to the caller's next `epoll_wait` to meet and report.
+            if res.is_err() || !events.is_empty() {
+                self.counters.idle_polls_caught += 1;
+                return true;
+            }
+            if self.any_response_ready() {
+                self.counters.idle_polls_caught += 1;
+                return false;
+            }
+            if Instant::now() >= until {
+                self.counters.idle_polls_out += 1;
+                return false;
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Drains every response ring, writes what came, then lets connections that were
