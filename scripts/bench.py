@@ -51,7 +51,7 @@ a change), `granian`, `bjoern` (through benches/run_bjoern.py), `fastwsgi` (thro
 benches/run_fastwsgi.py), `uwsgi` (pyuwsgi, `--http11-socket`), `gunicorn` (gthread). Any server may carry
 option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
 (and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on;
-`m0serve:cpu-affinity=auto`, its `--cpu-affinity`; `m0serve:scheduling-policy=normal`, its `--scheduling-policy`; `SERVER:pin=N`, that server alone under `taskset -c N`, the client free),
+`m0serve:cpu-affinity=auto`, its `--cpu-affinity`; `m0serve:scheduling-policy=normal`, its `--scheduling-policy`; `m0serve:idle-poll=50`, its `--idle-poll`; `SERVER:pin=N`, that server alone under `taskset -c N`, the client free),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
 installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
 with VIRTUAL_ENV=.venv so every server imports the same packages. If bjoern cannot be
@@ -125,6 +125,12 @@ PIP = {"granian": "granian", "bjoern": "bjoern-binary", "flask": "flask",
 # Servers
 
 
+# Overrides that take a value (SERVER:key=value); the m0serve-only ones are passed as the
+# flag of that name.
+VALUE_OVERRIDES = ("workers", "blocking-threads", "pin")
+M0SERVE_VALUE_OVERRIDES = ("cpu-affinity", "scheduling-policy", "idle-poll")
+
+
 def parse_server(spec):
     """'m0serve@PATH:workers=2' -> {'spec', 'kind', 'binary', 'opts'}."""
     base, _, opts = spec.partition(":")
@@ -143,15 +149,15 @@ def parse_server(spec):
             # request); metrics: --metrics-port on, to measure what counting costs.
             overrides[k] = True
             continue
-        if sep and k in ("cpu-affinity", "scheduling-policy") and kind == "m0serve":
+        if sep and k in M0SERVE_VALUE_OVERRIDES and kind == "m0serve":
             # --cpu-affinity (auto, or one CPU: a list's commas would split the server
-            # list), --scheduling-policy (normal)
+            # list), --scheduling-policy (normal), --idle-poll (microseconds)
             overrides[k] = v
             continue
-        if not sep or k not in ("workers", "blocking-threads", "pin"):
+        if not sep or k not in VALUE_OVERRIDES:
             raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N, pin=CPU "
                              "and (m0serve) static-response, metrics, cpu-affinity=V, "
-                             "scheduling-policy=V")
+                             "scheduling-policy=V, idle-poll=MICROSECONDS")
         overrides[k] = int(v)
     # A relative PATH is the caller's: each server runs in a directory of its own.
     binary = os.path.abspath(binary) if binary else None
@@ -163,7 +169,7 @@ def split_servers(text):
     out = []
     for part in text.split(","):
         if out and "=" in part and ":" not in part and "@" not in part and part.split("=")[0] \
-                .lstrip("-").replace("_", "-") in ("workers", "blocking-threads", "pin", "cpu-affinity"):
+                .lstrip("-").replace("_", "-") in VALUE_OVERRIDES + M0SERVE_VALUE_OVERRIDES:
             out[-1] += "," + part
         else:
             out.append(part)
@@ -178,7 +184,7 @@ def server_cmd(srv, port, app, workers, threads):
         extra = ["--static-response"] if srv["opts"].get("static-response") else []
         if srv["opts"].get("metrics"):
             extra += ["--metrics-port", str(free_port())]
-        for opt in ("cpu-affinity", "scheduling-policy"):
+        for opt in M0SERVE_VALUE_OVERRIDES:
             if srv["opts"].get(opt):
                 extra += [f"--{opt}", srv["opts"][opt]]
         if TLS:

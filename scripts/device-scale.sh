@@ -22,10 +22,10 @@
 #   - scale: m0serve (threaded and inline) and Granian with 1, 2, 4 ... workers up to the
 #     servers' CPUs, hello and Flask, 256 connections, K m0load processes at saturation
 #     (scripts/bench.py --clients), 2 alternating rounds;
-#   - latency: m0serve (both shapes), FastWSGI, bjoern and Granian at 27 000 req/s over 64
-#     connections, each server on two CPUs of two physical cores of its half and m0load
-#     on one CPU of the other's (the 2-core host's p99 comparison, without the client
-#     sharing the server's CPUs);
+#   - latency: m0serve (both shapes, and inline with --idle-poll 50), FastWSGI, bjoern and
+#     Granian at 27 000 req/s over 64 connections, each server on two CPUs of two physical
+#     cores of its half and m0load on one CPU of the other's (the 2-core host's p99
+#     comparison, without the client sharing the server's CPUs);
 #   - writes machine.txt, setup.log and, for each part, PART.json, PART.md, PART.log into
 #     DIR (default bench-results/device). bench.py saves its JSON after every run, so a run
 #     cut short still leaves what it measured (`scripts/bench.py --report DIR/PART.json`).
@@ -225,7 +225,7 @@ PY
         pinarg=()
         [ -z "$PINNED" ] || pinarg=(--pin "$two:$one")
         "$PY" scripts/bench.py --no-install --client m0load --rate "$rate" "${pinarg[@]}" \
-            --servers "m0serve@$M0,m0serve@$M0:blocking-threads=0,fastwsgi,bjoern,granian" \
+            --servers "m0serve@$M0,m0serve@$M0:blocking-threads=0,m0serve@$M0:blocking-threads=0,idle-poll=50,fastwsgi,bjoern,granian" \
             --scenario hello --connections 64 --rounds "$rounds" --duration "$duration" \
             --warmup "$warmup" --json "$OUT/latency.json" --md "$OUT/latency.md" \
             2>&1 | tee "$OUT/latency.log" || die "run: the latency part failed (latency.log)"

@@ -248,7 +248,7 @@ fi
 # scripts/device-scale.sh, as the device machine would run it but for a few seconds a part
 # (about 40 s): prepared for the base interpreter (its wheel from above, the peers' from
 # PyPI), then run from those wheels alone: workers 1 and 2 of each shape and of Granian,
-# two m0load processes sharing each run (bench.py --clients), and the latency part's five
+# two m0load processes sharing each run (bench.py --clients), and the latency part's six
 # servers.
 export M0S_DEVICE_DIR=target/device-smoke
 scripts/device-scale.sh prepare --python "$BASE_PYTHON" --wheels "$WHEELS" >"$bench_out/log" 2>&1 \
@@ -275,7 +275,8 @@ for r in results:
 md = open(os.path.join(d, "scale.md")).read()
 assert "Workers scaling (hello)" in md and "| 1 worker | 2 workers |" in md, md
 latency = json.load(open(os.path.join(d, "latency.json")))["results"]
-assert sorted(r["kind"] for r in latency) == ["bjoern", "fastwsgi", "granian", "m0serve", "m0serve"], latency
+assert sorted(r["kind"] for r in latency) == ["bjoern", "fastwsgi", "granian"] + ["m0serve"] * 3, latency
+assert any(r["server"].endswith("idle-poll=50") and "--idle-poll 50" in r["command"] for r in latency), latency
 for r in latency:
     assert "error" not in r and 1900 <= r["requests"] <= 2001 and r["non_2xx"] == 0, r
 PY
