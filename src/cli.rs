@@ -485,10 +485,11 @@ pub struct Cli {
 
     /// Microseconds each worker's loop goes on polling its sockets, once its work is done
     /// and no request is at a handler thread, before it sleeps: the next request then finds
-    /// it awake instead of waking an idle CPU. For a lower latency at a moderate load, at
-    /// the price of CPU: up to a core per worker while requests come closer together than
-    /// this (the polling counts as busy). Mostly for inline mode (`--blocking-threads 0`)
-    /// on cores of its own; 0 (the default) sleeps at once (BENCHMARKS.md, "idle poll").
+    /// it awake instead of waking an idle CPU. A lower latency at the price of CPU (up to a
+    /// core per worker: the polling counts as busy), and only while requests come closer
+    /// together than this; further apart, the windows run out and cost CPU for nothing.
+    /// Mostly for inline mode (`--blocking-threads 0`) on cores of its own; 0 (the
+    /// default) sleeps at once (BENCHMARKS.md, "idle poll").
     #[arg(
         long,
         env = "M0SERVE_IDLE_POLL",
