@@ -131,6 +131,11 @@ VALUE_OVERRIDES = ("workers", "blocking-threads", "pin")
 M0SERVE_VALUE_OVERRIDES = ("cpu-affinity", "scheduling-policy", "idle-poll")
 
 
+def opt_key(k):
+    """An override's key as the flag spells it: `--blocking_threads` -> `blocking-threads`."""
+    return k.lstrip("-").replace("_", "-")
+
+
 def parse_server(spec):
     """'m0serve@PATH:workers=2' -> {'spec', 'kind', 'binary', 'opts'}."""
     base, _, opts = spec.partition(":")
@@ -143,7 +148,7 @@ def parse_server(spec):
     overrides = {}
     for kv in filter(None, opts.split(",")):
         k, sep, v = kv.partition("=")
-        k = k.lstrip("-").replace("_", "-")
+        k = opt_key(k)
         if k in ("static-response", "metrics") and not sep and kind == "m0serve":
             # static-response: the loop's ceiling (it answers itself, no Python per
             # request); metrics: --metrics-port on, to measure what counting costs.
@@ -168,8 +173,8 @@ def split_servers(text):
     """Commas separate servers, except inside a server's ':opt=v,opt=v' list."""
     out = []
     for part in text.split(","):
-        if out and "=" in part and ":" not in part and "@" not in part and part.split("=")[0] \
-                .lstrip("-").replace("_", "-") in VALUE_OVERRIDES + M0SERVE_VALUE_OVERRIDES:
+        if out and "=" in part and ":" not in part and "@" not in part \
+                and opt_key(part.split("=")[0]) in VALUE_OVERRIDES + M0SERVE_VALUE_OVERRIDES:
             out[-1] += "," + part
         else:
             out.append(part)
@@ -420,13 +425,18 @@ def client_cpus():
     return ["taskset", "-c", PIN[1]] if PIN else []
 
 
+def children_cpu_s():
+    """CPU seconds used so far by the children reaped (the load generators: a server, also
+    a child, is reaped only after its run)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run_client(cmd, duration):
-    """Runs the load generator; returns its CompletedProcess and the CPU seconds it used
-    (the children's rusage: the server, also a child, is reaped only after)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Runs the load generator; returns its CompletedProcess and the CPU seconds it used."""
+    before = children_cpu_s()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return p, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return p, children_cpu_s() - before
 
 
 # ---------------------------------------------------------------------------------------
@@ -690,7 +700,7 @@ def m0load_many(port, conns, duration, post_bytes, path):
     histograms are not merged) and its average latency theirs weighted by requests."""
     cpus = cpu_list(PIN[1]) if PIN else []
     shares = [conns // CLIENTS + (i < conns % CLIENTS) for i in range(CLIENTS)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu_s()
     procs = []
     try:
         for i, c in enumerate(shares):
@@ -704,8 +714,7 @@ def m0load_many(port, conns, duration, post_bytes, path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    cpu = children_cpu_s() - before
     each = []
     for p, (stdout, stderr) in zip(procs, outs):
         try:
@@ -1225,7 +1234,7 @@ def shape_of(spec, default_workers):
     kept, workers = [], default_workers
     for kv in filter(None, opts.split(",")):
         k, _, v = kv.partition("=")
-        if k.lstrip("-").replace("_", "-") == "workers":
+        if opt_key(k) == "workers":
             workers = int(v)
         else:
             kept.append(kv)
@@ -1244,7 +1253,7 @@ def workers_scaling(meta, summary, scen, conns_all):
     if not shapes:
         return []
     counts = sorted({w for v in shapes.values() for w in v})
-    gran = next((v for k, v in shapes.items() if k == "granian"), {})
+    gran = shapes.get("granian", {})
     out = [f"Workers scaling ({scen}): median req/s by `--workers`, × the same server with "
            f"{counts[0]}" + (", and × Granian with as many workers" if gran else "")
            + "; then the server's cores and the clients' cores.", ""]
@@ -1260,14 +1269,13 @@ def workers_scaling(meta, summary, scen, conns_all):
                     cells.append("")
                     continue
                 r = e["median"]
-                cell = fmt_int(e["rps_median"])
+                ratios = []
                 if base and w != min(by_w):
-                    cell += f" ({e['rps_median'] / base['rps_median']:.2f}×"
-                    g = summary.get((scen, gran.get(w), conns)) if shape != "granian" else None
-                    cell += f", {e['rps_median'] / g['rps_median']:.2f}× Granian)" if g else ")"
-                elif shape != "granian" and summary.get((scen, gran.get(w), conns)):
-                    g = summary[(scen, gran[w], conns)]
-                    cell += f" ({e['rps_median'] / g['rps_median']:.2f}× Granian)"
+                    ratios.append(f"{e['rps_median'] / base['rps_median']:.2f}×")
+                g = summary.get((scen, gran.get(w), conns)) if shape != "granian" else None
+                if g:
+                    ratios.append(f"{e['rps_median'] / g['rps_median']:.2f}× Granian")
+                cell = fmt_int(e["rps_median"]) + (f" ({', '.join(ratios)})" if ratios else "")
                 cell += f"; {r['cores']:.2f} / {r.get('client_cores', 0):.2f} cores"
                 cells.append(cell)
             out.append(f"| {conns} | {display(shape)} | " + " | ".join(cells) + " |")
