@@ -18,8 +18,8 @@ pub const MAX_WORKERS: usize = 1024;
 
 /// Longest `--graceful-timeout` (a day).
 pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
-/// `--idle-poll`'s upper bound (10 ms): past the next timer tick a sleeping loop would
-/// have been woken anyway.
+/// `--idle-poll`'s upper bound (10 ms): the polling is for requests microseconds apart; a
+/// longer window would only hold a CPU through gaps that no poll shortens.
 pub const MAX_IDLE_POLL_US: u64 = 10_000;
 
 /// An IPv4 or IPv6 address from a flag, the latter with or without its brackets.

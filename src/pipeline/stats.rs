@@ -75,6 +75,8 @@ pub struct LoopCounters {
     /// `--idle-poll` windows that found work before they passed, and those that passed.
     pub idle_polls_caught: u64,
     pub idle_polls_out: u64,
+    /// The windows' `epoll_wait`s that found nothing (not in `epoll_waits`).
+    pub idle_poll_calls: u64,
 }
 
 impl LoopCounters {
@@ -93,6 +95,7 @@ impl LoopCounters {
             moves: 0,
             idle_polls_caught: 0,
             idle_polls_out: 0,
+            idle_poll_calls: 0,
         }
     }
 }
@@ -149,7 +152,7 @@ pub fn report(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
          ring-full {}, sendfile {} bytes, moves to its handler's CPU {}, idle polls {} \
-         found work and {} ran out",
+         found work and {} ran out ({} empty epoll_waits)",
         secs(loop_cpu),
         wall.as_secs_f64(),
         c.requests,
@@ -163,6 +166,7 @@ pub fn report(
         c.moves,
         c.idle_polls_caught,
         c.idle_polls_out,
+        c.idle_poll_calls,
     );
     for (name, h, thread) in handlers {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

@@ -159,6 +159,11 @@ pub struct EventLoop {
     static_response: bool,
     /// `--idle-poll`: how long the loop polls before it sleeps with no request out.
     idle_poll: Option<Duration>,
+    /// The loop's last wake-up brought work (events, or responses pushed while it slept),
+    /// so the next may come soon: only then does `--idle-poll` poll before the sleep. A
+    /// sleep that ended on its timeout (the sweep's heartbeat, a lingering close) does not,
+    /// so that an idle worker's timers do not each start a window.
+    idle_poll_armed: bool,
     /// `--root-path`, when the loop answers requests outside it with 404.
     root_path: Option<String>,
     /// Per listener: the TLS configuration its connections speak, if any.
@@ -272,6 +277,7 @@ impl EventLoop {
             stats: opts.stats,
             static_response: opts.static_response,
             idle_poll: opts.idle_poll,
+            idle_poll_armed: false,
             root_path: opts.root_path.clone(),
             tls: opts.tls.clone(),
             proxy_protocol: opts.proxy_protocol.clone(),
@@ -387,6 +393,7 @@ impl EventLoop {
                 }
             }
             if !events.is_empty() {
+                self.idle_poll_armed = true;
                 self.handle_events(&events);
                 // Timeouts are judged after what is ready has been read, so that a request
                 // that arrived while the loop was busy is not taken for silence.
@@ -401,11 +408,15 @@ impl EventLoop {
                 inline.flush_log();
             }
             // `--idle-poll`: with no request out (a handler thread with one needs this CPU
-            // more than a poll does), poll a while before sleeping, so that the next
-            // request finds the loop awake rather than an idle CPU to wake.
-            if let Some(window) = self.idle_poll.filter(|_| self.total_queued == 0) {
-                if self.poll_idle(py, &mut events, window) {
-                    self.now = Instant::now();
+            // more than a poll does) and work just done, poll a while before sleeping, so
+            // that the next request finds the loop awake rather than an idle CPU to wake.
+            if let Some(window) = self
+                .idle_poll
+                .filter(|_| self.total_queued == 0 && self.idle_poll_armed)
+            {
+                let found = self.poll_idle(py, &mut events, window);
+                self.now = Instant::now();
+                if found {
                     self.handle_events(&events);
                     self.maybe_sweep();
                     continue;
@@ -446,6 +457,7 @@ impl EventLoop {
             };
             self.now = Instant::now();
             self.shared.wake.cancel();
+            self.idle_poll_armed = !events.is_empty() || self.any_ring_ready();
             if let Some(from) = idle_from {
                 // From the loop's last clock reading before the sleep (the pass's start, or
                 // its sweep of timeouts): what the pass did since is nothing beside a long
@@ -980,16 +992,18 @@ impl EventLoop {
         best
     }
 
-    /// `--idle-poll`: `epoll_wait` without sleeping, again and again for up to `window`.
-    /// True when it found events (in `events`); false when the window passed or a
-    /// response came meanwhile (a handler's push, or an app thread's message inline: they
-    /// wake only a loop that announced its sleep, so it looks), which the caller's
-    /// re-check before sleeping takes. Inline, each poll releases the GIL, as a sleep does,
-    /// so that the app's own threads are not held up by the polling.
+    /// `--idle-poll`: `epoll_wait` without sleeping, again and again for up to `window`,
+    /// or until the loop's next timer (a timeout, the stop's deadline) is due, which the
+    /// caller's pass then serves on time. True when it found events (in `events`); false
+    /// when the window passed or a response came meanwhile (a handler's push, or an app
+    /// thread's message inline: they wake only a loop that announced its sleep, so it
+    /// looks), which the caller's re-check before sleeping takes. Inline, each poll
+    /// releases the GIL, as a sleep does, so that the app's own threads are not held up by
+    /// the polling. The empty polls are counted apart from the loop's other `epoll_wait`s.
     fn poll_idle(&mut self, py: Option<Python<'_>>, events: &mut Events, window: Duration) -> bool {
+        let window = self.next_timeout().map_or(window, |t| t.min(window));
         let until = Instant::now() + window;
         loop {
-            self.counters.epoll_waits += 1;
             let poll = &mut self.poll;
             let res = match py {
                 Some(py) => py.detach(|| poll.poll(events, Some(Duration::ZERO))),
@@ -997,9 +1011,11 @@ impl EventLoop {
             };
             // An error is left to the caller's next `epoll_wait` to meet and report.
             if res.is_err() || !events.is_empty() {
+                self.counters.epoll_waits += 1;
                 self.counters.idle_polls_caught += 1;
                 return true;
             }
+            self.counters.idle_poll_calls += 1;
             if self.any_response_ready() {
                 self.counters.idle_polls_caught += 1;
                 return false;
