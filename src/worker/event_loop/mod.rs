@@ -457,7 +457,8 @@ impl EventLoop {
             };
             self.now = Instant::now();
             self.shared.wake.cancel();
-            self.idle_poll_armed = !events.is_empty() || self.any_ring_ready();
+            let ring_ready = self.any_ring_ready();
+            self.idle_poll_armed = !events.is_empty() || ring_ready;
             if let Some(from) = idle_from {
                 // From the loop's last clock reading before the sleep (the pass's start, or
                 // its sweep of timeouts): what the pass did since is nothing beside a long
@@ -476,7 +477,7 @@ impl EventLoop {
                     break;
                 }
             }
-            if self.any_ring_ready() {
+            if ring_ready {
                 // Final parts pushed while it slept (without a wake) first: the next
                 // request of a connection whose response is done then finds it quiet.
                 // (Connections this closes may have events in `events`: their tokens'
