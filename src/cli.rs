@@ -405,10 +405,29 @@ pub struct Cli {
 
     /// Every connection starts with a PROXY protocol header (v1 or v2, as HAProxy and AWS
     /// NLB send), whose source address becomes REMOTE_ADDR and REMOTE_PORT. Only peers in
-    /// --forwarded-allow-ips may connect; others, and connections without a valid
-    /// header, are closed (logged at debug, counted in the metrics).
+    /// --proxy-allow-from may connect; others, and connections without a valid header,
+    /// are closed (logged at debug, counted in the metrics). Forwarding headers are not
+    /// believed on these connections (see --proxy-forwarded-headers).
     #[arg(long, env = "M0SERVE_PROXY_PROTOCOL", value_parser = clap::builder::BoolishValueParser::new())]
     pub proxy_protocol: bool,
+
+    /// With --proxy-protocol: the load balancers that may send a PROXY header, as
+    /// comma-separated addresses and CIDRs, or `*`; empty for none (peers on a Unix
+    /// socket are allowed unless it is empty).
+    #[arg(
+        long,
+        env = "M0SERVE_PROXY_ALLOW_FROM",
+        default_value = "127.0.0.1,::1",
+        value_name = "LIST"
+    )]
+    pub proxy_allow_from: String,
+
+    /// With --proxy-protocol: an HTTP proxy in front of the TCP load balancer adds
+    /// Forwarded / X-Forwarded-* headers, so believe them when the address the PROXY header
+    /// names is in --forwarded-allow-ips. Off by default: a TCP balancer writes no HTTP
+    /// header, so any such header came from the client.
+    #[arg(long, env = "M0SERVE_PROXY_FORWARDED_HEADERS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub proxy_forwarded_headers: bool,
 
     /// Serve Prometheus metrics (`/metrics`, and `/healthz`) on this port, answered by the
     /// workers' loops without the GIL and added up across workers (docs/operations.md).
@@ -637,6 +656,8 @@ const GUNICORN_SETTINGS: &[(&str, Option<&str>)] = &[
     ("pythonpath", Some("--pythonpath")),
     ("raw_env", Some("--env")),
     ("forwarded_allow_ips", Some("--forwarded-allow-ips")),
+    ("proxy_protocol", Some("--proxy-protocol")),
+    ("proxy_allow_ips", Some("--proxy-allow-from")),
     ("reload", Some("--reload")),
     ("wsgi_app", Some("APP (the first argument)")),
     ("daemon", None),

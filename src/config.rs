@@ -79,9 +79,13 @@ pub struct Config {
     pub identity: crate::sys::privileges::Identity,
     /// `--check-config`: check, import the app, exit.
     pub check_only: bool,
+    /// The peers whose forwarding headers are believed: `--forwarded-allow-ips`, and none
+    /// behind `--proxy-protocol` without `--proxy-forwarded-headers`.
     pub trusted: crate::wsgi::proxy::Trusted,
     /// `--proxy-protocol`.
     pub proxy_protocol: bool,
+    /// `--proxy-allow-from`: who may send a PROXY header.
+    pub proxy_allow: crate::wsgi::proxy::Trusted,
     /// `--access-log`: where and in which format.
     pub access_log: Option<(crate::access_log::Target, crate::access_log::Format)>,
     pub app_dir: PathBuf,
@@ -569,6 +573,26 @@ impl Config {
                 }
             }
         }
+        if cli.proxy_protocol {
+            if !cli.proxy_forwarded_headers && cli.given.contains("forwarded_allow_ips") {
+                warnings.push(
+                    "--forwarded-allow-ips: does nothing behind --proxy-protocol (a TCP load \
+                     balancer writes no forwarding header, so any came from the client): \
+                     --proxy-allow-from names the balancers that may send a PROXY header, and \
+                     --proxy-forwarded-headers believes forwarding headers after one"
+                        .into(),
+                );
+            }
+        } else {
+            for (id, flag) in [
+                ("proxy_allow_from", "--proxy-allow-from"),
+                ("proxy_forwarded_headers", "--proxy-forwarded-headers"),
+            ] {
+                if cli.given.contains(id) {
+                    warnings.push(format!("{flag}: does nothing without --proxy-protocol"));
+                }
+            }
+        }
         let mut pythonpath = Vec::new();
         for dir in cli.pythonpath.iter().filter(|d| !d.as_os_str().is_empty()) {
             let abs = std::path::absolute(dir)
@@ -623,8 +647,18 @@ impl Config {
             max_requests: cli.max_requests,
             max_requests_jitter: cli.max_requests_jitter,
             workers_max_rss: cli.workers_max_rss,
-            trusted: crate::wsgi::proxy::Trusted::parse(&cli.forwarded_allow_ips)?,
+            trusted: Some(crate::wsgi::proxy::Trusted::parse(
+                "--forwarded-allow-ips",
+                &cli.forwarded_allow_ips,
+            )?)
+            // Behind a TCP balancer, every forwarding header came from the client.
+            .filter(|_| !cli.proxy_protocol || cli.proxy_forwarded_headers)
+            .unwrap_or_default(),
             proxy_protocol: cli.proxy_protocol,
+            proxy_allow: crate::wsgi::proxy::Trusted::parse(
+                "--proxy-allow-from",
+                &cli.proxy_allow_from,
+            )?,
             access_log: if cli.access_log || cli.access_log_file.is_some() {
                 Some((
                     crate::access_log::Target::from_flag(cli.access_log_file),

@@ -85,7 +85,7 @@ pub enum Refused {
     TlsPlainHttp,
     /// A TLS handshake that failed.
     TlsHandshake,
-    /// `--proxy-protocol`: a peer not in `--forwarded-allow-ips`.
+    /// `--proxy-protocol`: a peer not in `--proxy-allow-from`.
     ProxyUntrusted,
     /// `--proxy-protocol`: no valid PROXY header first.
     ProxyMalformed,

@@ -110,6 +110,27 @@ fn invalid_port_value_exits_nonzero_naming_the_flag() {
 }
 
 #[test]
+fn a_bad_address_list_names_its_own_flag() {
+    for flag in ["--forwarded-allow-ips", "--proxy-allow-from"] {
+        let out = run_to_exit(
+            &[
+                "hello:app",
+                "--port",
+                "0",
+                "--proxy-protocol",
+                flag,
+                "10.0.0.0/33",
+            ],
+            &[],
+            EXIT_TIMEOUT,
+        );
+        assert_clean_failure(&out, flag);
+        let says = format!("{flag}: \"10.0.0.0/33\" is not an address or a CIDR");
+        assert!(out.stderr.contains(&says), "stderr:\n{}", out.stderr);
+    }
+}
+
+#[test]
 fn invalid_blocking_threads_value_exits_nonzero_naming_the_flag() {
     let out = run_to_exit(
         &["hello:app", "--port", "0", "--blocking-threads", "many"],
@@ -660,7 +681,7 @@ fn check_config(args: &[&str]) -> Output {
 /// start, and by --check-config), not dropped in silence.
 #[test]
 fn values_that_do_nothing_are_warned_about() {
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 8] = [
         (
             &["--bind", "127.0.0.1:0", "--uds", "/tmp/m0-unused.sock"],
             "--uds: ignored",
@@ -677,6 +698,19 @@ fn values_that_do_nothing_are_warned_about() {
         (
             &["--uds-permissions", "600"],
             "--uds-permissions: no Unix socket",
+        ),
+        (
+            &["--proxy-allow-from", "10.0.0.0/8"],
+            "--proxy-allow-from: does nothing without --proxy-protocol",
+        ),
+        (
+            &["--proxy-forwarded-headers"],
+            "--proxy-forwarded-headers: does nothing without --proxy-protocol",
+        ),
+        // Once, it also said who may send a PROXY header; behind one, nothing.
+        (
+            &["--proxy-protocol", "--forwarded-allow-ips", "10.0.0.0/8"],
+            "--forwarded-allow-ips: does nothing behind --proxy-protocol",
         ),
     ];
     for (args, says) in cases {

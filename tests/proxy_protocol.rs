@@ -1,7 +1,8 @@
 //! `--proxy-protocol`: the PROXY header (v1 text, v2 binary) that HAProxy and AWS NLB
 //! send before the client's bytes sets REMOTE_ADDR and REMOTE_PORT; only peers in
-//! `--forwarded-allow-ips` may connect, and a connection without a valid header is
-//! closed, logged at debug and counted. The app is tests/apps/tls_app.py.
+//! `--proxy-allow-from` may connect, and a connection without a valid header is closed,
+//! logged at debug and counted. Forwarding headers after a PROXY header are the client's
+//! and change nothing, unless `--proxy-forwarded-headers`. The app is tests/apps/tls_app.py.
 
 mod common;
 
@@ -53,11 +54,70 @@ fn v2(src: std::net::SocketAddr, dst: std::net::SocketAddr) -> Vec<u8> {
     h
 }
 
+/// A v2 header with any command (0x20 LOCAL, 0x21 PROXY), family and protocol byte, and
+/// address block.
+fn v2_raw(command: u8, family: u8, addrs: &[u8]) -> Vec<u8> {
+    let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    h.push(command);
+    h.push(family);
+    h.extend_from_slice(&(addrs.len() as u16).to_be_bytes());
+    h.extend_from_slice(addrs);
+    h
+}
+
 /// v2 LOCAL (a load balancer's own health check): no address.
 fn v2_local() -> Vec<u8> {
     let mut h = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
     h.extend_from_slice(&[0x20, 0x00, 0x00, 0x00]);
     h
+}
+
+/// Every kind of PROXY header a client could send first, by name: one that names an
+/// address inside and one outside the default lists, and each that names none.
+fn every_header_kind() -> Vec<(&'static str, Vec<u8>)> {
+    let mut unix = vec![0u8; 216];
+    unix[..9].copy_from_slice(b"/tmp/sock");
+    vec![
+        (
+            "v1 TCP4 from a listed address",
+            b"PROXY TCP4 127.0.0.1 10.0.0.1 4711 443\r\n".to_vec(),
+        ),
+        (
+            "v1 TCP4",
+            b"PROXY TCP4 203.0.113.7 10.0.0.1 4711 443\r\n".to_vec(),
+        ),
+        (
+            "v1 TCP6",
+            b"PROXY TCP6 ::1 2001:db8::1 4711 443\r\n".to_vec(),
+        ),
+        ("v1 UNKNOWN", b"PROXY UNKNOWN\r\n".to_vec()),
+        (
+            "v2 TCP over IPv4",
+            v2(
+                "198.51.100.9:5000".parse().unwrap(),
+                "10.0.0.1:443".parse().unwrap(),
+            ),
+        ),
+        ("v2 LOCAL", v2_local()),
+        ("v2 AF_UNIX", v2_raw(0x21, 0x31, &unix)),
+        ("v2 AF_UNSPEC", v2_raw(0x21, 0x01, &[])),
+        (
+            "v2 DGRAM over IPv4",
+            v2_raw(0x21, 0x12, &[127, 0, 0, 1, 10, 0, 0, 1, 0, 1, 0, 2]),
+        ),
+    ]
+}
+
+/// The forwarding headers a client forges, each kind on its own.
+const FORGED: [&[u8]; 3] = [
+    b"X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-Proto: https\r\n",
+    b"Forwarded: for=6.6.6.6;proto=https\r\n",
+    b"X-Forwarded-For: 127.0.0.1, 6.6.6.6\r\n",
+];
+
+fn scheme(r: &Response) -> String {
+    let j = Json::parse(&r.body_text()).unwrap();
+    j["scheme"].as_str().unwrap_or("").to_string()
 }
 
 fn remote(r: &Response) -> (String, String) {
@@ -147,6 +207,66 @@ fn v1_and_v2_headers_set_remote_addr_and_port_for_every_request_of_the_connectio
 }
 
 #[test]
+fn forwarding_headers_after_any_proxy_header_are_the_clients_and_change_nothing() {
+    // Issue 40: --forwarded-allow-ips decided both who may send a PROXY header and whose
+    // forwarding headers are believed, checked against the header's source: a client
+    // chose its REMOTE_ADDR with UNKNOWN, LOCAL, any v2 family without an address, or a
+    // source inside the list. A TCP balancer writes no HTTP header: all came from the
+    // client, even with `--forwarded-allow-ips '*'`.
+    for extra in [&[][..], &["--forwarded-allow-ips", "*"][..]] {
+        let s = server(extra);
+        for (kind, header) in every_header_kind() {
+            for forged in FORGED {
+                let mut c = s.connect();
+                let mut bytes = header.clone();
+                bytes.extend_from_slice(b"GET / HTTP/1.1\r\nHost: x\r\n");
+                bytes.extend_from_slice(forged);
+                bytes.extend_from_slice(b"\r\n");
+                c.send(&bytes);
+                let r = c.read_response();
+                let (addr, _) = remote(&r);
+                assert!(
+                    addr != "6.6.6.6" && scheme(&r) == "http",
+                    "{extra:?}, {kind} then {}: REMOTE_ADDR {addr}, scheme {}",
+                    show(forged),
+                    scheme(&r)
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn proxy_forwarded_headers_believes_them_from_a_listed_source_only() {
+    // An HTTP proxy in front of the balancer (a CDN at 198.51.100.0/24) adds them.
+    let s = server(&[
+        "--proxy-forwarded-headers",
+        "--forwarded-allow-ips",
+        "198.51.100.0/24",
+    ]);
+    let send = |header: Vec<u8>| {
+        let mut c = s.connect();
+        let mut bytes = header;
+        bytes.extend_from_slice(
+            b"GET / HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 6.6.6.6\r\n\
+              X-Forwarded-Proto: https\r\n\r\n",
+        );
+        c.send(&bytes);
+        let r = c.read_response();
+        (remote(&r).0, scheme(&r))
+    };
+    let cdn = v2(
+        "198.51.100.9:5000".parse().unwrap(),
+        "10.0.0.1:443".parse().unwrap(),
+    );
+    assert_eq!(send(cdn), ("6.6.6.6".into(), "https".into()));
+    let other = b"PROXY TCP4 203.0.113.7 10.0.0.1 4711 443\r\n".to_vec();
+    assert_eq!(send(other), ("203.0.113.7".into(), "http".into()));
+    // No address named: the balancer's own connection, not in the list.
+    assert_eq!(send(v2_local()), ("127.0.0.1".into(), "http".into()));
+}
+
+#[test]
 fn a_connection_without_a_valid_header_is_closed_and_counted_at_debug() {
     let s = server(&[]);
     let bad: [&[u8]; 4] = [
@@ -183,8 +303,14 @@ fn a_connection_without_a_valid_header_is_closed_and_counted_at_debug() {
 }
 
 #[test]
-fn a_peer_not_in_forwarded_allow_ips_is_closed_before_a_byte_is_read() {
-    let s = server(&["--forwarded-allow-ips", "10.0.0.0/8"]);
+fn a_peer_not_in_proxy_allow_from_is_closed_before_a_byte_is_read() {
+    // --forwarded-allow-ips says nothing about who may send a PROXY header.
+    let s = server(&[
+        "--proxy-allow-from",
+        "10.0.0.0/8",
+        "--forwarded-allow-ips",
+        "127.0.0.1",
+    ]);
     let mut c = s.connect();
     c.send(b"PROXY TCP4 203.0.113.7 10.0.0.1 4711 443\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n");
     let (got, closed) = c.read_until_close(PROMPT);
@@ -193,7 +319,7 @@ fn a_peer_not_in_forwarded_allow_ips_is_closed_before_a_byte_is_read() {
     // Written before the close, but it reaches the test through the stderr pipe its
     // reader thread drains, which may lag the close the client saw: wait for it.
     assert!(
-        s.wait_for_log("is not in --forwarded-allow-ips", PROMPT),
+        s.wait_for_log("is not in --proxy-allow-from", PROMPT),
         "{}",
         s.log_text()
     );

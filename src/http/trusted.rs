@@ -1,10 +1,10 @@
-//! `--forwarded-allow-ips`, parsed: the peers (addresses and CIDRs, or any) trusted to say
-//! who the client is, in forwarding headers (`wsgi/proxy.rs`) or a PROXY protocol header
-//! (the loop, `--proxy-protocol`).
+//! `--forwarded-allow-ips` and `--proxy-allow-from`, parsed: the peers (addresses and
+//! CIDRs, or any) trusted to say who the client is, in forwarding headers (`wsgi/proxy.rs`)
+//! or in a PROXY protocol header (the loop, `--proxy-protocol`).
 
 use std::net::IpAddr;
 
-/// A parsed `--forwarded-allow-ips`.
+/// A parsed `--forwarded-allow-ips` or `--proxy-allow-from`.
 #[derive(Clone, Debug, Default)]
 pub struct Trusted {
     any: bool,
@@ -13,15 +13,15 @@ pub struct Trusted {
 
 impl Trusted {
     /// A comma-separated list of addresses and CIDRs (`10.0.0.0/8`, `::1`), or `*` for any
-    /// peer.
-    pub fn parse(list: &str) -> Result<Trusted, String> {
+    /// peer; an error names `flag`.
+    pub fn parse(flag: &str, list: &str) -> Result<Trusted, String> {
         let mut t = Trusted::default();
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if item == "*" {
                 t.any = true;
                 continue;
             }
-            let bad = || format!("--forwarded-allow-ips: {item:?} is not an address or a CIDR");
+            let bad = || format!("{flag}: {item:?} is not an address or a CIDR");
             let (addr, len) = match item.split_once('/') {
                 Some((a, l)) => (a, Some(l.parse::<u8>().map_err(|_| bad())?)),
                 None => (item, None),

@@ -391,7 +391,7 @@ fn serve(
                     .filter(|_| config.is_tls(i, matches!(l, Listener::Tcp(_))))
             })
             .collect(),
-        proxy_protocol: config.proxy_protocol.then(|| config.trusted.clone()),
+        proxy_protocol: config.proxy_protocol.then(|| config.proxy_allow.clone()),
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.

@@ -48,7 +48,9 @@ pub struct ServerInfo {
     pub other_listeners: Vec<(String, String)>,
     pub multithread: bool,
     pub multiprocess: bool,
-    /// `--forwarded-allow-ips`.
+    /// The peers whose forwarding headers are believed (`Config::trusted`: none behind
+    /// `--proxy-protocol` unless `--proxy-forwarded-headers`, and then the peer is the
+    /// address the PROXY header named).
     pub trusted: super::proxy::Trusted,
     /// `--root-path`: SCRIPT_NAME, taken off the front of PATH_INFO.
     pub root_path: Option<String>,

@@ -141,7 +141,7 @@ mod tests {
     use super::*;
 
     fn t(s: &str) -> Trusted {
-        Trusted::parse(s).unwrap()
+        Trusted::parse("--forwarded-allow-ips", s).unwrap()
     }
 
     #[test]
@@ -154,8 +154,8 @@ mod tests {
         assert!(tr.contains("2001:db8:5::9".parse().unwrap()));
         assert!(tr.contains("::ffff:127.0.0.1".parse().unwrap()));
         assert!(t("*").contains("8.8.8.8".parse().unwrap()));
-        assert!(Trusted::parse("300.1.1.1").is_err());
-        assert!(Trusted::parse("10.0.0.0/33").is_err());
+        assert!(Trusted::parse("--forwarded-allow-ips", "300.1.1.1").is_err());
+        assert!(Trusted::parse("--forwarded-allow-ips", "10.0.0.0/33").is_err());
         assert!(t("").is_empty());
     }
 
@@ -204,6 +204,6 @@ mod tests {
         let tr = t("::ffff:127.0.0.0/104");
         assert!(tr.contains("127.3.4.5".parse().unwrap()));
         assert!(!tr.contains("128.0.0.1".parse().unwrap()));
-        assert!(Trusted::parse("::ffff:127.0.0.0/90").is_err());
+        assert!(Trusted::parse("--forwarded-allow-ips", "::ffff:127.0.0.0/90").is_err());
     }
 }

@@ -165,7 +165,7 @@ impl EventLoop {
                 Peer::Unix => !trusted.is_empty(),
             };
             if !allowed {
-                log::debug!("--proxy-protocol: {peer:?} is not in --forwarded-allow-ips: closed");
+                log::debug!("--proxy-protocol: {peer:?} is not in --proxy-allow-from: closed");
                 if let Some(m) = &self.metrics {
                     m.section().count_refused(Refused::ProxyUntrusted);
                 }
