@@ -728,6 +728,55 @@ fn the_app_can_ask_whether_its_client_left() {
     assert_served(&s, PROMPT, "after the client left");
 }
 
+/// Issue 40: departures are per request, for any number of them. The one handler thread
+/// runs a job that watches its client; 100 requests queue behind it, each on its own
+/// connection; then the job's client leaves, and the 100 after it. The job is told, and
+/// none of the 100 runs. `leave` is a reset, or a close whose FIN says the same.
+fn departures_are_per_request(leave: fn(Conn)) {
+    let tmp = TempDir::new("departures");
+    let mark = tmp.file("mark");
+    let count = tmp.file("count");
+    let s = Server::builder("regress:app")
+        .args(&["--blocking-threads", "1"])
+        .env("M0TEST_COUNT_FILE", &count)
+        .start();
+    let mut job = s.connect();
+    job.send(&get(&format!("/watch?secs=10&mark={mark}")));
+    wait_for_file_containing(&mark, "started", PROMPT).expect("the job never started");
+    let queued: Vec<Conn> = (0..100)
+        .map(|_| {
+            let mut c = s.connect();
+            c.send(&get("/count"));
+            c
+        })
+        .collect();
+    // Long enough for the loop to have read and queued them.
+    std::thread::sleep(Duration::from_millis(300));
+    leave(job);
+    for c in queued {
+        leave(c);
+    }
+    wait_for_file_containing(&mark, "noticed", PROMPT)
+        .expect("the job was never told that its client left");
+    // The handler went through the queue before it got to this one.
+    assert_served(&s, PROMPT, "after the clients left");
+    let ran = std::fs::metadata(&count).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(
+        ran, 0,
+        "{ran} of 100 requests ran for clients that had left"
+    );
+}
+
+#[test]
+fn queued_requests_whose_clients_reset_never_run_and_a_running_one_is_told() {
+    departures_are_per_request(reset);
+}
+
+#[test]
+fn queued_requests_whose_clients_closed_never_run_and_a_running_one_is_told() {
+    departures_are_per_request(drop);
+}
+
 // ---------------------------------------------------------------------------
 // Large bodies spool to a file
 // ---------------------------------------------------------------------------

@@ -106,9 +106,9 @@ fn pipelined_requests_behind_one_a_handler_writes_itself_keep_their_order() {
 /// A response the handler wrote itself ends with a final part that has nothing to write,
 /// which wakes the sleeping loop only when something waits on its connection
 /// (`LoopShared::quiet`); else the loop takes it at its next wake, within 20 ms. Here
-/// something always waits: the client has half-closed (the loop closes the connection
-/// after the response), or a request outside `--root-path` is held behind (the loop
-/// answers it after the response). Each such end must wake the loop: counted by the
+/// something always waits: the client has half-closed while the app ran (the loop closes
+/// the connection after the response), or a request outside `--root-path` is held behind
+/// (the loop answers it after the response). Each such end must wake the loop: counted by the
 /// handler's "loop wakes", which is 0 when the loop is left to its bound.
 #[test]
 fn a_response_a_handler_wrote_itself_wakes_the_loop_when_its_connection_has_more_to_do() {
@@ -116,9 +116,14 @@ fn a_response_a_handler_wrote_itself_wakes_the_loop_when_its_connection_has_more
         "own_write:app",
         &["--stats", "--blocking-threads", "1", "--root-path", "/app"],
     );
-    for _ in 0..5 {
+    let tmp = TempDir::new("own-write-half-close");
+    for i in 0..5 {
+        let mark = tmp.file(&format!("mark{i}"));
         let mut c = s.connect();
-        c.send(b"GET /app/sleep?s=0.02 HTTP/1.1\r\nHost: x\r\n\r\n");
+        c.send(format!("GET /app/sleep?s=0.05&mark={mark} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        // Once the app runs: a request whose client half-closed before it ran is not run.
+        wait_for_file_containing(&mark, "started", Duration::from_secs(5))
+            .expect("the request never started");
         c.shutdown_write();
         assert_eq!(c.read_response().body_text(), "slept");
         c.expect_closed(Duration::from_secs(5));

@@ -4,6 +4,8 @@
 
 // Under `--cfg loom` only the lock-free core is built (see lib.rs).
 #[cfg(not(loom))]
+pub mod departures;
+#[cfg(not(loom))]
 pub mod msg;
 pub mod park;
 pub mod ring;

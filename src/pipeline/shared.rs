@@ -1,12 +1,13 @@
 //! The state the loop thread and the handler threads share, beside the rings: the wake
-//! flags, the words the loop writes when a connection goes (cancellation, `gone`), stop,
-//! and what each handler publishes for the watchdogs and the counters.
+//! flags, the departures of clients, stop, and what each handler publishes for the
+//! watchdogs and the counters.
 
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_utils::CachePadded;
 
+use crate::pipeline::departures::Departures;
 use crate::pipeline::msg::StreamBudget;
 use crate::pipeline::park::{WakeFlag, WantFlag};
 use crate::pipeline::stats::{self, HandlerCounters};
@@ -29,6 +30,8 @@ pub struct LoopShared {
     /// part with nothing to write wakes the loop like any other. Otherwise the loop takes
     /// such a part at its next wake (`DEFERRED_WAKE_BOUND` bounds its sleep meanwhile).
     pub quiet: WantFlag,
+    /// The connections whose clients left while they had requests in flight.
+    pub departures: Departures,
 }
 
 impl LoopShared {
@@ -38,6 +41,7 @@ impl LoopShared {
             wake: WakeFlag::new(),
             waker,
             quiet: WantFlag::default(),
+            departures: Departures::default(),
         }
     }
 
@@ -53,23 +57,12 @@ impl LoopShared {
     }
 }
 
-/// Connections a handler remembers as gone (see `HandlerShared::gone`): a request's
-/// departure is forgotten only after this many more on the same handler.
-pub const GONE_SLOTS: usize = 8;
-
 /// State shared by the loop and one handler thread.
 pub struct HandlerShared {
     /// The handler's parked flag.
     pub wake: WakeFlag,
-    /// `ConnRef::packed` of the last connection that closed while this handler had a
-    /// request of it: the handler stops iterating that response's body early.
-    pub cancelled: AtomicU64,
     /// The loop is stopping: exit once the request ring is empty.
     pub stop: AtomicBool,
-    /// `ConnRef::packed` of the last `GONE_SLOTS` connections whose client left (end of
-    /// stream or a close) while they had a request on this handler, written round-robin by
-    /// the loop: `m0serve.client_disconnected()` looks its request's connection up here.
-    pub gone: [AtomicU64; GONE_SLOTS],
     /// The handler's pipeline counters (it writes them, a report reads them).
     pub counters: CachePadded<HandlerCounters>,
     /// What the loop's watchdog reads (`--timeout`, the heartbeat), kept only when `watch`.
@@ -224,9 +217,7 @@ impl HandlerShared {
             credit_returned: Condvar::new(),
             app_running: AtomicBool::new(false),
             wake: WakeFlag::new(),
-            cancelled: AtomicU64::new(u64::MAX),
             stop: AtomicBool::new(false),
-            gone: std::array::from_fn(|_| AtomicU64::new(u64::MAX)),
             counters: CachePadded::new(HandlerCounters::default()),
             busy: BusyClock {
                 watch,

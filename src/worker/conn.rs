@@ -733,13 +733,18 @@ impl Conn {
         self.parked = Some(req);
     }
 
-    /// The parked request, if it may still be handed on (not once the connection closes).
+    /// The parked request, if it may still be handed on: not once the connection closes,
+    /// and not once its client has shut down its side (an end of stream is a departure:
+    /// the request is dropped unrun, and reading goes on to the end).
     pub fn take_parked(&mut self) -> Option<Box<Request>> {
-        if self.takes_responses() {
-            self.parked.take()
-        } else {
-            None
+        if !self.takes_responses() {
+            return None;
         }
+        if self.peer_closed_hint || self.eof {
+            self.parked = None;
+            return None;
+        }
+        self.parked.take()
     }
 
     /// The socket, if its next request's handler may write that response itself: plain

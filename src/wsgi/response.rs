@@ -22,6 +22,7 @@ use super::pystr::{bytes_of, latin1};
 use crate::http::date::DateCache;
 use crate::http::encode::{self, EncodeError, Framing, HeadWriter, HeaderKind};
 use crate::http::parse::Version;
+use crate::pipeline::departures::Departures;
 use crate::pipeline::msg::{
     Buf, ConnRef, FileBody, LentSocket, Part, PyBytesRef, Response, StreamCredit,
 };
@@ -328,7 +329,7 @@ impl Exchange {
         self.set_current(req.conn);
         let mut inner = self.lock(py);
         let old = std::mem::replace(&mut inner.st, State::new(req));
-        let cancelled = is_cancelled(&self.shared, &inner);
+        let cancelled = is_cancelled(&self.loop_shared.departures, &inner);
         drop(inner);
         // Dropped with the lock released: a decref may run Python code (a `__del__`).
         drop(old);
@@ -708,15 +709,15 @@ impl Exchange {
             return;
         }
         let shared = &*self.shared;
+        let departures = &self.loop_shared.departures;
         let conn = conn.packed();
         py.detach(|| {
             shared.wait_for_credit(|| {
-                // Acquire: pairs with the loop's Release store when it closed the
-                // connection. `app_running` (inline; Relaxed, ordered by the SeqCst fences
-                // of `wait_for_credit` and `credits_returned`): the loop thread runs the
-                // app, which may be waiting on this thread.
+                // `departed`: Acquire inside. `app_running` (inline; Relaxed, ordered by
+                // the SeqCst fences of `wait_for_credit` and `credits_returned`): the loop
+                // thread runs the app, which may be waiting on this thread.
                 stream.can_go_on()
-                    || shared.cancelled.load(Ordering::Acquire) == conn
+                    || departures.departed(conn)
                     || shared.app_running.load(Ordering::Relaxed)
             })
         });
@@ -924,25 +925,18 @@ impl Exchange {
     /// of stream or closed its connection. `m0serve.client_disconnected()`.
     ///
     /// Without the lock (another thread may hold it, waiting in `write()` for a slow
-    /// client): the loop writes both words it reads when it closes a connection with a
-    /// request in flight.
+    /// client): one load of the connection's word in the departures.
     pub fn client_gone(&self) -> bool {
         // Relaxed: written by the thread serving the request (under the lock), which is the
         // one that lets the app run, so any caller sees this request's value.
         let conn = self.current_conn.load(Ordering::Relaxed);
-        // Acquire, both: pair with the loop's Release stores in `cancel` and `mark_gone`.
-        self.shared.cancelled.load(Ordering::Acquire) == conn
-            || self
-                .shared
-                .gone
-                .iter()
-                .any(|g| g.load(Ordering::Acquire) == conn)
+        self.loop_shared.departures.departed(conn)
     }
 
     /// The current request's connection is gone: stop producing its body.
     pub fn cancelled(&self, py: Python<'_>) -> bool {
         let inner = self.lock(py);
-        is_cancelled(&self.shared, &inner)
+        is_cancelled(&self.loop_shared.departures, &inner)
     }
 
     /// The current response's credit is spent: its body should be set aside.
@@ -1128,7 +1122,7 @@ fn wait_on_loop(py: Python<'_>, shared: &HandlerShared, ready: impl FnMut() -> b
 }
 
 /// The request's connection is gone, as far as this handler knows.
-fn is_cancelled(shared: &HandlerShared, inner: &Inner) -> bool {
+fn is_cancelled(departures: &Departures, inner: &Inner) -> bool {
     let conn = inner.st.req.conn.packed();
     // This handler itself ended the connection's last response with a close: requests
     // pipelined behind it will never be answered (known here before the loop knows).
@@ -1138,8 +1132,7 @@ fn is_cancelled(shared: &HandlerShared, inner: &Inner) -> bool {
     if inner.st.stream.as_ref().is_some_and(|c| c.is_gone()) {
         return true;
     }
-    // Acquire: pairs with the loop's Release store when it closed the connection.
-    shared.cancelled.load(Ordering::Acquire) == conn
+    departures.departed(conn)
 }
 
 /// What `write()` raises once its client is gone: the app should stop producing (an

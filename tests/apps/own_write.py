@@ -1,7 +1,8 @@
 """Routes for tests/own_write.rs: responses a handler thread may write to its connection's
 socket itself.
 
-/sleep?s=SECONDS  "slept" after sleeping that long
+/sleep?s=SECONDS  "slept" after sleeping that long (`&mark=PATH`: first writes "started"
+                  to that file)
 /hello            "hello"
 /many?n=N&size=B  N body items of B bytes each ("a", "b", ... repeated), small enough to
                   be copied into one buffer
@@ -17,6 +18,9 @@ def app(environ, start_response):
     q = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
     path = environ["PATH_INFO"]
     if path == "/sleep":
+        if "mark" in q:
+            with open(q["mark"], "a") as f:
+                f.write("started\n")
         time.sleep(float(q.get("s", "0.5")))
         items = [b"slept"]
     elif path == "/hello":

@@ -175,8 +175,13 @@ impl EventLoop {
         let slot = match self.free.pop() {
             Some(s) => s,
             None => {
+                let slot = self.slots.len() as u32;
+                // Below MAX_SLOTS, which the accept checked: always opens.
+                if !self.shared.departures.open(slot) {
+                    return;
+                }
                 self.slots.push(Slot { gen: 0, conn: None });
-                (self.slots.len() - 1) as u32
+                slot
             }
         };
         let gen = self.slots[slot as usize].gen;

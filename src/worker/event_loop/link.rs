@@ -30,8 +30,6 @@ pub struct HandlerLink {
     pub(super) queued: usize,
     /// Something this handler may wait for happened (ring space, stream credit).
     pub(super) wake_check: bool,
-    /// Next slot of `shared.gone` to write.
-    pub(super) gone_next: usize,
     /// `--timeout`: the start of the busy stretch already reported (once each).
     pub(super) reported: u64,
 }
@@ -50,7 +48,6 @@ impl HandlerLink {
             join,
             queued: 0,
             wake_check: false,
-            gone_next: 0,
             reported: 0,
         }
     }

@@ -28,7 +28,7 @@ use crate::http::date::DateCache;
 use crate::http::limits::{Limits, Timeouts};
 use crate::log;
 use crate::pipeline::msg::{ConnRef, Part, Request, Response, StreamCredit};
-use crate::pipeline::shared::{LoopShared, GONE_SLOTS};
+use crate::pipeline::shared::LoopShared;
 use crate::pipeline::stats::{self, LoopCounters};
 use crate::sys::ipc::Status;
 use crate::sys::listen::{Listener, MAX_LISTENERS};
@@ -55,8 +55,17 @@ const FIRST_CONN: usize = FIRST_LISTENER + MAX_LISTENERS;
 /// another accepted into the same slot before that event is handled (a pass may close one
 /// while it serves the response rings, then accept into its slot).
 const SLOT_BITS: u32 = usize::BITS / 2;
-/// Slots a worker may have: each slot's token must keep clear of the generation's bits.
-const MAX_SLOTS: usize = (1 << SLOT_BITS) - FIRST_CONN;
+/// Slots a worker may have: each slot's token must keep clear of the generation's bits,
+/// and each has its word in the departures.
+const MAX_SLOTS: usize = {
+    let tokens = (1 << SLOT_BITS) - FIRST_CONN;
+    let words = crate::pipeline::departures::Departures::CAPACITY;
+    if tokens < words {
+        tokens
+    } else {
+        words
+    }
+};
 
 /// The token a connection is registered with.
 fn conn_token(r: ConnRef) -> Token {
@@ -760,7 +769,7 @@ impl EventLoop {
                     // its socket has anything to flush.
                     let pending_output = conn.has_output();
                     if let Some((Some(h), me)) = gone {
-                        self.mark_gone(h, me);
+                        self.depart(h, me);
                     }
                     if pending_output {
                         self.flush_one(slot);
@@ -864,7 +873,7 @@ impl EventLoop {
                 self.dirty.push(conn.me().slot);
             }
             if let (true, Some(h)) = (fx.client_gone, conn.handler()) {
-                self.mark_gone(h, conn.me());
+                self.depart(h, conn.me());
             }
             if let Some(status) = fx.answered {
                 self.count_loop_answer(conn.is_metrics(), status);
@@ -1137,10 +1146,10 @@ impl EventLoop {
                     // the stream itself (the connection's close may not have known it).
                     c.cancel();
                     self.return_credit(c, n);
-                } else if !end {
-                    // Said again for every part: the handler's word holds one connection,
-                    // and another's close may have overwritten it.
-                    self.cancel(h, resp.conn);
+                } else if !end && !closed {
+                    // Closing: its handler stops producing. (A closed connection departed
+                    // as it closed; its slot's word may be another connection's by now.)
+                    self.depart(h, resp.conn);
                 }
                 return;
             }
@@ -1155,29 +1164,17 @@ impl EventLoop {
             self.resume.push(me.slot);
         }
         if orphaned {
-            self.cancel(h, me);
+            self.depart(h, me);
         }
     }
 
-    /// Tells handler `h` that connection `r` is gone, and wakes it if it waits for credit
-    /// (it stops waiting for a gone connection).
-    fn cancel(&mut self, h: usize, r: ConnRef) {
-        // Release: pairs with the handler's Acquire load between body chunks and before
-        // it calls the app.
-        self.handlers[h]
-            .shared
-            .cancelled
-            .store(r.packed(), Ordering::Release);
+    /// Connection `r`, with requests on handler `h`, lost its client (a reset, an end of
+    /// stream, a close) or will answer nothing more: the handler skips its requests not
+    /// yet started, `m0serve.client_disconnected()` says so for the one running, and a
+    /// thread waiting in `write()` for its credit wakes and stops.
+    fn depart(&mut self, h: usize, r: ConnRef) {
+        self.shared.departures.depart(r);
         self.handlers[h].wake_check = true;
-    }
-
-    /// Records that connection `r`, with a request on handler `h`, lost its client.
-    fn mark_gone(&mut self, h: usize, r: ConnRef) {
-        let link = &mut self.handlers[h];
-        let i = link.gone_next % GONE_SLOTS;
-        link.gone_next = link.gone_next.wrapping_add(1);
-        // Release: pairs with the Acquire load in `Exchange::client_gone`.
-        link.shared.gone[i].store(r.packed(), Ordering::Release);
     }
 
     /// `n` bytes of a streamed response were written (or dropped): its producer may go on.
@@ -1295,8 +1292,7 @@ impl EventLoop {
         if let Some(h) = handler {
             // Its request's end frees a lent descriptor, and may be what a stop waits for.
             self.shared.quiet.set(true);
-            self.cancel(h, me);
-            self.mark_gone(h, me);
+            self.depart(h, me);
         }
         if freed {
             self.descriptor_freed();
