@@ -251,3 +251,30 @@ fn a_thread_writing_to_a_stream_its_client_does_not_read_waits_for_credit() {
         r.status_line()
     );
 }
+
+/// Issue 40: a response finished inline goes out before the next request of the same pass
+/// runs. A request holds the loop; meanwhile a quick one and then a slow one arrive, and
+/// are taken in one pass: the quick one's answer must not wait for the slow one.
+#[test]
+fn each_response_is_written_before_the_next_request_of_its_pass_runs() {
+    let tmp = TempDir::new("inline-pass");
+    let (first, slow) = (tmp.file("first"), tmp.file("slow"));
+    let s = inline(&[]);
+    let mut a = s.connect();
+    a.send(&get(&format!("/slow?secs=0.5&mark={first}")));
+    wait_for_file_containing(&first, "started", PROMPT).expect("the first request never ran");
+    let mut quick = s.connect();
+    quick.send(&get("/hello"));
+    std::thread::sleep(Duration::from_millis(50));
+    let mut c = s.connect();
+    c.send(&get(&format!("/slow?secs=3&mark={slow}")));
+    assert_eq!(a.read_response().body_text(), "slow done");
+    quick.set_io_timeout(Duration::from_secs(10));
+    assert_eq!(quick.read_response().body_text(), "hello");
+    let marks = std::fs::read_to_string(&slow).unwrap_or_default();
+    assert!(
+        !marks.contains("done"),
+        "the quick answer came only after the slow request of its pass had finished"
+    );
+    assert_eq!(c.read_response().body_text(), "slow done");
+}

@@ -107,8 +107,10 @@ impl Inline {
             || self.bridge.credits().iter().any(|c| c.can_go_on())
     }
 
-    /// Serves what can be served now: bodies whose client caught up, queued requests.
-    pub fn run(&mut self, py: Python<'_>) {
+    /// A run begins: `step` serves what can be served now, one request or body at a time,
+    /// until it returns false; then `end_run`. The loop writes what each step produced
+    /// before the next, so a response is never held behind the requests after it.
+    pub fn begin_run(&mut self) {
         // Relaxed, both: only this thread stores it. A thread in `write()` waiting for
         // credit is told by `credits_returned` (its SeqCst fence pairs with the waiter's, and
         // orders this store before the load of the waiters' count): the app about to run
@@ -116,7 +118,16 @@ impl Inline {
         self.shared.app_running.store(true, Ordering::Relaxed);
         self.shared.credits_returned();
         self.bridge.new_pass();
-        while self.bridge.step(py, &mut self.rx) {}
+    }
+
+    /// Serves one queued request, or goes on with one body whose client caught up; false
+    /// when there was nothing to do.
+    pub fn step(&mut self, py: Python<'_>) -> bool {
+        self.bridge.step(py, &mut self.rx)
+    }
+
+    pub fn end_run(&mut self) {
+        // Relaxed: as in `begin_run`.
         self.shared.app_running.store(false, Ordering::Relaxed);
     }
 

@@ -1041,10 +1041,8 @@ impl EventLoop {
     /// Drains every response ring, writes what came, then lets connections that were
     /// waiting on their responses (or on ring space) go on.
     fn service_rings(&mut self, py: Option<Python<'_>>) {
-        if let (Some(py), Some(inline)) = (py, self.inline.as_mut()) {
-            inline.run(py);
-            // The app may have run for a while: stamps from here on use the time now.
-            self.now = Instant::now();
+        if let Some(py) = py {
+            self.run_inline(py);
         }
         self.take_responses();
         let stalled = self.stalled.len();
@@ -1058,6 +1056,26 @@ impl EventLoop {
         }
         self.settle();
         self.notify_handlers();
+    }
+
+    /// Inline mode: runs the app for what can be served now, one request (or body resumed)
+    /// at a time, and writes each one's response before the next runs: a quick request is
+    /// not held behind a slow one taken in the same pass, and a finished response is in
+    /// the socket before the next request could take the process down.
+    fn run_inline(&mut self, py: Python<'_>) {
+        let Some(inline) = self.inline.as_mut() else {
+            return;
+        };
+        inline.begin_run();
+        while self.inline.as_mut().is_some_and(|i| i.step(py)) {
+            // The app may have run for a while: stamps from here on use the time now.
+            self.now = Instant::now();
+            self.take_responses();
+            self.flush_dirty();
+        }
+        if let Some(inline) = self.inline.as_mut() {
+            inline.end_run();
+        }
     }
 
     /// Drains the handler threads' response rings and writes what came; connections their
