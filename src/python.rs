@@ -491,6 +491,23 @@ pub fn line_buffer_stdout(py: Python<'_>) {
     }
 }
 
+/// Replaces `os._exit` with the same call preceded by `sys::fatal::run_hook` (the GIL
+/// released meanwhile): an app that ends the process that way lets the loop write the
+/// responses already finished first.
+pub fn hook_os_exit(py: Python<'_>) -> PyResult<()> {
+    let os = py.import("os")?;
+    os.setattr("_exit", wrap_pyfunction!(os_exit, &os)?)
+}
+
+/// `os._exit(status)`: exits at once, without cleanup (as CPython's), after the hook.
+#[pyfunction]
+#[pyo3(name = "_exit", signature = (status, /))]
+fn os_exit(py: Python<'_>, status: i32) {
+    py.detach(crate::sys::fatal::run_hook);
+    // SAFETY: _exit ends the process; nothing after it runs.
+    unsafe { libc::_exit(status) }
+}
+
 pub fn flush_stdio(py: Python<'_>) {
     if let Ok(sys) = py.import("sys") {
         for name in ["stdout", "stderr"] {

@@ -260,3 +260,72 @@ fn chunked_stream_of_large_items_arrives_intact() {
         );
     }
 }
+
+// ---------------------------------------------------------------------------
+// A crash after a finished response (issue 40)
+// ---------------------------------------------------------------------------
+
+/// The one handler is held by a slow request while 20 quick ones queue behind it, each on
+/// its own connection (so deep that it hands their responses to the loop without a wake),
+/// and then one that kills the worker. Every quick response was finished before the
+/// crash, and each must reach its client, however the process dies.
+fn finished_responses_survive_a_crash_by(how: &str, args: &[&str]) {
+    let tmp = TempDir::new("crash-after");
+    let mark = tmp.file("mark");
+    let mut all = vec!["--blocking-threads", "1"];
+    all.extend_from_slice(args);
+    let s = Server::start("regress:app", &all);
+    let mut blocker = s.connect();
+    blocker.send(&get(&format!("/slow?secs=0.3&mark={mark}")));
+    wait_for_file_containing(&mark, "started", PROMPT).expect("the slow request never ran");
+    let mut quick: Vec<Conn> = (0..20)
+        .map(|_| {
+            let mut c = s.connect();
+            c.send(&get("/hello"));
+            c
+        })
+        .collect();
+    // After them in the handler's ring.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut killer = s.connect();
+    killer.send(&get(&format!("/die?how={how}")));
+    let mut lost = 0;
+    for c in &mut quick {
+        c.set_io_timeout(Duration::from_secs(10));
+        match c.try_read_response() {
+            Ok(r) if r.body_text() == "hello" => {}
+            _ => lost += 1,
+        }
+    }
+    assert_eq!(
+        lost, 0,
+        "{how}: {lost} of 20 finished responses never arrived"
+    );
+    drop(killer);
+    drop(blocker);
+    // The master replaced the worker (a connection the dying one took is lost with it).
+    let served = wait_until(Duration::from_secs(10), || {
+        try_get(&s, "/hello", PROMPT).is_ok_and(|r| r.body_text() == "hello")
+    });
+    assert!(served, "{how}: nothing answered after the crash");
+}
+
+#[test]
+fn finished_responses_reach_their_clients_when_the_next_request_calls_os_exit() {
+    finished_responses_survive_a_crash_by("exit", &[]);
+}
+
+#[test]
+fn finished_responses_reach_their_clients_when_the_next_request_segfaults() {
+    finished_responses_survive_a_crash_by("segv", &[]);
+}
+
+#[test]
+fn finished_responses_reach_their_clients_when_the_next_request_aborts() {
+    finished_responses_survive_a_crash_by("abort", &[]);
+}
+
+#[test]
+fn finished_responses_reach_their_clients_when_a_request_kills_the_inline_worker() {
+    finished_responses_survive_a_crash_by("exit", &["--blocking-threads", "0"]);
+}

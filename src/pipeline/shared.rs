@@ -32,6 +32,17 @@ pub struct LoopShared {
     pub quiet: WantFlag,
     /// The connections whose clients left while they had requests in flight.
     pub departures: Departures,
+    /// A thread of the worker is dying (`flush_before_death`).
+    dying: CachePadded<Dying>,
+}
+
+/// `LoopShared::flush_before_death`'s two words.
+#[derive(Default)]
+struct Dying {
+    /// A thread asks the loop for a pass that writes what the handlers finished.
+    asked: AtomicBool,
+    /// That pass is done.
+    flushed: AtomicBool,
 }
 
 impl LoopShared {
@@ -42,7 +53,45 @@ impl LoopShared {
             waker,
             quiet: WantFlag::default(),
             departures: Departures::default(),
+            dying: CachePadded::default(),
         }
+    }
+
+    /// Any thread but the loop's, as the process is about to die (a fatal signal, the
+    /// app's `os._exit`): asks the loop for a pass that takes every response the handlers
+    /// have pushed and writes it to its socket, and waits for that pass, at most `within`.
+    /// Async-signal-safe: atomics, an eventfd write, `nanosleep`.
+    pub fn flush_before_death(&self, within: std::time::Duration) {
+        // Release: pairs with the loop's Acquire load in `dying`: every push this thread
+        // made before is visible to the pops of the pass that sees it.
+        self.dying.asked.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        let step = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        for _ in 0..within.as_millis() {
+            // Acquire: pairs with the Release store in `flushed`.
+            if self.dying.flushed.load(Ordering::Acquire) {
+                return;
+            }
+            // SAFETY: nanosleep reads the timespec it is given, which outlives the call;
+            // the remainder pointer may be null.
+            unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        }
+    }
+
+    /// Loop, at the start of a pass that takes the responses: a thread is dying and waits
+    /// for this pass (`flushed` once it has written them).
+    pub fn dying(&self) -> bool {
+        // Acquire: pairs with the Release store in `flush_before_death`.
+        self.dying.asked.load(Ordering::Acquire)
+    }
+
+    /// Loop: the pass that saw `dying` has written what it took.
+    pub fn flushed(&self) {
+        // Release: pairs with the Acquire load in `flush_before_death`.
+        self.dying.flushed.store(true, Ordering::Release);
     }
 
     /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`

@@ -254,6 +254,8 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     Python::attach(|py| {
         let interp = python::describe(py, &interpreter);
         python::line_buffer_stdout(py);
+        // Before the app is imported, so that `from os import _exit` gets it too.
+        python::hook_os_exit(py).map_err(|e| format!("cannot replace os._exit: {e}"))?;
         log::info!("importing {} with {interp}", config.app);
         let app = python::load_app(
             py,
@@ -292,6 +294,20 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     })
 }
 
+/// The worker's loop, for `flush_before_death`.
+static DYING_LOOP: std::sync::OnceLock<Arc<LoopShared>> = std::sync::OnceLock::new();
+
+/// How long a dying thread waits for the loop to write what was finished: the loop's pass
+/// takes microseconds, unless the crash left the process unable to go on.
+const DEATH_FLUSH_WAIT: Duration = Duration::from_millis(500);
+
+/// The fatal-signal and `os._exit` hook (`sys::fatal`).
+fn flush_before_death() {
+    if let Some(l) = DYING_LOOP.get() {
+        l.flush_before_death(DEATH_FLUSH_WAIT);
+    }
+}
+
 fn serve(
     config: &Config,
     listeners: Vec<Listener>,
@@ -310,6 +326,12 @@ fn serve(
     let waker = mio::Waker::new(poll.registry(), mio::Token(1))
         .map_err(|e| format!("cannot create the loop waker: {e}"))?;
     let loop_shared = Arc::new(LoopShared::new(waker));
+    // A handler thread that dies (a fatal signal, the app's `os._exit`) first has the loop
+    // write the responses finished before it.
+    let _ = DYING_LOOP.set(loop_shared.clone());
+    if let Err(e) = crate::sys::fatal::install(flush_before_death) {
+        log::warning!("cannot hook the fatal signals: {e}");
+    }
     let access_log = match &config.access_log {
         Some((target, format)) => Some(Arc::new(crate::access_log::AccessLog {
             format: format.clone(),
@@ -402,6 +424,9 @@ fn serve(
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
         .spawn(move || {
+            // It cannot wait for its own pass (inline, it writes each response before
+            // the next request runs anyway).
+            crate::sys::fatal::exempt_this_thread();
             if batch_scheduling {
                 enter_batch_scheduling("loop");
             }

@@ -4,6 +4,7 @@ Query parameters: `mark=PATH` names a file the route appends observations to (on
 line each), so a test can see what happened inside the app after the fact.
 """
 
+import ctypes
 import os
 import subprocess
 import threading
@@ -249,6 +250,17 @@ def r_count(environ, start_response, q):
     return [body]
 
 
+def r_die(environ, start_response, q):
+    """Takes the worker down at once, as a crashing app does: `how=exit` (os._exit),
+    `segv` (a segfault, as in a C extension) or `abort` (os.abort)."""
+    how = q.get("how", "exit")
+    if how == "segv":
+        ctypes.string_at(0)
+    elif how == "abort":
+        os.abort()
+    os._exit(3)
+
+
 _HELD = []
 
 
@@ -281,4 +293,5 @@ ROUTES = {
     "/pid": r_pid,
     "/watch": r_watch,
     "/orphan": r_orphan,
+    "/die": r_die,
 }

@@ -1041,6 +1041,9 @@ impl EventLoop {
     /// Drains every response ring, writes what came, then lets connections that were
     /// waiting on their responses (or on ring space) go on.
     fn service_rings(&mut self, py: Option<Python<'_>>) {
+        // A thread is dying (`LoopShared::flush_before_death`): what was pushed before it
+        // asked is taken and written in this pass, then it is told.
+        let dying = self.shared.dying();
         if let Some(py) = py {
             self.run_inline(py);
         }
@@ -1056,6 +1059,9 @@ impl EventLoop {
         }
         self.settle();
         self.notify_handlers();
+        if dying {
+            self.shared.flushed();
+        }
     }
 
     /// Inline mode: runs the app for what can be served now, one request (or body resumed)
