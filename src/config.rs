@@ -56,6 +56,8 @@ pub struct Config {
     pub secure_listeners: usize,
     /// `--certfile` and the rest, read into a rustls configuration.
     pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    /// The flags it was read from (each worker reads the files again, as `--user`).
+    pub tls_options: Option<crate::tls::Options>,
     /// `--uds-permissions`.
     pub uds_permissions: Option<u32>,
     pub workers: usize,
@@ -360,19 +362,24 @@ impl Config {
                 listen.push(spec);
             }
         }
+        let tls_options = match (&cli.certfile, &cli.keyfile) {
+            (Some(certfile), Some(keyfile)) => Some(crate::tls::Options {
+                certfile: certfile.clone(),
+                keyfile: keyfile.clone(),
+                ca_certs: cli.ca_certs.clone(),
+                client_cert: cli.client_cert.unwrap_or(if cli.ca_certs.is_some() {
+                    crate::tls::ClientCert::Required
+                } else {
+                    crate::tls::ClientCert::None
+                }),
+            }),
+            _ => None,
+        };
         let tls = match (&cli.certfile, &cli.keyfile) {
-            (Some(certfile), Some(keyfile)) => {
-                Some(crate::tls::server_config(&crate::tls::Options {
-                    certfile: certfile.clone(),
-                    keyfile: keyfile.clone(),
-                    ca_certs: cli.ca_certs.clone(),
-                    client_cert: cli.client_cert.unwrap_or(if cli.ca_certs.is_some() {
-                        crate::tls::ClientCert::Required
-                    } else {
-                        crate::tls::ClientCert::None
-                    }),
-                })?)
-            }
+            (Some(_), Some(_)) => tls_options
+                .as_ref()
+                .map(crate::tls::server_config)
+                .transpose()?,
             (None, None) => {
                 if cli.ca_certs.is_some() || cli.client_cert.is_some() {
                     return Err("--ca-certs and --client-cert need --certfile and --keyfile".into());
@@ -670,6 +677,7 @@ impl Config {
             pid_file: cli.pid_file,
             secure_listeners,
             tls,
+            tls_options,
             identity: crate::sys::privileges::Identity::resolve(
                 cli.user.as_deref(),
                 cli.group.as_deref(),

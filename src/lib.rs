@@ -51,11 +51,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// `--check-config`: the flags are valid (they parsed), and the app imports and is
 /// callable. Nothing is bound and no worker starts.
 #[cfg(not(loom))]
-fn check(config: &config::Config) -> Result<String, String> {
+fn check(config: &config::Config, host: &Host) -> Result<String, String> {
     use pyo3::prelude::*;
     for w in check_places(config)? {
         eprintln!("m0serve: warning: {w}");
     }
+    let as_user = check_as_user(config, host)?;
     let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
         let interp = python::describe(py, &interpreter);
@@ -73,11 +74,57 @@ fn check(config: &config::Config) -> Result<String, String> {
             ));
         }
         Ok(format!(
-            "{} imports and is callable ({interp}); would listen on {}",
+            "{} imports and is callable ({interp}){as_user}; would listen on {}",
             config.app,
             config.describe_listen()
         ))
     })
+}
+
+/// `--user`/`--group`: a start binds and writes its pid file with the ids it was started
+/// with, then the master and its workers switch to these. So the check switches too, and
+/// what the workers use is checked as them: the program a worker runs, the TLS files and
+/// the access log (each worker opens them), the app's directories, and then the import.
+/// Only root can switch: another user's check says it did not (a warning, as for what
+/// only the host the server runs on has). `" as ..."` for the report, or nothing.
+#[cfg(not(loom))]
+fn check_as_user(config: &config::Config, host: &Host) -> Result<String, String> {
+    let who = &config.identity.describe;
+    if config.identity.is_empty() {
+        return Ok(String::new());
+    }
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if euid != 0 && !config.identity.is_current() {
+        eprintln!(
+            "m0serve: warning: --user/--group: checked as uid {euid}, not as {who} (only \
+             root can switch)"
+        );
+        return Ok(String::new());
+    }
+    config.identity.assume()?;
+    let as_them = |what: String, e: std::io::Error| format!("{what}: {who} cannot use it: {e}");
+    let program = host.worker_command(&[])?.program;
+    sys::may_execute(&program)
+        .map_err(|e| as_them(format!("the workers' program {}", program.display()), e))?;
+    if let Some(tls) = &config.tls_options {
+        crate::tls::server_config(tls).map_err(|e| format!("as {who}: {e}"))?;
+    }
+    if let Some((crate::access_log::Target::File(path), _)) = &config.access_log {
+        let place = match path.parent() {
+            _ if path.exists() => path.as_path(),
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        sys::may_write(place)
+            .map_err(|e| as_them(format!("--access-log-file {}", path.display()), e))?;
+    }
+    let dirs = std::iter::once(("--app-dir", &config.app_dir))
+        .chain(config.pythonpath.iter().map(|d| ("--pythonpath", d)));
+    for (flag, dir) in dirs {
+        sys::may_read_dir(dir).map_err(|e| as_them(format!("{flag} {}", dir.display()), e))?;
+    }
+    Ok(format!(" as {who}"))
 }
 
 /// `--check-config`: what a start would open or be handed, without opening or creating
@@ -324,7 +371,7 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
         for w in &config.warnings {
             eprintln!("m0serve: warning: {w}");
         }
-        return match check(&config) {
+        return match check(&config, &host) {
             Ok(what) => {
                 println!("m0serve: configuration OK; {what}");
                 0

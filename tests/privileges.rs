@@ -289,3 +289,116 @@ fn umask_reaches_the_unix_socket_and_the_apps_files() {
         drop(s);
     }
 }
+
+/// `--check-config ARGS`, as root, in a mount namespace where nobody may use the
+/// interpreter (`open_root`).
+fn check_as_root(script: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("timeout")
+        .args(["60", "unshare", "-m", "sh", script, &bin()])
+        .arg("--check-config")
+        .args(args)
+        .current_dir(apps_dir())
+        .env_remove("M0SERVE_USER")
+        .output()
+        .expect("cannot run the check")
+}
+
+#[test]
+fn check_config_with_user_checks_what_the_user_can_read() {
+    // Issue 40: the check ran as root, so a key or an app directory only root can read
+    // passed it, and then the start failed.
+    needs_root!();
+    let tmp = TempDir::new("check-user");
+    let script = open_root(&tmp);
+    let private = tmp.path.join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::copy(apps_dir().join("hello.py"), private.join("hello.py")).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (cert, key) = (tmp.path.join("cert.pem"), tmp.path.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args([
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=x",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(made.status.success(), "{made:?}");
+    std::fs::set_permissions(&cert, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let text = |o: &std::process::Output| {
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let user = ["--user", "nobody"];
+
+    let dir = private.to_str().unwrap();
+    let o = check_as_root(
+        &script,
+        &[&["hello:app", "--app-dir", dir][..], &user].concat(),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let says = format!("--app-dir {dir}: user nobody cannot use it: Permission denied");
+    assert!(text(&o).contains(&says), "{}", text(&o));
+    // Root alone may: the same check without --user passes.
+    let o = check_as_root(&script, &["hello:app", "--app-dir", dir]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+
+    let tls = [
+        "hello:app",
+        "--certfile",
+        cert.to_str().unwrap(),
+        "--keyfile",
+        key.to_str().unwrap(),
+    ];
+    let o = check_as_root(&script, &[&tls[..], &user].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("as user nobody: --keyfile {}", key.display()))
+            && text(&o).contains("Permission denied"),
+        "{}",
+        text(&o)
+    );
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = check_as_root(&script, &[&tls[..], &user].concat());
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("as user nobody; would listen on https://"),
+        "{}",
+        text(&o)
+    );
+
+    // Another user cannot switch: the check says what it did not check, and passes.
+    let o = std::process::Command::new("timeout")
+        .args([
+            "60",
+            "unshare",
+            "-m",
+            "sh",
+            &script,
+            "setpriv",
+            "--reuid=65534",
+        ])
+        .args(["--regid=65534", "--clear-groups", "--", bin()])
+        .args(["--check-config", "hello:app", "--user", "root"])
+        .current_dir(apps_dir())
+        .output()
+        .expect("cannot run the check");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(
+        text(&o).contains("warning: --user/--group: checked as uid 65534, not as user root"),
+        "{}",
+        text(&o)
+    );
+}

@@ -162,12 +162,26 @@ fn set_members(set: &libc::cpu_set_t) -> Vec<usize> {
 /// This process may write `path` (a file, or a directory to create one in), by its
 /// effective ids as `open(2)` would check them.
 pub fn may_write(path: &std::path::Path) -> std::io::Result<()> {
+    may(path, libc::W_OK)
+}
+
+/// This process may execute `path`, by its effective ids as `execve(2)` would check them.
+pub fn may_execute(path: &std::path::Path) -> std::io::Result<()> {
+    may(path, libc::X_OK)
+}
+
+/// This process may list `path` and reach what is in it (read and search permission).
+pub fn may_read_dir(path: &std::path::Path) -> std::io::Result<()> {
+    may(path, libc::R_OK | libc::X_OK)
+}
+
+fn may(path: &std::path::Path, mode: libc::c_int) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
     // SAFETY: `c` is a NUL-terminated path that lives across the call; AT_FDCWD resolves
     // a relative one from the working directory.
-    let r = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) };
+    let r = unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), mode, libc::AT_EACCESS) };
     if r == 0 {
         Ok(())
     } else {

@@ -185,7 +185,7 @@ impl Identity {
     }
 
     /// Whether this process already runs as the identity: real, effective and saved ids.
-    fn is_current(&self) -> bool {
+    pub fn is_current(&self) -> bool {
         let (mut r, mut e, mut s) = (0, 0, 0);
         // SAFETY: getresuid writes three ids into live locals.
         let uid_ok = unsafe { libc::getresuid(&mut r, &mut e, &mut s) } == 0
