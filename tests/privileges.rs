@@ -294,7 +294,7 @@ fn umask_reaches_the_unix_socket_and_the_apps_files() {
 /// interpreter (`open_root`).
 fn check_as_root(script: &str, args: &[&str]) -> std::process::Output {
     std::process::Command::new("timeout")
-        .args(["60", "unshare", "-m", "sh", script, &bin()])
+        .args(["60", "unshare", "-m", "sh", script, bin()])
         .arg("--check-config")
         .args(args)
         .current_dir(apps_dir())
