@@ -352,14 +352,22 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     }
     // The master changes directory and sets the app's environment; a worker inherits both.
     let is_worker = std::env::var_os(sys::ipc::WORKER_ENV).is_some();
-    if !is_worker {
-        if let Err(e) = config::prepare_process(&cli) {
-            eprintln!("m0serve: error: {e}");
-            return 2;
-        }
+    if is_worker {
+        // A worker's every message is a log record in the format asked for, written
+        // whole, from the first: workers failing together (a file only root can read,
+        // after --user) must not interleave their words, nor break a JSON log.
+        log::set_level(cli.log_level);
+        log::set_format(cli.log_format);
+    } else if let Err(e) = config::prepare_process(&cli) {
+        eprintln!("m0serve: error: {e}");
+        return 2;
     }
     let config = match config::Config::from_cli(cli).and_then(|c| host.check(&c).map(|()| c)) {
         Ok(c) => c,
+        Err(e) if is_worker => {
+            log::error!("{e}");
+            return 2;
+        }
         Err(e) => {
             eprintln!("m0serve: error: {e}");
             return 2;
@@ -384,7 +392,12 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     }
     if let Some(path) = &config.error_log_file {
         if let Err(e) = log::redirect_stderr(path) {
-            eprintln!("m0serve: error: --error-log-file {}: {e}", path.display());
+            let e = format!("--error-log-file {}: {e}", path.display());
+            if is_worker {
+                log::error!("{e}");
+            } else {
+                eprintln!("m0serve: error: {e}");
+            }
             return 2;
         }
     }

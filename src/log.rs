@@ -47,6 +47,12 @@ pub fn set_format(format: Format) {
     FORMAT.store(format as u8, Ordering::Relaxed);
 }
 
+/// `--log-format json`: every line a JSON record.
+pub fn is_json() -> bool {
+    // Relaxed: see `set_format`.
+    FORMAT.load(Ordering::Relaxed) == Format::Json as u8
+}
+
 pub fn enabled(level: Level) -> bool {
     // Relaxed: see `set_level`.
     level as u8 <= LEVEL.load(Ordering::Relaxed)

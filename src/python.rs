@@ -438,12 +438,17 @@ pub fn format_exception(py: Python<'_>, err: &PyErr) -> String {
         .unwrap_or_else(|_| format!("{err}\n"))
 }
 
-/// Writes `err`'s traceback to standard error in one write. Unlike `PyErr::print` (Python's
+/// Writes `err`'s traceback to standard error in one write, as Python prints it, or under
+/// `--log-format json` as one error record. Unlike `PyErr::print` (Python's
 /// `PyErr_Print`), a `SystemExit` is printed, not obeyed: it must not end the process.
 pub fn print_exception(py: Python<'_>, err: &PyErr) {
     use std::io::Write;
     let text = format_exception(py, err);
     flush_stdio(py);
+    if crate::log::is_json() {
+        crate::log::error!("{}", text.trim_end());
+        return;
+    }
     let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 

@@ -218,6 +218,40 @@ fn module_raising_at_import_exits_nonzero_with_its_traceback() {
 }
 
 #[test]
+fn under_log_format_json_an_import_traceback_is_one_record_of_each_worker() {
+    // Issue 40: the traceback was plain text in a JSON log.
+    let out = run_to_exit(
+        &[
+            "broken_import:app",
+            "--port",
+            "0",
+            "--app-dir",
+            &apps(),
+            "--workers",
+            "2",
+            "--log-format",
+            "json",
+        ],
+        &[],
+        EXIT_TIMEOUT,
+    );
+    assert_clean_failure(&out, "module raising at import");
+    let mut tracebacks = 0;
+    for line in out.stderr.lines().filter(|l| !l.is_empty()) {
+        let j = Json::parse(line).unwrap_or_else(|e| panic!("not a JSON record: {line:?} ({e:?})"));
+        let message = j["message"].as_str().unwrap_or_default();
+        if message.starts_with("Traceback (most recent call last)") {
+            assert!(
+                message.contains("RuntimeError: m0test-import-failure"),
+                "{line}"
+            );
+            tracebacks += 1;
+        }
+    }
+    assert!(tracebacks >= 1, "no traceback record in\n{}", out.stderr);
+}
+
+#[test]
 fn missing_attribute_exits_nonzero_naming_it() {
     let out = run_to_exit(
         &[

@@ -781,3 +781,51 @@ fn check_config_names_the_https_addresses() {
         out.stdout
     );
 }
+
+/// Issue 40: a worker's start-up error bypassed the log format: printed as plain text (in
+/// pieces, so two workers failing together wrote one merged line), even under
+/// `--log-format json`. Each worker of a reload fails to read a key broken since the
+/// start: every line of the log must be one whole JSON record, and the error one of them.
+#[test]
+fn a_workers_start_up_error_is_a_whole_record_in_the_log_format() {
+    needs_tools!();
+    let pki = Pki::new("tls-worker-error");
+    std::fs::copy(pki.path("server.pem"), pki.path("live.pem")).unwrap();
+    std::fs::copy(pki.path("server.key"), pki.path("live.key")).unwrap();
+    let s = Server::builder("hello:app")
+        .without_port_flag()
+        .args(
+            &pki.server_args("live")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )
+        .args(&[
+            "-b",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--log-format",
+            "json",
+        ])
+        .start();
+    s.wait_for_workers(2, PROMPT);
+    std::fs::write(pki.path("live.key"), "not a key\n").unwrap();
+    s.signal(libc::SIGHUP);
+    assert!(
+        s.wait_for_log("failed to boot", PROMPT),
+        "no worker failed\n{}",
+        s.log_text()
+    );
+    let log = s.log_text();
+    let mut errors = 0;
+    for line in log.lines().filter(|l| !l.is_empty()) {
+        let j = Json::parse(line).unwrap_or_else(|e| panic!("not a JSON record: {line:?} ({e:?})"));
+        let message = j["message"].as_str().unwrap_or_default();
+        if j["level"].as_str() == Some("error") && message.starts_with("--keyfile ") {
+            assert!(message.contains("no private key in it"), "{line}");
+            errors += 1;
+        }
+    }
+    assert!(errors >= 2, "{errors} keyfile errors in\n{log}");
+}
