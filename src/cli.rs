@@ -212,9 +212,11 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_VENV", value_name = "PATH")]
     pub venv: Option<PathBuf>,
 
-    /// After binding, run as this user (a name or a numeric id): the master switches before
-    /// it starts a worker, so the app is imported as it. Its supplementary groups come with
-    /// it. Needs m0serve started as root; a switch that fails stops the start.
+    /// After binding, run as this user (a name or a numeric id): the workers wholly, so the
+    /// app is imported as it; the master with it as its effective id, root kept as its
+    /// saved one (the app cannot signal it, and it removes its pid file and Unix sockets at
+    /// exit). The Unix sockets are given to it; its supplementary groups come with it.
+    /// Needs m0serve started as root; a switch that fails stops the start.
     #[arg(short = 'u', long, env = "M0SERVE_USER", value_name = "USER")]
     pub user: Option<String>,
 

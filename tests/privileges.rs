@@ -147,16 +147,26 @@ fn a_low_port_is_bound_then_master_and_workers_run_as_the_user_before_the_import
         s.log_text()
     );
     let workers = s.wait_for_workers(2, Duration::from_secs(10));
-    for pid in std::iter::once(s.pid()).chain(workers) {
+    for pid in workers {
         let (uid, gid, groups) = ids_of(pid);
-        assert_eq!(uid, vec![NOBODY; 4], "process {pid}");
-        assert_eq!(gid, vec![NOBODY; 4], "process {pid}");
+        assert_eq!(uid, vec![NOBODY; 4], "worker {pid}");
+        assert_eq!(gid, vec![NOBODY; 4], "worker {pid}");
         assert_eq!(
             groups,
             vec![NOBODY],
-            "process {pid}: root's groups were kept"
+            "worker {pid}: root's groups were kept"
         );
     }
+    // The master: the user's effective (and file system) ids and groups, root kept as its
+    // real and saved ids (as gunicorn's arbiter keeps root), so the app cannot signal it.
+    let (uid, gid, master_groups) = ids_of(s.pid());
+    assert_eq!(uid, vec![0, NOBODY, 0, NOBODY], "master");
+    assert_eq!(gid, vec![0, NOBODY, 0, NOBODY], "master");
+    assert_eq!(
+        master_groups,
+        vec![NOBODY],
+        "master: root's groups were kept"
+    );
     let j = reported(&s, "/");
     for when in ["import", "now"] {
         for key in ["uid", "euid", "gid", "egid"] {
@@ -400,5 +410,84 @@ fn check_config_with_user_checks_what_the_user_can_read() {
         text(&o).contains("warning: --user/--group: checked as uid 65534, not as user root"),
         "{}",
         text(&o)
+    );
+}
+
+#[test]
+fn with_user_the_socket_is_the_users_the_app_cannot_signal_its_master_and_nothing_is_left() {
+    // Issue 40: the Unix socket stayed root's 0755 (a proxy running as the user could not
+    // connect), the pid file and the socket were left behind at exit (the master, as the
+    // user, could not remove them from root's directory), and the app could signal its
+    // master (the same uid).
+    needs_root!();
+    let tmp = TempDir::new("user-files");
+    let script = open_root(&tmp);
+    // A directory only root may write, as /run is.
+    let run = tmp.path.join("run");
+    std::fs::create_dir(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (sock, pid_file) = (run.join("app.sock"), run.join("app.pid"));
+    let mut s = Server::builder("identity:application")
+        .without_port_flag()
+        .wrapped(&["unshare", "-m", "sh", &script])
+        .args(&[
+            "-b",
+            &format!("unix:{}", sock.display()),
+            "-b",
+            "127.0.0.1:0",
+            "--user",
+            "nobody",
+            "--uds-permissions",
+            "660",
+            "--pid-file",
+            pid_file.to_str().unwrap(),
+        ])
+        .start();
+    let meta = std::fs::metadata(&sock).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        (meta.uid(), meta.gid()),
+        (NOBODY, NOBODY),
+        "the socket's owner"
+    );
+    assert_eq!(mode(&sock), 0o660, "the socket's mode");
+    // A client running as the user connects.
+    use std::os::unix::process::CommandExt;
+    let out = std::process::Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "10",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+        ])
+        .arg("--unix-socket")
+        .arg(&sock)
+        .arg("http://localhost/")
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .expect("curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The app, as the user, may not signal its master.
+    let j = reported(&s, "/?signal-master");
+    assert_eq!(
+        j["signal_master"].as_str(),
+        Some("PermissionError"),
+        "{j:?}"
+    );
+    s.stop();
+    assert!(
+        !sock.exists() && !pid_file.exists(),
+        "left behind: socket {}, pid file {}",
+        sock.exists(),
+        pid_file.exists()
     );
 }

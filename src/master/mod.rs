@@ -111,6 +111,9 @@ struct Worker {
 pub struct Master {
     config: Config,
     listeners: Vec<Listener>,
+    /// The Unix sockets of listeners closed at a stop, removed at exit (as root, with
+    /// `--user`: their directory is often root's).
+    closed_sockets: Vec<PathBuf>,
     signals: SignalPipe,
     command: WorkerCommand,
     workers: Vec<Worker>,
@@ -316,12 +319,29 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         }
         None => None,
     };
-    // Everything that needs root is done: the sockets are bound, the pid file written,
-    // the counters created. The workers are started as the identity, so the app is
-    // imported as it.
+    // Everything that needs root is done: the sockets are bound (and given to the
+    // identity), the pid file written, the counters created. The master goes on with the
+    // identity's effective ids, root kept as its real and saved ones (so the app cannot
+    // signal it, and it can remove its files at exit); the workers are started as the
+    // identity, all their ids switched, so the app is imported as it.
     if !config.identity.is_empty() {
-        config.identity.assume()?;
-        log::info!("running as {}", config.identity.describe);
+        for l in &listeners {
+            if let Listener::Unix(_, path, true) = l {
+                config.identity.give(path).map_err(|e| {
+                    format!(
+                        "cannot give the Unix socket {} to {}: {e}",
+                        path.display(),
+                        config.identity.describe
+                    )
+                })?;
+            }
+        }
+        config.identity.assume_effective()?;
+        log::info!(
+            "running as {} (the master keeps root as its saved id, to remove its files at \
+             exit; the workers hold none)",
+            config.identity.describe
+        );
     }
     let signals =
         SignalPipe::install_master().map_err(|e| format!("cannot install signal handlers: {e}"))?;
@@ -329,6 +349,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         target: config.workers,
         config,
         listeners,
+        closed_sockets: Vec::new(),
         signals,
         command,
         workers: Vec::new(),
@@ -356,7 +377,19 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         m.config.app,
         m.describe_listeners()
     );
-    m.supervise()
+    let result = m.supervise();
+    // The pid file and the Unix sockets it bound go with the master (its drop), from
+    // directories only root may write, often.
+    m.config.identity.regain_root();
+    for path in std::mem::take(&mut m.closed_sockets) {
+        // Only a socket: never a file put there since.
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    drop(m);
+    result
 }
 
 impl Master {
@@ -637,7 +670,9 @@ impl Master {
     /// waiting in a backlog nobody will accept from, to be reset at the end. (A socket
     /// systemd passed stays open in systemd, for the next start.)
     fn close_listeners(&mut self) {
-        self.listeners.clear();
+        for l in self.listeners.drain(..) {
+            self.closed_sockets.extend(l.close_keeping_file());
+        }
     }
 
     fn describe_listeners(&self) -> String {
@@ -943,6 +978,7 @@ impl Master {
         envp.push(env.as_ptr());
         envp.push(std::ptr::null());
         let master_pid = std::process::id() as libc::pid_t;
+        let ids = self.config.identity.ids();
         // Signals are blocked across the fork: until its exec the child must not run the
         // master's handlers (they write into the master's self-pipe, which it shares).
         // SAFETY: zeroed sigset_t values are valid out-buffers for sigfillset and
@@ -961,6 +997,7 @@ impl Master {
         if pid == 0 {
             // SAFETY: see above; this branch ends in execve or _exit.
             unsafe {
+                become_identity(ids);
                 exec_worker(
                     &exe,
                     &argv,
@@ -1076,6 +1113,28 @@ fn retire(w: &mut Worker, why: &str, scaled_down: bool, grace: Duration) {
     log::info!("worker {} drains: {why}", w.pid);
     // SAFETY: kill(2) on our own unreaped child.
     unsafe { libc::kill(w.pid, libc::SIGTERM) };
+}
+
+/// The child of `spawn`, first, with `--user`/`--group` (`Identity::ids`): every id the
+/// identity's, root's real and saved ones too (the master's effective ids are the
+/// identity's, so no privilege is needed), and root out of reach; or it exits. Before the
+/// parent-death signal, which a change of ids clears.
+///
+/// # Safety
+/// As `exec_worker`'s.
+unsafe fn become_identity((uid, gid): (Option<libc::uid_t>, Option<libc::gid_t>)) {
+    // SAFETY: setresgid, setresuid, setuid, write and _exit are async-signal-safe, and
+    // read only the integers and the static message given.
+    unsafe {
+        let switched = gid.is_none_or(|g| libc::setresgid(g, g, g) == 0)
+            && uid
+                .is_none_or(|u| libc::setresuid(u, u, u) == 0 && (u == 0 || libc::setuid(0) != 0));
+        if !switched {
+            let msg = b"m0serve: a worker could not switch to --user/--group before its start\n";
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(1);
+        }
+    }
 }
 
 /// The child's side of `spawn`: keep the worker's descriptors across exec, die with the master,

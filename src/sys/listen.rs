@@ -234,6 +234,21 @@ impl Listener {
     }
 }
 
+impl Listener {
+    /// Closes it, leaving its socket file for the caller to remove (a master running as
+    /// `--user` removes it as root, at exit): the path, if this process would have removed
+    /// it.
+    pub fn close_keeping_file(mut self) -> Option<std::path::PathBuf> {
+        match &mut self {
+            Listener::Unix(_, path, owned @ true) => {
+                *owned = false;
+                Some(path.clone())
+            }
+            _ => None,
+        }
+    }
+}
+
 impl Drop for Listener {
     fn drop(&mut self) {
         if let Listener::Unix(_, path, true) = self {

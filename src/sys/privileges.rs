@@ -1,10 +1,16 @@
 //! `--user`, `--group` and `--umask`: who the server runs as once its sockets are bound.
 //!
-//! The master binds (ports under 1024 need root), writes its pid file, then calls
-//! [`Identity::assume`] before it starts a worker; workers inherit the identity across
-//! their exec and call it again before Python starts, where it only checks that they run
-//! as the identity named. A switch that does not take refuses the start: a server that
-//! was told to shed root and still holds it must not serve.
+//! The master binds (ports under 1024 need root), writes its pid file and gives its Unix
+//! sockets to the identity, then calls [`Identity::assume_effective`]: it runs with the
+//! identity's effective ids and groups, and keeps root as its real and saved user id, as
+//! gunicorn's arbiter keeps root. So the app, which runs as the identity, cannot signal or
+//! trace its master, and the master can take root back to remove its pid file and sockets
+//! as it exits ([`Identity::regain_root`]). Each worker switches all its ids in the fork
+//! before its exec ([`Identity::ids`]: unprivileged, since the identity's ids are the
+//! master's effective ones), and calls [`Identity::assume`] again before Python starts,
+//! where it only checks that it runs as the identity named. A switch that does not take
+//! refuses the start: a worker that was told to shed root and still holds it must not
+//! serve.
 
 use std::ffi::{CStr, CString};
 
@@ -223,14 +229,8 @@ impl Identity {
             )
         };
         if let Some(gid) = self.group {
-            match &self.user {
-                // SAFETY: `name` is NUL-terminated; initgroups reads the group database and
-                // sets this process's supplementary groups.
-                Some((_, Some(name))) => unsafe { syscall!(initgroups(name.as_ptr(), gid)) },
-                // SAFETY: one gid, read from a live local.
-                _ => unsafe { syscall!(setgroups(1, &gid)) },
-            }
-            .map_err(|_| fail("setting the supplementary groups"))?;
+            self.set_groups()
+                .map_err(|_| fail("setting the supplementary groups"))?;
             // SAFETY: setgid has no memory preconditions; as root it sets all three gids.
             unsafe { syscall!(setgid(gid)) }.map_err(|_| fail("setgid"))?;
         }
@@ -251,6 +251,86 @@ impl Identity {
             }
         }
         Ok(())
+    }
+}
+
+impl Identity {
+    /// The user and group ids to switch to (each `None` to keep the current one).
+    pub fn ids(&self) -> (Option<libc::uid_t>, Option<libc::gid_t>) {
+        (self.user.as_ref().map(|(uid, _)| *uid), self.group)
+    }
+
+    /// The master's switch (see the module documentation): the identity's supplementary
+    /// groups, and its group and user as the effective ids; the real and saved ids stay
+    /// root's. As root only.
+    pub fn assume_effective(&self) -> Result<(), String> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let what = &self.describe;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 {
+            return Err(format!(
+                "cannot switch to {what}: only root can, and m0serve runs as uid {euid} (start \
+                 it as root, or leave --user and --group out)"
+            ));
+        }
+        let fail = |step: &str| {
+            format!(
+                "cannot switch to {what}: {step}: {}",
+                std::io::Error::last_os_error()
+            )
+        };
+        self.set_groups()
+            .map_err(|_| fail("setting the supplementary groups"))?;
+        let keep = libc::gid_t::MAX;
+        if let Some(gid) = self.group {
+            // SAFETY: setresgid has no memory preconditions; -1 keeps an id.
+            unsafe { syscall!(setresgid(keep, gid, keep)) }.map_err(|_| fail("setresgid"))?;
+        }
+        if let Some((uid, _)) = &self.user {
+            // SAFETY: as above.
+            unsafe { syscall!(setresuid(keep, *uid, keep)) }.map_err(|_| fail("setresuid"))?;
+        }
+        Ok(())
+    }
+
+    /// The master, as it exits: root again as its effective user and group (its saved
+    /// ids), to remove what it made in directories only root may write.
+    pub fn regain_root(&self) {
+        if self.is_empty() {
+            return;
+        }
+        let keep = libc::gid_t::MAX;
+        // SAFETY: setresuid and setresgid have no memory preconditions; the user first,
+        // since changing the group back needs root.
+        unsafe {
+            libc::setresuid(keep, 0, keep);
+            libc::setresgid(keep, 0, keep);
+        }
+    }
+
+    /// The supplementary groups: the user's own, or the group alone.
+    fn set_groups(&self) -> std::io::Result<libc::c_int> {
+        let Some(gid) = self.group else {
+            return Ok(0);
+        };
+        match &self.user {
+            // SAFETY: `name` is NUL-terminated; initgroups reads the group database and
+            // sets this process's supplementary groups.
+            Some((_, Some(name))) => unsafe { syscall!(initgroups(name.as_ptr(), gid)) },
+            // SAFETY: one gid, read from a live local.
+            _ => unsafe { syscall!(setgroups(1, &gid)) },
+        }
+    }
+
+    /// Gives `path` (a Unix socket the master bound) to the identity, so that the master
+    /// and the workers, and whoever the identity's group or `--uds-permissions` let in,
+    /// may use it.
+    pub fn give(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let (uid, gid) = self.ids();
+        std::os::unix::fs::chown(path, uid, gid)
     }
 }
 
