@@ -991,8 +991,9 @@ impl Master {
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old_mask);
         }
         // SAFETY: the master is single-threaded (it never starts a thread), so the child is
-        // a consistent copy; the child only calls async-signal-safe functions (signal,
-        // sigprocmask, prctl, getppid, fcntl, execve, _exit) on data prepared above.
+        // a consistent copy; the child only calls async-signal-safe functions (setresgid,
+        // setresuid, setuid, write, signal, sigprocmask, prctl, getppid, fcntl, execve,
+        // _exit) on data prepared above.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             // SAFETY: see above; this branch ends in execve or _exit.
