@@ -902,3 +902,35 @@ fn the_keep_alive_timeout_counts_from_when_the_response_was_written() {
     let r = c.read_response();
     assert_eq!(r.body_text(), "hello", "{}", r.status_line());
 }
+
+/// What holds for `write()` (issue 40): it blocks the app's call, as PEP 3333 requires, so
+/// on a handler thread it holds that thread while its client does not read; the bound is
+/// `--write-timeout`, after which the connection is closed, `write()` raises
+/// `ConnectionAbortedError`, and the handler serves the requests that waited.
+#[test]
+fn write_to_a_client_that_does_not_read_holds_its_handler_until_the_write_timeout() {
+    let tmp = TempDir::new("write-held");
+    let mark = tmp.file("mark");
+    let s = Server::start(
+        "regress:app",
+        &["--blocking-threads", "1", "--write-timeout", "1"],
+    );
+    let mut c = Conn::connect_small(s.addr(), 4096);
+    c.send(&get(&format!("/write-big?mib=100&mark={mark}")));
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    assert_served(
+        &s,
+        Duration::from_secs(10),
+        "behind a write() to a client that does not read",
+    );
+    let waited = t.elapsed();
+    wait_for_file_containing(&mark, "refused None ConnectionAbortedError", PROMPT)
+        .expect("write() did not raise once the client was cut");
+    // Held, not served meanwhile: the handler thread was the app's.
+    assert!(
+        waited >= Duration::from_millis(300),
+        "answered after {waited:?}"
+    );
+    drop(c);
+}

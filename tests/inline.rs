@@ -278,3 +278,39 @@ fn each_response_is_written_before_the_next_request_of_its_pass_runs() {
     );
     assert_eq!(c.read_response().body_text(), "slow done");
 }
+
+/// Issue 40: inline, `write()` cannot wait for its client (the thread that would write the
+/// bytes is the one running the app), and it kept everything: three clients that read
+/// none of 100 MiB took the worker from 18 to 328 MB. It refuses past 16 MiB unwritten
+/// (an `OSError`, ENOBUFS), and the worker stays small; a client that reads gets a body
+/// under the limit whole.
+#[test]
+fn write_to_a_client_that_does_not_read_is_refused_past_its_limit() {
+    let tmp = TempDir::new("inline-write");
+    let s = inline(&[]);
+    let worker = s.wait_for_workers(1, PROMPT)[0];
+    let whole = |s: &Server| {
+        let r = s.get("/write-big?mib=10");
+        assert_eq!(r.status, 200, "{}", r.status_line());
+        assert_eq!(r.body.len(), 10 << 20);
+    };
+    whole(&s);
+    let before = rss_kib(worker);
+    let mut idle = Vec::new();
+    for i in 0..3 {
+        let mark = tmp.file(&format!("mark{i}"));
+        let mut c = Conn::connect_small(s.addr(), 4096);
+        c.send(&get(&format!("/write-big?mib=100&mark={mark}")));
+        wait_for_file_containing(&mark, "refused 105", Duration::from_secs(20))
+            .expect("write() went on past its limit");
+        idle.push(c);
+    }
+    let grown = rss_kib(worker).saturating_sub(before);
+    assert!(grown < 64 * 1024, "the worker grew by {grown} KiB");
+    // Their clients gone, what they held is free for the next.
+    drop(idle);
+    assert!(
+        wait_until(PROMPT, || s.get("/write-big?mib=10").body.len() == 10 << 20),
+        "a body under the limit was refused after the slow clients left"
+    );
+}

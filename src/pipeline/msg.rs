@@ -211,6 +211,12 @@ pub const STREAM_CREDIT_BYTES: usize = 1024 * 1024;
 pub const HANDLER_CREDIT_BYTES: usize = 8 * 1024 * 1024;
 pub const STREAM_CREDIT_CROWDED_BYTES: usize = 64 * 1024;
 
+/// Inline mode (`--blocking-threads 0`), where `write()` cannot wait for the client (the
+/// thread that would write its bytes is the one running the app): most bytes of one
+/// response that may be unwritten before `write()` refuses more, and, once the worker's
+/// other streams together hold `HANDLER_CREDIT_BYTES`, `STREAM_CREDIT_BYTES`.
+pub const INLINE_WRITE_MAX_BYTES: usize = 16 * 1024 * 1024;
+
 /// What one middle part counts against the credit at least, so that a body of tiny items
 /// holds a bounded number of unwritten messages (each a buffer the loop keeps until
 /// written).
@@ -290,6 +296,20 @@ impl StreamCredit {
         own >= STREAM_CREDIT_BYTES
             || (own >= STREAM_CREDIT_CROWDED_BYTES
                 && self.budget.unwritten.load(Ordering::Acquire) >= HANDLER_CREDIT_BYTES)
+    }
+
+    /// Inline mode: `write()` may queue no more (`INLINE_WRITE_MAX_BYTES`).
+    pub fn inline_full(&self) -> bool {
+        // Acquire, both: as in `spent`.
+        let own = self.unwritten.load(Ordering::Acquire);
+        // The others' unwritten bytes: one large response alone is not a crowd.
+        let others = self
+            .budget
+            .unwritten
+            .load(Ordering::Acquire)
+            .saturating_sub(own);
+        own >= INLINE_WRITE_MAX_BYTES
+            || (own >= STREAM_CREDIT_BYTES && others >= HANDLER_CREDIT_BYTES)
     }
 
     /// The producer may go on: credit came back, or there is nobody left to produce for.

@@ -643,6 +643,11 @@ impl Exchange {
                 if c.is_gone() {
                     return Err(client_left());
                 }
+                // Inline, nothing waited: the credit may still be spent, and what the app
+                // writes stays in memory until it returns. Bounded, by refusing.
+                if c.inline_full() {
+                    return Err(inline_write_full());
+                }
             }
         }
         let mut inner = self.lock(py);
@@ -949,9 +954,6 @@ impl Exchange {
     /// it sleeps. Inline, it queues the message for the loop and never waits.
     fn push(&self, py: Python<'_>, out: &mut Outlet, resp: Response) {
         let shared = &*self.shared;
-        if let Some(c) = &resp.stream {
-            c.add(StreamCredit::charge(resp.wire_len()));
-        }
         if matches!(
             resp.part,
             Part::Abort { .. } | Part::Last { keep_alive: false }
@@ -960,10 +962,27 @@ impl Exchange {
         }
         let tx = match &mut out.sink {
             Sink::Inline(queue) => {
-                queue
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push_back(resp);
+                let mut queue = queue.lock().unwrap_or_else(|e| e.into_inner());
+                match queue.back_mut().filter(|back| joins(back, &resp)) {
+                    // Body data the loop has not taken yet (the app is still running on
+                    // its thread, or was when it came) takes this part in: one message,
+                    // whose charge is its size, where small `write()`s would each be
+                    // charged `STREAM_PART_MIN_BYTES`.
+                    Some(back) => {
+                        let before = StreamCredit::charge(back.wire_len());
+                        back.data.extend_from_slice(&resp.data);
+                        if let Some(c) = &resp.stream {
+                            c.add(StreamCredit::charge(back.wire_len()) - before);
+                        }
+                    }
+                    None => {
+                        if let Some(c) = &resp.stream {
+                            c.add(StreamCredit::charge(resp.wire_len()));
+                        }
+                        queue.push_back(resp);
+                    }
+                }
+                drop(queue);
                 // Relaxed: only the loop thread stores it. While the app runs there, the
                 // loop takes this message when it returns; else this is a thread the app
                 // started, writing to a response set aside, and the loop may sleep: its
@@ -975,7 +994,12 @@ impl Exchange {
                 }
                 return;
             }
-            Sink::Ring(tx) => tx,
+            Sink::Ring(tx) => {
+                if let Some(c) = &resp.stream {
+                    c.add(StreamCredit::charge(resp.wire_len()));
+                }
+                tx
+            }
         };
         // The final part of a response with more requests queued behind it: the loop is
         // woken once for the batch (the handler thread does it), not for each response.
@@ -1133,6 +1157,36 @@ fn is_cancelled(departures: &Departures, inner: &Inner) -> bool {
         return true;
     }
     departures.departed(conn)
+}
+
+/// Inline: `next`, a middle part of body data, may be appended to `back`, the last message
+/// queued: a middle part of the same response, neither with large items or a file, and
+/// the two together at most `STREAM_CREDIT_BYTES`.
+fn joins(back: &Response, next: &Response) -> bool {
+    let same_stream = match (&back.stream, &next.stream) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        _ => false,
+    };
+    same_stream
+        && back.conn == next.conn
+        && matches!((back.part, next.part), (Part::Partial, Part::Partial))
+        && back.more.is_empty()
+        && next.more.is_empty()
+        && back.file.is_none()
+        && next.file.is_none()
+        && back.data.len() + next.data.len() <= crate::pipeline::msg::STREAM_CREDIT_BYTES
+}
+
+/// What `write()` raises inline once its response holds as much unwritten as it may
+/// (`INLINE_WRITE_MAX_BYTES`): an `OSError` with ENOBUFS.
+fn inline_write_full() -> PyErr {
+    pyo3::exceptions::PyOSError::new_err((
+        libc::ENOBUFS,
+        "write(): inline mode (--blocking-threads 0) cannot wait for the client, and this \
+         response holds as much unwritten as it may (16 MiB, or 1 MiB while the worker's \
+         responses hold 8 MiB): return an iterable, which waits for its client, or run \
+         with handler threads",
+    ))
 }
 
 /// What `write()` raises once its client is gone: the app should stop producing (an

@@ -250,6 +250,22 @@ def r_count(environ, start_response, q):
     return [body]
 
 
+def r_write_big(environ, start_response, q):
+    """Writes `mib` MiB with write(), 1 MiB at a time (each a new object); records "wrote
+    all", or "refused ERRNO NAME" when write() raises an OSError (then raises it on)."""
+    write = start_response("200 OK", [("Content-Type", "application/octet-stream"),
+                                      ("Content-Length", str(int(q.get("mib", "1")) << 20))])
+    try:
+        for _ in range(int(q.get("mib", "1"))):
+            # A new object each time, as an app's data is: its memory is held until sent.
+            write(b"w" * (1 << 20))
+    except OSError as e:
+        _mark(q, f"refused {e.errno} {type(e).__name__}")
+        raise
+    _mark(q, "wrote all")
+    return []
+
+
 def r_die(environ, start_response, q):
     """Takes the worker down at once, as a crashing app does: `how=exit` (os._exit),
     `segv` (a segfault, as in a C extension) or `abort` (os.abort)."""
@@ -294,4 +310,5 @@ ROUTES = {
     "/watch": r_watch,
     "/orphan": r_orphan,
     "/die": r_die,
+    "/write-big": r_write_big,
 }
