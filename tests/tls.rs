@@ -829,3 +829,60 @@ fn a_workers_start_up_error_is_a_whole_record_in_the_log_format() {
     }
     assert!(errors >= 2, "{errors} keyfile errors in\n{log}");
 }
+
+/// rustls refuses X.509 version 1 client certificates (which `openssl x509 -req` makes
+/// without an extension): said once at error level, with the fix, not only at debug.
+#[test]
+fn a_version_1_client_certificate_is_named_once_at_error_level() {
+    needs_tools!();
+    let pki = Pki::new("tls-v1-client");
+    run(Command::new("openssl")
+        .current_dir(&pki.dir.path)
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args([
+            "-nodes", "-keyout", "v1.key", "-out", "v1.csr", "-subj", "/CN=old",
+        ]));
+    run(Command::new("openssl")
+        .current_dir(&pki.dir.path)
+        .args([
+            "x509", "-req", "-in", "v1.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        ])
+        .args(["-CAcreateserial", "-days", "2", "-out", "v1.pem"]));
+    let ca = pki.arg("ca.pem");
+    let s = tls_server(&pki, "tls_app:app", &["--ca-certs", &ca]);
+    let url = format!("https://localhost:{}/", https_addr(&s).port());
+    for _ in 0..2 {
+        let (rc, code, _) = curl(&[
+            "--cacert",
+            &ca,
+            "--cert",
+            &pki.arg("v1.pem"),
+            "--key",
+            &pki.arg("v1.key"),
+            &url,
+        ]);
+        assert_ne!(rc, 0, "a version 1 certificate was accepted: {code}");
+    }
+    assert!(
+        s.wait_for_log("X.509 version 1", PROMPT),
+        "{}",
+        s.log_text()
+    );
+    let log = s.log_text();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("X.509 version 1"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains("[ERROR]") && said[0].contains("version 3"),
+        "{log}"
+    );
+}

@@ -919,7 +919,7 @@ impl Conn {
                                     return Next::Wait;
                                 }
                                 Some(TlsFailure::Handshake) => {
-                                    log::debug!("TLS handshake from {:?} failed: {e}", self.peer);
+                                    crate::worker::tls::log_handshake_failure(&self.peer, &e);
                                     fx.refused = Some(Refused::TlsHandshake);
                                 }
                                 None => {}

@@ -23,6 +23,26 @@ pub enum Failure {
     Handshake,
 }
 
+/// A failed handshake, for the log: at debug, but for the one mistake of the server's
+/// own setup that a client's failure shows, said once at error level: rustls (webpki)
+/// refuses X.509 version 1 certificates, which `openssl x509 -req` still makes when no
+/// extension is given, so a CA that issued those locks every such client out.
+pub fn log_handshake_failure(peer: &dyn std::fmt::Debug, e: &io::Error) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let v1 = e.to_string().contains("UnsupportedCertVersion");
+    // Relaxed: a flag for one message; nothing is published with it.
+    if v1 && !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::log::error!(
+            "TLS handshake from {peer:?} failed: its client certificate is X.509 version 1, \
+             which m0serve (rustls) refuses: only version 3 is accepted. Reissue the client \
+             certificates as version 3 (with openssl, sign them with an extension, such as \
+             `-extfile` holding `extendedKeyUsage=clientAuth`). Said once; later ones at debug"
+        );
+        return;
+    }
+    crate::log::debug!("TLS handshake from {peer:?} failed: {e}");
+}
+
 pub struct TlsStream {
     tcp: mio::net::TcpStream,
     tls: ServerConnection,
