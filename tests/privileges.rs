@@ -71,6 +71,14 @@ fn writable_dir(tmp: &TempDir) -> std::path::PathBuf {
     d
 }
 
+/// A directory `name` in `tmp` with `mode`.
+fn dir_with_mode(tmp: &TempDir, name: &str, mode: u32) -> std::path::PathBuf {
+    let d = tmp.path.join(name);
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(mode)).unwrap();
+    d
+}
+
 /// A free TCP port under 1024 on 127.0.0.1 (only root may bind one).
 fn low_port() -> u16 {
     (600..1000)
@@ -320,10 +328,8 @@ fn check_config_with_user_checks_what_the_user_can_read() {
     needs_root!();
     let tmp = TempDir::new("check-user");
     let script = open_root(&tmp);
-    let private = tmp.path.join("private");
-    std::fs::create_dir(&private).unwrap();
+    let private = dir_with_mode(&tmp, "private", 0o700);
     std::fs::copy(apps_dir().join("hello.py"), private.join("hello.py")).unwrap();
-    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
     let (cert, key) = (tmp.path.join("cert.pem"), tmp.path.join("key.pem"));
     let made = std::process::Command::new("openssl")
         .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
@@ -423,9 +429,7 @@ fn with_user_the_socket_is_the_users_the_app_cannot_signal_its_master_and_nothin
     let tmp = TempDir::new("user-files");
     let script = open_root(&tmp);
     // A directory only root may write, as /run is.
-    let run = tmp.path.join("run");
-    std::fs::create_dir(&run).unwrap();
-    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = dir_with_mode(&tmp, "run", 0o755);
     let (sock, pid_file) = (run.join("app.sock"), run.join("app.pid"));
     let mut s = Server::builder("identity:application")
         .without_port_flag()

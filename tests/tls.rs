@@ -156,6 +156,14 @@ impl Pki {
         self.path(file).to_string_lossy().into_owned()
     }
 
+    /// `--certfile` and `--keyfile` for `live.pem` and `live.key`, copies of the server's
+    /// that a test may overwrite.
+    fn live_args(&self) -> Vec<String> {
+        std::fs::copy(self.path("server.pem"), self.path("live.pem")).unwrap();
+        std::fs::copy(self.path("server.key"), self.path("live.key")).unwrap();
+        self.server_args("live")
+    }
+
     /// `--certfile` and `--keyfile` for `name`.
     fn server_args(&self, name: &str) -> Vec<String> {
         vec![
@@ -588,16 +596,10 @@ fn a_certificate_swapped_and_sighup_under_keep_alive_load_fails_no_request() {
     let tmp = TempDir::new("tls-swap-count");
     let count = tmp.file("count");
     // The files the server is given, overwritten by the swap.
-    std::fs::copy(pki.path("server.pem"), pki.path("live.pem")).unwrap();
-    std::fs::copy(pki.path("server.key"), pki.path("live.key")).unwrap();
+    let live = pki.live_args();
     let s = Server::builder("regress:app")
         .without_port_flag()
-        .args(
-            &pki.server_args("live")
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        )
+        .args(&live.iter().map(String::as_str).collect::<Vec<_>>())
         .args(&["-b", "127.0.0.1:0", "--workers", "2"])
         .env("M0TEST_COUNT_FILE", &count)
         .start();
@@ -790,16 +792,10 @@ fn check_config_names_the_https_addresses() {
 fn a_workers_start_up_error_is_a_whole_record_in_the_log_format() {
     needs_tools!();
     let pki = Pki::new("tls-worker-error");
-    std::fs::copy(pki.path("server.pem"), pki.path("live.pem")).unwrap();
-    std::fs::copy(pki.path("server.key"), pki.path("live.key")).unwrap();
+    let live = pki.live_args();
     let s = Server::builder("hello:app")
         .without_port_flag()
-        .args(
-            &pki.server_args("live")
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        )
+        .args(&live.iter().map(String::as_str).collect::<Vec<_>>())
         .args(&[
             "-b",
             "127.0.0.1:0",

@@ -213,21 +213,8 @@ impl Identity {
         if self.is_empty() || self.is_current() {
             return Ok(());
         }
-        let what = &self.describe;
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        if euid != 0 {
-            return Err(format!(
-                "cannot switch to {what}: only root can, and m0serve runs as uid {euid} (start \
-                 it as root, or leave --user and --group out)"
-            ));
-        }
-        let fail = |step: &str| {
-            format!(
-                "cannot switch to {what}: {step}: {}",
-                std::io::Error::last_os_error()
-            )
-        };
+        self.require_root()?;
+        let fail = |step: &str| self.failed(step);
         if let Some(gid) = self.group {
             self.set_groups()
                 .map_err(|_| fail("setting the supplementary groups"))?;
@@ -240,14 +227,18 @@ impl Identity {
         }
         if !self.is_current() {
             return Err(format!(
-                "cannot switch to {what}: the process's ids did not all change"
+                "cannot switch to {}: the process's ids did not all change",
+                self.describe
             ));
         }
         if let Some((uid, _)) = &self.user {
             // SAFETY: setuid has no memory preconditions. It must fail now: an identity
             // that can take root back has not dropped it.
             if *uid != 0 && unsafe { libc::setuid(0) } == 0 {
-                return Err(format!("cannot switch to {what}: root could be taken back"));
+                return Err(format!(
+                    "cannot switch to {}: root could be taken back",
+                    self.describe
+                ));
             }
         }
         Ok(())
@@ -267,21 +258,8 @@ impl Identity {
         if self.is_empty() {
             return Ok(());
         }
-        let what = &self.describe;
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
-        if euid != 0 {
-            return Err(format!(
-                "cannot switch to {what}: only root can, and m0serve runs as uid {euid} (start \
-                 it as root, or leave --user and --group out)"
-            ));
-        }
-        let fail = |step: &str| {
-            format!(
-                "cannot switch to {what}: {step}: {}",
-                std::io::Error::last_os_error()
-            )
-        };
+        self.require_root()?;
+        let fail = |step: &str| self.failed(step);
         self.set_groups()
             .map_err(|_| fail("setting the supplementary groups"))?;
         let keep = libc::gid_t::MAX;
@@ -309,6 +287,29 @@ impl Identity {
             libc::setresuid(keep, 0, keep);
             libc::setresgid(keep, 0, keep);
         }
+    }
+
+    /// Only root can switch.
+    fn require_root(&self) -> Result<(), String> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if euid != 0 {
+            return Err(format!(
+                "cannot switch to {}: only root can, and m0serve runs as uid {euid} (start \
+                 it as root, or leave --user and --group out)",
+                self.describe
+            ));
+        }
+        Ok(())
+    }
+
+    /// The message for a `step` of the switch that failed, with the system's reason.
+    fn failed(&self, step: &str) -> String {
+        format!(
+            "cannot switch to {}: {step}: {}",
+            self.describe,
+            std::io::Error::last_os_error()
+        )
     }
 
     /// The supplementary groups: the user's own, or the group alone.
