@@ -78,7 +78,7 @@ fn sample(long: &str, name: &str, tmp: &TempDir) -> String {
     match long {
         "--bind" => "127.0.0.1:0".into(),
         "--host" | "--metrics-address" => "127.0.0.1".into(),
-        "--forwarded-allow-ips" => "10.0.0.0/8".into(),
+        "--forwarded-allow-ips" | "--proxy-allow-from" => "10.0.0.0/8".into(),
         "--worker-class" => "gthread".into(),
         "--uds-permissions" => "660".into(),
         "--access-log-format" => "%(h)s %(s)s".into(),
