@@ -508,9 +508,13 @@ pub fn hook_os_exit(py: Python<'_>) -> PyResult<()> {
 #[pyfunction]
 #[pyo3(name = "_exit", signature = (status, /))]
 fn os_exit(py: Python<'_>, status: i32) {
-    py.detach(crate::sys::fatal::run_hook);
-    // SAFETY: _exit ends the process; nothing after it runs.
-    unsafe { libc::_exit(status) }
+    // Exits with the GIL released, as it was for the hook: taking it back could wait on a
+    // thread in a long C call, where CPython's `os._exit` goes at once.
+    py.detach(|| {
+        crate::sys::fatal::run_hook();
+        // SAFETY: _exit ends the process; nothing after it runs.
+        unsafe { libc::_exit(status) }
+    })
 }
 
 pub fn flush_stdio(py: Python<'_>) {

@@ -768,6 +768,31 @@ fn departures_are_per_request(leave: fn(Conn)) {
 }
 
 #[test]
+fn a_client_that_leaves_and_retries_again_and_again_runs_nothing_it_left() {
+    // Each retry takes the slot its last connection freed (the loop reuses the latest):
+    // a later departure in a slot must not erase an earlier one.
+    let tmp = TempDir::new("retries");
+    let (mark, count) = (tmp.file("mark"), tmp.file("count"));
+    let s = Server::builder("regress:app")
+        .args(&["--blocking-threads", "1"])
+        .env("M0TEST_COUNT_FILE", &count)
+        .start();
+    let mut job = s.connect();
+    job.send(&get(&format!("/slow?secs=1.5&mark={mark}")));
+    wait_for_file_containing(&mark, "started", PROMPT).expect("the job never started");
+    for _ in 0..20 {
+        let mut c = s.connect();
+        c.send(&get("/count"));
+        std::thread::sleep(Duration::from_millis(20));
+        reset(c);
+    }
+    assert_eq!(job.read_response().body_text(), "slow done");
+    assert_served(&s, PROMPT, "after the retries");
+    let ran = std::fs::metadata(&count).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(ran, 0, "{ran} of 20 abandoned requests ran");
+}
+
+#[test]
 fn queued_requests_whose_clients_reset_never_run_and_a_running_one_is_told() {
     departures_are_per_request(reset);
 }

@@ -231,17 +231,27 @@ impl PidFile {
     }
 }
 
-impl Drop for PidFile {
-    fn drop(&mut self) {
-        // Another server may have taken the file over meanwhile: its pid stays. One this
-        // master cannot read (made unreadable since) is taken for its own and removed, if
-        // it may.
-        let ours = match std::fs::read_to_string(&self.0) {
+impl PidFile {
+    /// Its path, if it is still ours to remove (another server may have taken the file
+    /// over meanwhile: its pid stays; one this master cannot read, made unreadable since,
+    /// is taken for its own). The file is left for the caller.
+    fn take_if_ours(mut self) -> Option<PathBuf> {
+        let path = std::mem::take(&mut self.0);
+        let ours = match std::fs::read_to_string(&path) {
             Ok(t) => t.trim() == std::process::id().to_string(),
             Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
         };
-        if ours {
-            let _ = std::fs::remove_file(&self.0);
+        ours.then_some(path)
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        if self.0.as_os_str().is_empty() {
+            return;
+        }
+        if let Some(path) = PidFile(std::mem::take(&mut self.0)).take_if_ours() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -378,16 +388,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         m.describe_listeners()
     );
     let result = m.supervise();
-    // The pid file and the Unix sockets it bound go with the master (its drop), from
-    // directories only root may write, often.
-    m.config.identity.regain_root();
-    for path in std::mem::take(&mut m.closed_sockets) {
-        // Only a socket: never a file put there since.
-        use std::os::unix::fs::FileTypeExt;
-        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
-            let _ = std::fs::remove_file(&path);
-        }
-    }
+    m.remove_own_files();
     drop(m);
     result
 }
@@ -663,6 +664,46 @@ impl Master {
         self.signal_all(libc::SIGTERM);
         self.stop_deadline = Some(Instant::now() + self.config.graceful_timeout + KILL_MARGIN);
         self.close_listeners();
+    }
+
+    /// At exit: its pid file (if still its own) and the Unix sockets it bound. Each is
+    /// removed with the master's effective ids first, so that with `--user` root never
+    /// acts on a path the user could have changed; only what the user may not remove (in
+    /// a directory only root may write, as /run) is removed as root, the master's saved
+    /// id taken back for it.
+    fn remove_own_files(&mut self) {
+        self.close_listeners();
+        let sockets = std::mem::take(&mut self.closed_sockets);
+        let pid_file = self._pid_file.take().and_then(PidFile::take_if_ours);
+        // Only a socket where a socket was: never a file put there since.
+        let is_socket = |p: &std::path::Path| {
+            use std::os::unix::fs::FileTypeExt;
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+        };
+        let mut denied = Vec::new();
+        let files = sockets
+            .into_iter()
+            .map(|p| (p, true))
+            .chain(pid_file.map(|p| (p, false)));
+        for (path, socket) in files {
+            if socket && !is_socket(&path) {
+                continue;
+            }
+            if let Err(e) = std::fs::remove_file(&path) {
+                if e.kind() == io::ErrorKind::PermissionDenied {
+                    denied.push((path, socket));
+                }
+            }
+        }
+        if denied.is_empty() || self.config.identity.is_empty() {
+            return;
+        }
+        self.config.identity.regain_root();
+        for (path, socket) in denied {
+            if !socket || is_socket(&path) {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
     }
 
     /// A stop: the master's copies of the app's listening sockets close (the workers close

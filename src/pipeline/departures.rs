@@ -60,15 +60,25 @@ impl Departures {
     }
 
     /// Handler: whether the connection `packed` (`ConnRef::packed`) has departed. A slot's
-    /// word holds its last departed connection: a later connection in the same slot reads
-    /// as not departed until it departs itself. (After 2^32 connections in one slot the
-    /// generation wraps, and one could read as an old departed one; a slot's connections
-    /// each live at least a round trip, so that takes days of one slot alone.)
+    /// word holds its last departed connection. A slot takes a new connection only once
+    /// its last has closed, so every connection of an older generation than the word's is
+    /// gone too (a later departure in the slot never erases an earlier one), and a newer
+    /// one reads as not departed until it departs itself. Generations are compared
+    /// wrapping, within half their range: a connection older by 2^31 generations of its
+    /// slot, each a connection accepted and closed, reads as not departed.
     pub fn departed(&self, packed: u64) -> bool {
         let slot = (packed >> 32) as u32;
+        let Some(word) = self.word(slot) else {
+            return false;
+        };
         // Acquire: pairs with the Release store in `depart`.
-        self.word(slot)
-            .is_some_and(|w| w.load(Ordering::Acquire) == packed)
+        let last = word.load(Ordering::Acquire);
+        if last >> 32 != packed >> 32 {
+            // `NONE`: no connection of the slot has departed.
+            return false;
+        }
+        let (last_gen, gen) = (last as u32, packed as u32);
+        (last_gen.wrapping_sub(gen) as i32) >= 0
     }
 
     fn word(&self, slot: u32) -> Option<&AtomicU64> {
@@ -103,6 +113,17 @@ mod tests {
         d.depart(r(5, 8));
         assert!(d.departed(r(5, 8).packed()));
         assert!(!d.departed(r(6, 8).packed()));
+        // A later departure in the slot keeps the earlier ones: a client that leaves and
+        // retries, again and again, into the same slot.
+        for gen in 9..20 {
+            d.depart(r(5, gen));
+        }
+        assert!((7..20).all(|gen| d.departed(r(5, gen).packed())));
+        assert!(!d.departed(r(5, 20).packed()));
+        // Across the generation's wrap.
+        d.depart(r(9, 2));
+        assert!(d.departed(r(9, u32::MAX).packed()) && d.departed(r(9, 1).packed()));
+        assert!(!d.departed(r(9, 3).packed()));
     }
 
     #[test]

@@ -36,13 +36,15 @@ pub struct LoopShared {
     dying: CachePadded<Dying>,
 }
 
-/// `LoopShared::flush_before_death`'s two words.
+/// `LoopShared::flush_before_death`'s two counts (a process may survive a hook: a fatal
+/// signal's earlier handler that recovers, and each later death asks again).
 #[derive(Default)]
 struct Dying {
-    /// A thread asks the loop for a pass that writes what the handlers finished.
-    asked: AtomicBool,
-    /// That pass is done.
-    flushed: AtomicBool,
+    /// How many times a thread asked the loop for a pass that writes what the handlers
+    /// finished.
+    asked: AtomicU64,
+    /// The count of asks the last such pass saw.
+    flushed: AtomicU64,
 }
 
 impl LoopShared {
@@ -64,7 +66,7 @@ impl LoopShared {
     pub fn flush_before_death(&self, within: std::time::Duration) {
         // Release: pairs with the loop's Acquire load in `dying`: every push this thread
         // made before is visible to the pops of the pass that sees it.
-        self.dying.asked.store(true, Ordering::Release);
+        let ask = self.dying.asked.fetch_add(1, Ordering::Release) + 1;
         let _ = self.waker.wake();
         let step = libc::timespec {
             tv_sec: 0,
@@ -72,7 +74,7 @@ impl LoopShared {
         };
         for _ in 0..within.as_millis() {
             // Acquire: pairs with the Release store in `flushed`.
-            if self.dying.flushed.load(Ordering::Acquire) {
+            if self.dying.flushed.load(Ordering::Acquire) >= ask {
                 return;
             }
             // SAFETY: nanosleep reads the timespec it is given, which outlives the call;
@@ -81,17 +83,19 @@ impl LoopShared {
         }
     }
 
-    /// Loop, at the start of a pass that takes the responses: a thread is dying and waits
-    /// for this pass (`flushed` once it has written them).
-    pub fn dying(&self) -> bool {
-        // Acquire: pairs with the Release store in `flush_before_death`.
-        self.dying.asked.load(Ordering::Acquire)
+    /// Loop, at the start of a pass that takes the responses: the asks so far, if a thread
+    /// is dying and waits for this pass (give it to `flushed` once they are written).
+    pub fn dying(&self) -> Option<u64> {
+        // Acquire: pairs with the Release `fetch_add` in `flush_before_death`.
+        let asked = self.dying.asked.load(Ordering::Acquire);
+        // Relaxed: only the loop stores it.
+        (asked > self.dying.flushed.load(Ordering::Relaxed)).then_some(asked)
     }
 
-    /// Loop: the pass that saw `dying` has written what it took.
-    pub fn flushed(&self) {
+    /// Loop: the pass that saw `asked` asks has written what it took.
+    pub fn flushed(&self, asked: u64) {
         // Release: pairs with the Acquire load in `flush_before_death`.
-        self.dying.flushed.store(true, Ordering::Release);
+        self.dying.flushed.store(asked, Ordering::Release);
     }
 
     /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`

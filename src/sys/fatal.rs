@@ -113,10 +113,16 @@ extern "C" fn on_fatal(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut lib
     // SAFETY: puts back the action found at install, a valid sigaction.
     unsafe { libc::sigaction(sig, &previous[i], std::ptr::null_mut()) };
     // A fault returns to the instruction that faults again, now under that action. A
-    // signal someone sent (kill, raise, abort's) would not come again: send it. It is
+    // signal someone sent (kill, raise, abort's), or a machine-check SIGBUS that reports
+    // an error rather than a fault (BUS_MCEERR_AO), would not come again: send it. It is
     // blocked while this handler runs, so it arrives as the handler returns.
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let sent = info.is_null() || unsafe { (*info).si_code } <= 0;
+    let code = if info.is_null() {
+        0
+    } else {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        unsafe { (*info).si_code }
+    };
+    let sent = code <= 0 || (sig == libc::SIGBUS && code == libc::BUS_MCEERR_AO);
     if sent {
         // SAFETY: raise is async-signal-safe.
         unsafe { libc::raise(sig) };

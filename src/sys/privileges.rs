@@ -255,7 +255,8 @@ impl Identity {
     /// groups, and its group and user as the effective ids; the real and saved ids stay
     /// root's. As root only.
     pub fn assume_effective(&self) -> Result<(), String> {
-        if self.is_empty() {
+        // Started as the identity already (a container's `USER`): nothing to switch.
+        if self.is_empty() || self.is_current() {
             return Ok(());
         }
         self.require_root()?;

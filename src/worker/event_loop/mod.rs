@@ -1059,8 +1059,8 @@ impl EventLoop {
         }
         self.settle();
         self.notify_handlers();
-        if dying {
-            self.shared.flushed();
+        if let Some(asked) = dying {
+            self.shared.flushed(asked);
         }
     }
 
@@ -1076,7 +1076,10 @@ impl EventLoop {
         while self.inline.as_mut().is_some_and(|i| i.step(py)) {
             // The app may have run for a while: stamps from here on use the time now.
             self.now = Instant::now();
-            self.take_responses();
+            // Written, and nothing more: connections its response lets go on are resumed
+            // after the run (`settle`), so that a client pipelining without end cannot keep
+            // the run, and the loop's polling, from ending.
+            self.pop_responses();
             self.flush_dirty();
         }
         if let Some(inline) = self.inline.as_mut() {
@@ -1088,6 +1091,16 @@ impl EventLoop {
     /// last response leaves quiet go on. The handlers hear of it (ring room, credit) from
     /// the caller's `notify_handlers`.
     fn take_responses(&mut self) {
+        self.pop_responses();
+        if self.total_queued == 0 && self.deadline.is_none() {
+            // No request is out: no connection waits on one (set again as one does).
+            self.shared.quiet.set(false);
+        }
+        self.settle();
+    }
+
+    /// Takes every message the handlers pushed into the loop's connections (`on_response`).
+    fn pop_responses(&mut self) {
         for h in 0..self.handlers.len() {
             let mut popped = false;
             while let Some(resp) = self.pop_response(h) {
@@ -1098,11 +1111,6 @@ impl EventLoop {
                 self.handlers[h].wake_check = true;
             }
         }
-        if self.total_queued == 0 && self.deadline.is_none() {
-            // No request is out: no connection waits on one (set again as one does).
-            self.shared.quiet.set(false);
-        }
-        self.settle();
     }
 
     /// Wakes the handlers that may wait for what this pass did (ring room, stream credit, a
