@@ -1,8 +1,9 @@
 //! m0serve: a WSGI (PEP 3333) application server.
 //!
-//! One mio event-loop thread ([`event_loop`]) owns every socket and never runs Python;
-//! handler threads ([`handler`]) hold the GIL while they run the app. The two meet through
-//! lock-free SPSC rings ([`ring`]) with a park-only-if-parked handshake ([`park`]).
+//! One mio event-loop thread ([`worker::event_loop`]) owns every socket and never runs
+//! Python; handler threads ([`worker::handler`]) hold the GIL while they run the app. The
+//! two meet through lock-free SPSC rings ([`pipeline::ring`]) with a park-only-if-parked
+//! handshake ([`pipeline::park`]).
 //! `docs/architecture.md` walks one request through these modules.
 
 // Under `--cfg loom` only the lock-free core is built: the models in `pipeline::ring` and

@@ -1,7 +1,7 @@
 //! The Python package's entry point: the `m0serve._m0serve` extension module.
 //!
 //! `python -m m0serve` and the `m0serve` console script (python/m0serve/__init__.py) call
-//! [`serve`] with the command line and what a worker needs to run the same interpreter.
+//! `serve` with the command line and what a worker needs to run the same interpreter.
 //! It releases the GIL for good and runs the same master, worker and request path as the
 //! binary ([`crate::run_with`] with [`Host::Package`]): the master never runs Python code,
 //! a worker imports the app in its own process.

@@ -17,7 +17,7 @@
 //! remove a worker; SIGUSR2 is passed on to every worker (their `--stats` report).
 //!
 //! A worker that dies is replaced at once; one that dies before it is ready is replaced
-//! after a backoff that doubles up to [`BOOT_BACKOFF_MAX`]. If no worker has ever become
+//! after a backoff that doubles up to `BOOT_BACKOFF_MAX`. If no worker has ever become
 //! ready, a boot failure means the app cannot start: the master stops and exits non-zero.
 
 pub mod reload;

@@ -4,8 +4,9 @@
 //! The loop keeps its structure: it still pushes parsed requests into a request ring (one
 //! "handler" whose consumer lives on the loop thread) and still takes response messages
 //! from that handler's link. What changes is who runs the bridge: between its passes the
-//! loop calls [`Inline::run`], which serves every queued request on this thread, and the
-//! responses land in a plain queue (`Sink::Inline`) that the loop drains right after.
+//! loop serves every queued request on this thread, one [`Inline::step`] at a time, and
+//! each step's messages land in a plain queue (`Sink::Inline`) that the loop drains and
+//! writes before the next step.
 //!
 //! Nothing may wait here, because the loop is the waiter's only waker. So the response
 //! side never blocks: a streamed body whose credit is spent is set aside between two items,
