@@ -76,8 +76,8 @@ fn assert_subset(sel: &BTreeMap<String, String>, labels: &BTreeMap<String, Strin
 /// as a number.
 fn resolve_port(port: &Json, named: &BTreeMap<String, u16>, what: &str) -> u16 {
     match port {
-        Json::Num(n) => *n as u16,
-        Json::Str(name) => *named
+        Json::Number(n) => n.as_u64().and_then(|n| u16::try_from(n).ok()).unwrap_or(0),
+        Json::String(name) => *named
             .get(name)
             .unwrap_or_else(|| panic!("{what}: no container port named {name:?} in {named:?}")),
         other => panic!("{what}: port {other:?}"),

@@ -168,7 +168,7 @@ fn environ_has_every_required_key_with_the_right_type() {
     );
     assert_eq!(
         e.wsgi("version"),
-        &Json::Arr(vec![Json::Num(1.0), Json::Num(0.0)]),
+        &serde_json::json!([1, 0]),
         "wsgi.version must be (1, 0)"
     );
     assert_eq!(e.wsgi("url_scheme").as_str(), Some("http"));

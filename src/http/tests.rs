@@ -60,49 +60,36 @@ fn decode_http_file(text: &[u8]) -> Vec<u8> {
 }
 
 // ---------------------------------------------------------------------------------------
-// Just enough JSON for manifest.json (there is no serde here).
+// manifest.json, read with serde_json (a dev-dependency).
 // ---------------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, PartialEq)]
-enum Json {
-    Null,
-    Bool(bool),
-    Num(f64),
-    Str(String),
-    Arr(Vec<Json>),
-    Obj(Vec<(String, Json)>),
+use serde_json::Value as Json;
+
+/// What the manifest's values are read as; a value of another kind is a broken manifest.
+trait ManifestValue {
+    fn str(&self) -> &str;
+    fn arr(&self) -> &[Json];
+    fn num(&self) -> f64;
+    /// A manifest string is latin-1 text: each char is one byte.
+    fn latin1(&self) -> Vec<u8>;
 }
 
-impl Json {
-    fn get(&self, key: &str) -> Option<&Json> {
-        match self {
-            Json::Obj(members) => members.iter().find(|(k, _)| k == key).map(|(_, v)| v),
-            _ => None,
-        }
-    }
-
+impl ManifestValue for Json {
     fn str(&self) -> &str {
-        match self {
-            Json::Str(s) => s,
-            other => panic!("not a string: {other:?}"),
-        }
+        self.as_str()
+            .unwrap_or_else(|| panic!("not a string: {self:?}"))
     }
 
     fn arr(&self) -> &[Json] {
-        match self {
-            Json::Arr(items) => items,
-            other => panic!("not an array: {other:?}"),
-        }
+        self.as_array()
+            .unwrap_or_else(|| panic!("not an array: {self:?}"))
     }
 
     fn num(&self) -> f64 {
-        match self {
-            Json::Num(n) => *n,
-            other => panic!("not a number: {other:?}"),
-        }
+        self.as_f64()
+            .unwrap_or_else(|| panic!("not a number: {self:?}"))
     }
 
-    /// A manifest string is latin-1 text: each char is one byte.
     fn latin1(&self) -> Vec<u8> {
         self.str()
             .chars()
@@ -111,146 +98,10 @@ impl Json {
     }
 }
 
-struct JsonParser<'a> {
-    s: &'a [u8],
-    i: usize,
-}
-
-impl JsonParser<'_> {
-    fn parse(text: &str) -> Json {
-        let mut p = JsonParser {
-            s: text.as_bytes(),
-            i: 0,
-        };
-        let v = p.value();
-        p.ws();
-        assert_eq!(p.i, p.s.len(), "trailing bytes in JSON");
-        v
-    }
-
-    fn ws(&mut self) {
-        while matches!(self.s.get(self.i), Some(b' ' | b'\t' | b'\r' | b'\n')) {
-            self.i += 1;
-        }
-    }
-
-    fn eat(&mut self, lit: &str) -> bool {
-        if self.s[self.i..].starts_with(lit.as_bytes()) {
-            self.i += lit.len();
-            true
-        } else {
-            false
-        }
-    }
-
-    fn value(&mut self) -> Json {
-        self.ws();
-        let first = self.s[self.i];
-        match first {
-            b'{' => {
-                self.i += 1;
-                let mut members = Vec::new();
-                self.ws();
-                if self.eat("}") {
-                    return Json::Obj(members);
-                }
-                loop {
-                    self.ws();
-                    let Json::Str(k) = self.string() else {
-                        unreachable!()
-                    };
-                    self.ws();
-                    assert!(self.eat(":"));
-                    members.push((k, self.value()));
-                    self.ws();
-                    if self.eat("}") {
-                        return Json::Obj(members);
-                    }
-                    assert!(self.eat(","), "expected , at {}", self.i);
-                }
-            }
-            b'[' => {
-                self.i += 1;
-                let mut items = Vec::new();
-                self.ws();
-                if self.eat("]") {
-                    return Json::Arr(items);
-                }
-                loop {
-                    items.push(self.value());
-                    self.ws();
-                    if self.eat("]") {
-                        return Json::Arr(items);
-                    }
-                    assert!(self.eat(","), "expected , at {}", self.i);
-                }
-            }
-            b'"' => self.string(),
-            b't' if self.eat("true") => Json::Bool(true),
-            b'f' if self.eat("false") => Json::Bool(false),
-            b'n' if self.eat("null") => Json::Null,
-            _ => {
-                let start = self.i;
-                while matches!(
-                    self.s.get(self.i),
-                    Some(b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
-                ) {
-                    self.i += 1;
-                }
-                let text = std::str::from_utf8(&self.s[start..self.i]).unwrap();
-                Json::Num(
-                    text.parse()
-                        .unwrap_or_else(|_| panic!("bad number {text:?}")),
-                )
-            }
-        }
-    }
-
-    fn string(&mut self) -> Json {
-        assert!(self.eat("\""));
-        let mut out = String::new();
-        loop {
-            let rest = std::str::from_utf8(&self.s[self.i..]).unwrap();
-            let c = rest.chars().next().expect("unterminated string");
-            self.i += c.len_utf8();
-            match c {
-                '"' => return Json::Str(out),
-                '\\' => {
-                    let e = self.s[self.i];
-                    self.i += 1;
-                    match e {
-                        b'"' => out.push('"'),
-                        b'\\' => out.push('\\'),
-                        b'/' => out.push('/'),
-                        b'b' => out.push('\u{8}'),
-                        b'f' => out.push('\u{c}'),
-                        b'n' => out.push('\n'),
-                        b'r' => out.push('\r'),
-                        b't' => out.push('\t'),
-                        b'u' => {
-                            let hex = std::str::from_utf8(&self.s[self.i..self.i + 4]).unwrap();
-                            self.i += 4;
-                            let unit = u32::from_str_radix(hex, 16).unwrap();
-                            // The manifest is latin-1 text: no surrogate pairs to join.
-                            out.push(char::from_u32(unit).expect("BMP scalar"));
-                        }
-                        other => panic!("bad escape {}", other as char),
-                    }
-                }
-                c => out.push(c),
-            }
-        }
-    }
-}
-
 #[test]
-fn json_parser_reads_what_the_manifest_uses() {
-    let v = JsonParser::parse(
-        r#" {"a": [1, -2.5e1, true, false, null], "b": "x\"\u00e9\n", "c": {}} "#,
-    );
-    assert_eq!(v.get("a").unwrap().arr()[1].num(), -25.0);
-    assert_eq!(v.get("b").unwrap().latin1(), b"x\"\xe9\n");
-    assert_eq!(v.get("c"), Some(&Json::Obj(vec![])));
+fn manifest_strings_are_latin1_bytes() {
+    let v: Json = serde_json::from_str(r#"{"b": "x\"\u00e9\n"}"#).unwrap();
+    assert_eq!(v["b"].latin1(), b"x\"\xe9\n");
 }
 
 #[test]
@@ -529,7 +380,7 @@ const PATH_DIFFERENCES: &[(&str, &[u8], &str)] = &[
 /// (then the file must be in `DIFFERENCES`).
 fn limits_for(settings: Option<&Json>) -> Option<Limits> {
     let mut limits = Limits::default();
-    let Some(Json::Obj(settings)) = settings else {
+    let Some(Json::Object(settings)) = settings else {
         return Some(limits);
     };
     for (key, value) in settings {
@@ -625,7 +476,7 @@ fn compare_with_manifest(file: &str, entry: &Json, run: &Run) -> Vec<String> {
             got_headers == want_headers,
             format!("{got_headers:?} vs {want_headers:?}"),
         );
-        if let Some(body @ Json::Str(_)) = want.get("body_latin1") {
+        if let Some(body @ Json::String(_)) = want.get("body_latin1") {
             check(
                 "body",
                 got.body == body.latin1(),
@@ -652,7 +503,7 @@ fn gunicorn_corpus() {
         return;
     };
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
-    let manifest = JsonParser::parse(&manifest);
+    let manifest: Json = serde_json::from_str(&manifest).expect("manifest.json");
     let entries = manifest.arr();
     assert!(entries.len() >= 137, "{} manifest entries", entries.len());
 

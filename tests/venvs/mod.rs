@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{Json, Response};
+use crate::common::{Json, ParseJson, Response};
 
 /// The virtualenv named by `var`, or None (with a note saying how to get it) when the
 /// variable is unset: the test then returns early. scripts/test.sh always sets it.
