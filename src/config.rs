@@ -373,13 +373,6 @@ impl Config {
                     crate::tls::ClientCert::None
                 }),
             }),
-            _ => None,
-        };
-        let tls = match (&cli.certfile, &cli.keyfile) {
-            (Some(_), Some(_)) => tls_options
-                .as_ref()
-                .map(crate::tls::server_config)
-                .transpose()?,
             (None, None) => {
                 if cli.ca_certs.is_some() || cli.client_cert.is_some() {
                     return Err("--ca-certs and --client-cert need --certfile and --keyfile".into());
@@ -394,6 +387,10 @@ impl Config {
             (Some(_), None) => return Err("--certfile needs --keyfile".into()),
             (None, Some(_)) => return Err("--keyfile needs --certfile".into()),
         };
+        let tls = tls_options
+            .as_ref()
+            .map(crate::tls::server_config)
+            .transpose()?;
         if tls.is_some()
             && !listen[..secure_listeners]
                 .iter()

@@ -112,11 +112,7 @@ fn check_as_user(config: &config::Config, host: &Host) -> Result<String, String>
         crate::tls::server_config(tls).map_err(|e| format!("as {who}: {e}"))?;
     }
     if let Some((crate::access_log::Target::File(path), _)) = &config.access_log {
-        let place = match path.parent() {
-            _ if path.exists() => path.as_path(),
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => std::path::Path::new("."),
-        };
+        let place = if path.exists() { path } else { dir_of(path) };
         sys::may_write(place)
             .map_err(|e| as_them(format!("--access-log-file {}", path.display()), e))?;
     }
@@ -128,6 +124,15 @@ fn check_as_user(config: &config::Config, host: &Host) -> Result<String, String>
     Ok(format!(" as {who}"))
 }
 
+/// Where a file is created: its directory, the working one for a bare name.
+#[cfg(not(loom))]
+fn dir_of(path: &std::path::Path) -> &std::path::Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    }
+}
+
 /// `--check-config`: what a start would open or be handed, without opening or creating
 /// anything. Wrong anywhere (an error): a file that is a directory, `fd://N` open but not
 /// a socket, a metrics port on a listening address. True only of the host the check runs
@@ -137,13 +142,6 @@ fn check_as_user(config: &config::Config, host: &Host) -> Result<String, String>
 fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
     use std::path::Path;
     let mut warnings = Vec::new();
-    // Where a file is created: its directory, the working one for a bare name.
-    fn dir_of(path: &Path) -> &Path {
-        match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        }
-    }
     // A directory something is to be created in.
     fn dir_place(what: &str, dir: &Path, warnings: &mut Vec<String>) {
         if !dir.is_dir() {
@@ -353,6 +351,16 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     }
     // The master changes directory and sets the app's environment; a worker inherits both.
     let is_worker = std::env::var_os(sys::ipc::WORKER_ENV).is_some();
+    // A start that cannot go on: a worker's reason is a log record, the master's a line
+    // for whoever typed the command.
+    let refuse = |e: &str| {
+        if is_worker {
+            log::error!("{e}");
+        } else {
+            eprintln!("m0serve: error: {e}");
+        }
+        2
+    };
     if is_worker {
         // A worker's every message is a log record in the format asked for, written
         // whole, from the first: workers failing together (a file only root can read,
@@ -360,19 +368,11 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
         log::set_level(cli.log_level);
         log::set_format(cli.log_format);
     } else if let Err(e) = config::prepare_process(&cli) {
-        eprintln!("m0serve: error: {e}");
-        return 2;
+        return refuse(&e);
     }
     let config = match config::Config::from_cli(cli).and_then(|c| host.check(&c).map(|()| c)) {
         Ok(c) => c,
-        Err(e) if is_worker => {
-            log::error!("{e}");
-            return 2;
-        }
-        Err(e) => {
-            eprintln!("m0serve: error: {e}");
-            return 2;
-        }
+        Err(e) => return refuse(&e),
     };
     log::set_level(config.log_level);
     log::set_format(config.log_format);
@@ -393,13 +393,7 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     }
     if let Some(path) = &config.error_log_file {
         if let Err(e) = log::redirect_stderr(path) {
-            let e = format!("--error-log-file {}: {e}", path.display());
-            if is_worker {
-                log::error!("{e}");
-            } else {
-                eprintln!("m0serve: error: {e}");
-            }
-            return 2;
+            return refuse(&format!("--error-log-file {}: {e}", path.display()));
         }
     }
     // A worker is started by the master with the listener's and the status pipe's

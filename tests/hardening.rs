@@ -728,21 +728,55 @@ fn the_app_can_ask_whether_its_client_left() {
     assert_served(&s, PROMPT, "after the client left");
 }
 
+/// One handler thread busy with `job` (a regress.py route given `mark=`), started; the
+/// app's runs of `/count` are counted in a file (`ran`). Taken apart by value: `_tmp`
+/// keeps the files.
+struct BusyHandler {
+    _tmp: TempDir,
+    mark: String,
+    count: String,
+    s: Server,
+    job: Conn,
+}
+
+impl BusyHandler {
+    fn start(name: &str, job: &str) -> BusyHandler {
+        let tmp = TempDir::new(name);
+        let (mark, count) = (tmp.file("mark"), tmp.file("count"));
+        let s = Server::builder("regress:app")
+            .args(&["--blocking-threads", "1"])
+            .env("M0TEST_COUNT_FILE", &count)
+            .start();
+        let mut c = s.connect();
+        c.send(&get(&format!("{job}&mark={mark}")));
+        wait_for_file_containing(&mark, "started", PROMPT).expect("the job never started");
+        BusyHandler {
+            _tmp: tmp,
+            mark,
+            count,
+            s,
+            job: c,
+        }
+    }
+}
+
+/// How many times `/count` ran, by its count file.
+fn ran(count: &str) -> u64 {
+    std::fs::metadata(count).map(|m| m.len()).unwrap_or(0)
+}
+
 /// Issue 40: departures are per request, for any number of them. The one handler thread
 /// runs a job that watches its client; 100 requests queue behind it, each on its own
 /// connection; then the job's client leaves, and the 100 after it. The job is told, and
 /// none of the 100 runs. `leave` is a reset, or a close whose FIN says the same.
 fn departures_are_per_request(leave: fn(Conn)) {
-    let tmp = TempDir::new("departures");
-    let mark = tmp.file("mark");
-    let count = tmp.file("count");
-    let s = Server::builder("regress:app")
-        .args(&["--blocking-threads", "1"])
-        .env("M0TEST_COUNT_FILE", &count)
-        .start();
-    let mut job = s.connect();
-    job.send(&get(&format!("/watch?secs=10&mark={mark}")));
-    wait_for_file_containing(&mark, "started", PROMPT).expect("the job never started");
+    let BusyHandler {
+        _tmp,
+        mark,
+        count,
+        s,
+        job,
+    } = BusyHandler::start("departures", "/watch?secs=10");
     let queued: Vec<Conn> = (0..100)
         .map(|_| {
             let mut c = s.connect();
@@ -760,7 +794,7 @@ fn departures_are_per_request(leave: fn(Conn)) {
         .expect("the job was never told that its client left");
     // The handler went through the queue before it got to this one.
     assert_served(&s, PROMPT, "after the clients left");
-    let ran = std::fs::metadata(&count).map(|m| m.len()).unwrap_or(0);
+    let ran = ran(&count);
     assert_eq!(
         ran, 0,
         "{ran} of 100 requests ran for clients that had left"
@@ -771,15 +805,13 @@ fn departures_are_per_request(leave: fn(Conn)) {
 fn a_client_that_leaves_and_retries_again_and_again_runs_nothing_it_left() {
     // Each retry takes the slot its last connection freed (the loop reuses the latest):
     // a later departure in a slot must not erase an earlier one.
-    let tmp = TempDir::new("retries");
-    let (mark, count) = (tmp.file("mark"), tmp.file("count"));
-    let s = Server::builder("regress:app")
-        .args(&["--blocking-threads", "1"])
-        .env("M0TEST_COUNT_FILE", &count)
-        .start();
-    let mut job = s.connect();
-    job.send(&get(&format!("/slow?secs=1.5&mark={mark}")));
-    wait_for_file_containing(&mark, "started", PROMPT).expect("the job never started");
+    let BusyHandler {
+        _tmp,
+        count,
+        s,
+        mut job,
+        ..
+    } = BusyHandler::start("retries", "/slow?secs=1.5");
     for _ in 0..20 {
         let mut c = s.connect();
         c.send(&get("/count"));
@@ -788,7 +820,7 @@ fn a_client_that_leaves_and_retries_again_and_again_runs_nothing_it_left() {
     }
     assert_eq!(job.read_response().body_text(), "slow done");
     assert_served(&s, PROMPT, "after the retries");
-    let ran = std::fs::metadata(&count).map(|m| m.len()).unwrap_or(0);
+    let ran = ran(&count);
     assert_eq!(ran, 0, "{ran} of 20 abandoned requests ran");
 }
 

@@ -150,7 +150,7 @@ pub struct Master {
     metrics: Option<(crate::metrics::Region, Listener)>,
     /// `--reload`: the watch on the app's `.py` files.
     watcher: Option<reload::Watcher>,
-    _pid_file: Option<PidFile>,
+    pid_file: Option<PidFile>,
 }
 
 /// `--pid-file`: written at start, removed when the master exits if it still holds our pid.
@@ -232,26 +232,29 @@ impl PidFile {
 }
 
 impl PidFile {
-    /// Its path, if it is still ours to remove (another server may have taken the file
-    /// over meanwhile: its pid stays; one this master cannot read, made unreadable since,
-    /// is taken for its own). The file is left for the caller.
-    fn take_if_ours(mut self) -> Option<PathBuf> {
-        let path = std::mem::take(&mut self.0);
-        let ours = match std::fs::read_to_string(&path) {
+    /// The file still names this master (another server may have taken it over
+    /// meanwhile: its pid stays; one this master cannot read, made unreadable since, is
+    /// taken for its own).
+    fn is_ours(&self) -> bool {
+        match std::fs::read_to_string(&self.0) {
             Ok(t) => t.trim() == std::process::id().to_string(),
             Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
-        };
+        }
+    }
+
+    /// Its path, if it is still ours to remove; the file is left for the caller.
+    fn take_if_ours(mut self) -> Option<PathBuf> {
+        let ours = self.is_ours();
+        let path = std::mem::take(&mut self.0);
         ours.then_some(path)
     }
 }
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        if self.0.as_os_str().is_empty() {
-            return;
-        }
-        if let Some(path) = PidFile(std::mem::take(&mut self.0)).take_if_ours() {
-            let _ = std::fs::remove_file(path);
+        // Taken (`take_if_ours`): the path is empty.
+        if !self.0.as_os_str().is_empty() && self.is_ours() {
+            let _ = std::fs::remove_file(&self.0);
         }
     }
 }
@@ -379,7 +382,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         rss_limit_off: false,
         metrics,
         watcher,
-        _pid_file: pid_file,
+        pid_file,
     };
     log::info!(
         "master starting {} worker(s) for {} on {}",
@@ -674,7 +677,7 @@ impl Master {
     fn remove_own_files(&mut self) {
         self.close_listeners();
         let sockets = std::mem::take(&mut self.closed_sockets);
-        let pid_file = self._pid_file.take().and_then(PidFile::take_if_ours);
+        let pid_file = self.pid_file.take().and_then(PidFile::take_if_ours);
         // Only a socket where a socket was: never a file put there since.
         let is_socket = |p: &std::path::Path| {
             use std::os::unix::fs::FileTypeExt;
