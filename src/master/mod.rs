@@ -339,7 +339,10 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
     // identity, all their ids switched, so the app is imported as it.
     if !config.identity.is_empty() {
         for l in &listeners {
-            if let Listener::Unix(_, path, true) = l {
+            if let Listener::Unix {
+                path, owned: true, ..
+            } = l
+            {
                 config.identity.give(path).map_err(|e| {
                     format!(
                         "cannot give the Unix socket {} to {}: {e}",

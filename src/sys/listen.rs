@@ -110,9 +110,13 @@ pub fn resolve(flag: &str, host: &str, port: u16) -> Result<Vec<SocketAddr>, Str
 
 pub enum Listener {
     Tcp(mio::net::TcpListener),
-    /// The path, and whether this process removes the socket file when it closes the
-    /// listener (the master that bound it does; a worker that inherited it does not).
-    Unix(mio::net::UnixListener, std::path::PathBuf, bool),
+    Unix {
+        listener: mio::net::UnixListener,
+        path: std::path::PathBuf,
+        /// This process removes the socket file when it closes the listener (the master
+        /// that bound it does; a worker that inherited it does not).
+        owned: bool,
+    },
 }
 
 impl Listener {
@@ -152,11 +156,11 @@ impl Listener {
                 // SAFETY: listen(2) on the socket `l` owns, with a plain integer.
                 unsafe { syscall!(listen(l.as_raw_fd(), backlog)) }?;
                 l.set_nonblocking(true)?;
-                Ok(Listener::Unix(
-                    mio::net::UnixListener::from_std(l),
-                    path.clone(),
-                    true,
-                ))
+                Ok(Listener::Unix {
+                    listener: mio::net::UnixListener::from_std(l),
+                    path: path.clone(),
+                    owned: true,
+                })
             }
         }
     }
@@ -192,11 +196,11 @@ impl Listener {
                     .as_pathname()
                     .map(|p| p.to_path_buf())
                     .unwrap_or_default();
-                Ok(Listener::Unix(
-                    mio::net::UnixListener::from_std(l),
+                Ok(Listener::Unix {
+                    listener: mio::net::UnixListener::from_std(l),
                     path,
-                    false,
-                ))
+                    owned: false,
+                })
             }
             _ => Err(io::Error::other(format!(
                 "inherited descriptor {fd} is not a TCP or Unix socket"
@@ -207,7 +211,15 @@ impl Listener {
     pub fn raw_fd(&self) -> RawFd {
         match self {
             Listener::Tcp(l) => l.as_raw_fd(),
-            Listener::Unix(l, ..) => l.as_raw_fd(),
+            Listener::Unix { listener, .. } => listener.as_raw_fd(),
+        }
+    }
+
+    /// For registration with a poller.
+    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Listener::Tcp(l) => l,
+            Listener::Unix { listener, .. } => listener,
         }
     }
 
@@ -218,7 +230,7 @@ impl Listener {
                 Ok(a) => format!("http://{a}"),
                 Err(_) => "http://?".to_string(),
             },
-            Listener::Unix(_, p, _) => format!("unix:{}", p.display()),
+            Listener::Unix { path, .. } => format!("unix:{}", path.display()),
         }
     }
 
@@ -229,7 +241,7 @@ impl Listener {
                 Ok(a) => (a.ip().to_string(), a.port().to_string()),
                 Err(_) => ("localhost".into(), "0".into()),
             },
-            Listener::Unix(..) => ("localhost".into(), "0".into()),
+            Listener::Unix { .. } => ("localhost".into(), "0".into()),
         }
     }
 }
@@ -240,7 +252,11 @@ impl Listener {
     /// it.
     pub fn close_keeping_file(mut self) -> Option<std::path::PathBuf> {
         match &mut self {
-            Listener::Unix(_, path, owned @ true) => {
+            Listener::Unix {
+                path,
+                owned: owned @ true,
+                ..
+            } => {
                 *owned = false;
                 Some(path.clone())
             }
@@ -251,7 +267,10 @@ impl Listener {
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Listener::Unix(_, path, true) = self {
+        if let Listener::Unix {
+            path, owned: true, ..
+        } = self
+        {
             let _ = std::fs::remove_file(path);
         }
     }

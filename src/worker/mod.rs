@@ -7,6 +7,7 @@ pub mod event_loop;
 pub mod handler;
 pub mod inline;
 pub mod placement;
+pub mod placer;
 pub mod tls;
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
@@ -24,7 +25,7 @@ use crate::sys::ipc::{MetricsFds, Status, WorkerEnv, WORKER_ENV};
 use crate::sys::listen::Listener;
 use crate::sys::signals::SignalPipe;
 use crate::wsgi::ServerInfo;
-use event_loop::{EventLoop, HandlerLink, LoopOptions, Responses};
+use event_loop::{EventLoop, HandlerLink, LoopOptions, LoopWiring, MetricsPort, Responses};
 use handler::HandlerSetup;
 use inline::InlineSetup;
 
@@ -433,21 +434,25 @@ fn serve(
             let ready = move |r: Result<(), String>| {
                 let _ = ready_tx.send(r);
             };
-            match EventLoop::new(poll, listeners, signals, loop_shared, links, inline, opts) {
-                Ok(mut event_loop) => {
-                    if let Some(fd) = loop_status_pipe {
-                        event_loop.set_status_pipe(fd);
+            let wiring = LoopWiring {
+                poll,
+                listeners,
+                signals,
+                shared: loop_shared,
+                handlers: links,
+                status_pipe: loop_status_pipe,
+                access_log: loop_access_log,
+                metrics: metrics.map(|m| {
+                    let recorder = m.for_loop();
+                    MetricsPort {
+                        listener: m.listener,
+                        region: m.region,
+                        recorder,
                     }
-                    event_loop.set_access_log(loop_access_log);
-                    if let Some(m) = metrics {
-                        let recorder = m.for_loop();
-                        if let Err(e) = event_loop.set_metrics(m.listener, m.region, recorder) {
-                            ready(Err(format!("cannot serve --metrics-port: {e}")));
-                            return;
-                        }
-                    }
-                    event_loop.run(ready)
-                }
+                }),
+            };
+            match EventLoop::new(wiring, opts) {
+                Ok(event_loop) => event_loop.run(inline, ready),
                 Err(e) => ready(Err(format!("cannot start the event loop: {e}"))),
             }
         })

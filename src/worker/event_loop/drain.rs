@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use super::EventLoop;
 use crate::log;
-use crate::sys::listen::Listener;
 
 /// In a graceful stop, how long an idle connection is kept for the request its client may
 /// be sending (counted from the stop, or from when its last response was written, whichever
@@ -16,40 +15,48 @@ use crate::sys::listen::Listener;
 /// served with `Connection: close`; then the idle connections close.
 const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(2);
 
+/// A graceful stop under way.
+pub(super) struct Drain {
+    /// When it began.
+    pub started: Instant,
+    /// When it closes what is still open, served or not (`--graceful-timeout`).
+    pub deadline: Instant,
+    /// How long an idle connection is kept.
+    pub grace: Duration,
+    /// When idle connections are next looked at for the end of their grace.
+    pub check_at: Option<Instant>,
+}
+
+impl Drain {
+    /// Its idle connections are next looked at by `due` at the latest.
+    pub fn check_by(&mut self, due: Instant) {
+        self.check_at = Some(self.check_at.map_or(due, |t| t.min(due)));
+    }
+}
+
 impl EventLoop {
     /// A graceful stop: no new connections; every request a client has sent, or sends
     /// within the grace, is served (the last with `Connection: close`); idle connections
     /// close once their grace is over (`close_drained_idle`).
     pub(super) fn begin_shutdown(&mut self, sig: i32) {
-        if self.deadline.is_some() {
+        if self.drain.is_some() {
             return;
         }
         log::info!(
             "received signal {sig}: stopping gracefully ({} connection(s) open)",
-            self.conns
+            self.conns.counts().open
         );
-        // Scrapes go to the workers still serving (a reload's new ones).
-        let metrics = self.metrics_listener.take();
-        for mut l in std::mem::take(&mut self.listeners)
-            .into_iter()
-            .chain(metrics)
-        {
-            let _ = match &mut l {
-                Listener::Tcp(l) => self.poll.registry().deregister(l),
-                Listener::Unix(l, ..) => self.poll.registry().deregister(l),
-            };
-        }
+        self.acceptor.close(self.poller.registry());
         let now = Instant::now();
         // The stop waits for every request out: hear of each end at once.
         self.shared.quiet.set(true);
-        self.deadline = Some(now + self.graceful_timeout);
-        self.drain_started = Some(now);
-        self.drain_check_at = Some(now + self.drain_grace());
-    }
-
-    /// How long an idle connection is kept in a graceful stop.
-    pub(super) fn drain_grace(&self) -> Duration {
-        DRAIN_IDLE_GRACE.min(self.graceful_timeout)
+        let grace = DRAIN_IDLE_GRACE.min(self.opts.graceful_timeout);
+        self.drain = Some(Drain {
+            started: now,
+            deadline: now + self.opts.graceful_timeout,
+            grace,
+            check_at: Some(now + grace),
+        });
     }
 
     /// In a graceful stop: closes the connections idle for their whole grace, and says
@@ -64,19 +71,15 @@ impl EventLoop {
     /// since its last response: the one case where HTTP/1.1 lets a client retry on its own
     /// (RFC 9112 §9.3.1), and the app never saw it.
     pub(super) fn close_drained_idle(&mut self) {
-        let (Some(started), now) = (self.drain_started, self.now) else {
-            self.drain_check_at = None;
+        let Some((started, grace)) = self.drain.as_ref().map(|d| (d.started, d.grace)) else {
             return;
         };
-        let grace = self.drain_grace();
+        let now = self.clock.now;
         let mut next: Option<Instant> = None;
-        for slot in 0..self.slots.len() as u32 {
-            let Some(conn) = self.conn_mut(slot) else {
+        for slot in 0..self.conns.len() {
+            let Some(conn) = self.conns.get_mut(slot).filter(|c| c.is_idle()) else {
                 continue;
             };
-            if !conn.is_idle() {
-                continue;
-            }
             let due = conn.drain_due(started, grace);
             if now < due {
                 next = Some(next.map_or(due, |t| t.min(due)));
@@ -84,35 +87,34 @@ impl EventLoop {
             }
             conn.read_again();
             self.advance(slot);
-            let Some(conn) = self.conn_mut(slot) else {
-                continue;
-            };
-            if conn.is_idle() {
+            if let Some(conn) = self.conns.get_mut(slot).filter(|c| c.is_idle()) {
                 conn.close_gracefully();
                 self.after_output(slot);
             }
         }
-        self.drain_check_at = next;
+        if let Some(d) = self.drain.as_mut() {
+            d.check_at = next;
+        }
     }
 
+    /// Whether the loop is done: a graceful stop with nothing left open or out, or one
+    /// past its deadline (what is still open is closed now).
     pub(super) fn finished(&mut self) -> bool {
-        let Some(deadline) = self.deadline else {
+        let Some(deadline) = self.drain.as_ref().map(|d| d.deadline) else {
             return false;
         };
         // Requests whose clients left still run to the end (within the deadline).
-        if self.conns == 0 && self.total_queued == 0 {
+        if self.conns.counts().open == 0 && self.handlers.queued == 0 {
             return true;
         }
         if Instant::now() >= deadline {
             log::warning!(
                 "graceful timeout: closing {} connection(s) with work in flight",
-                self.conns
+                self.conns.counts().open
             );
             // Closed now, so the handlers learn their clients are gone: a body they
             // produce stops at its next item and is closed (`close()`), before they stop.
-            for slot in 0..self.slots.len() as u32 {
-                self.close(slot);
-            }
+            self.close_all();
             self.notify_handlers();
             return true;
         }

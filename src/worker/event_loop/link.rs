@@ -1,14 +1,20 @@
 //! The loop's end of each handler (its rings, its shared state, what the loop counts of
 //! it), and how the loop runs (`LoopOptions`, from the configuration).
 
+use std::os::unix::thread::JoinHandleExt;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::http::limits::{Limits, Timeouts};
-use crate::pipeline::msg::{Request, Response};
+use crate::pipeline::msg::{Request, Response, StreamCredit};
 use crate::pipeline::ring::{Consumer, Producer};
 use crate::pipeline::shared::HandlerShared;
+use crate::pipeline::stats;
+
+/// How long a stop past its deadline waits for the handlers to close what they hold.
+const HANDLER_EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// Where the loop takes one handler's response messages from.
 pub enum Responses {
@@ -75,10 +81,163 @@ impl HandlerLink {
                 woke = true;
             }
         }
-        if woke {
-            return true;
+        woke
+    }
+}
+
+/// The loop's ends of its handlers, and the requests out on them.
+pub(super) struct Handlers {
+    pub links: Vec<HandlerLink>,
+    /// Requests pushed, over every handler, whose final part has not come back.
+    pub queued: usize,
+}
+
+impl Handlers {
+    pub fn new(links: Vec<HandlerLink>) -> Handlers {
+        Handlers { links, queued: 0 }
+    }
+
+    /// A handler thread's response ring holds a message.
+    pub fn any_ring_ready(&self) -> bool {
+        self.links.iter().any(|h| match &h.rx {
+            Responses::Ring(rx) => !rx.is_empty(),
+            Responses::Inline => false,
+        })
+    }
+
+    /// The handler with the fewest requests out.
+    pub fn least_loaded(&self) -> usize {
+        let mut best = 0;
+        for (i, h) in self.links.iter().enumerate().skip(1) {
+            if h.queued < self.links[best].queued {
+                best = i;
+            }
         }
-        false
+        best
+    }
+
+    /// Pushes a request into handler `h`'s ring; `Err` gives it back when the ring is
+    /// full. `Ok(true)` when the handler was woken (a syscall).
+    pub fn push(&mut self, h: usize, req: Box<Request>) -> Result<bool, Box<Request>> {
+        let link = &mut self.links[h];
+        link.tx.push(req)?;
+        link.queued += 1;
+        self.queued += 1;
+        Ok(link.notify())
+    }
+
+    /// Handler `h` handed back a request's final part.
+    pub fn finished_one(&mut self, h: usize) {
+        self.links[h].queued -= 1;
+        self.queued -= 1;
+    }
+
+    /// Something handler `h` may wait for happened: it is looked at (`notify_marked`).
+    pub fn mark(&mut self, h: usize) {
+        if let Some(link) = self.links.get_mut(h) {
+            link.wake_check = true;
+        }
+    }
+
+    /// `n` bytes of a stream were written (or dropped): back to its credit, and its
+    /// handler looks at it.
+    pub fn credit_returned(&mut self, c: Arc<StreamCredit>, n: usize) {
+        c.returned(n);
+        self.mark(c.handler());
+    }
+
+    /// Wakes the handlers that may wait for what this pass did (ring room, stream credit,
+    /// a closed connection), each only if it sleeps. The number woken.
+    pub fn notify_marked(&mut self) -> u64 {
+        let mut woken = 0;
+        for h in &mut self.links {
+            if !std::mem::take(&mut h.wake_check) {
+                continue;
+            }
+            woken += u64::from(h.notify());
+            h.shared.credits_returned();
+        }
+        woken
+    }
+
+    /// Handlers on one piece of work for longer than `limit` not reported before: their
+    /// threads' names, how long, and their pthreads (`--timeout`).
+    pub fn newly_stuck(&mut self, limit: Duration) -> Vec<(String, Duration, libc::pthread_t)> {
+        let now = stats::mono_ns();
+        let mut stuck = Vec::new();
+        for link in &mut self.links {
+            let (Some((since, _)), Some(join)) = (link.shared.busy.read(), &link.join) else {
+                continue;
+            };
+            let ran = Duration::from_nanos(now.saturating_sub(since));
+            if link.reported == since || ran <= limit {
+                continue;
+            }
+            link.reported = since;
+            let name = join.thread().name().unwrap_or("m0s-handler").to_string();
+            stuck.push((name, ran, join.as_pthread_t()));
+        }
+        stuck
+    }
+
+    /// Whether a handler has been on one piece of work without handing back a response
+    /// message for longer than `limit` (what the systemd watchdog is fed on).
+    pub fn any_without_progress(&self, limit: Duration) -> bool {
+        let now = stats::mono_ns();
+        self.links.iter().any(|h| {
+            h.shared.busy.read().is_some_and(|(_, progress)| {
+                Duration::from_nanos(now.saturating_sub(progress)) > limit
+            })
+        })
+    }
+
+    /// Each handler's name, counters and thread, for `stats::report`.
+    pub fn report_entries(
+        &self,
+    ) -> Vec<(String, &stats::HandlerCounters, Option<libc::pthread_t>)> {
+        self.links
+            .iter()
+            .map(|h| match &h.join {
+                Some(join) => {
+                    let name = join.thread().name().unwrap_or("m0s-handler").to_string();
+                    (name, &*h.shared.counters, Some(join.as_pthread_t()))
+                }
+                None => (
+                    "m0s-loop (inline app)".to_string(),
+                    &*h.shared.counters,
+                    None,
+                ),
+            })
+            .collect()
+    }
+
+    /// Stops the handlers: joined when `wait` (before the deadline) and nothing is out;
+    /// else each gets a moment to give up what it holds (closing the bodies it set aside
+    /// or was producing, as PEP 3333 asks) before the process exits under it, and a
+    /// handler stuck inside the app is not waited for longer.
+    pub fn stop(&mut self, wait: bool) {
+        for h in &self.links {
+            // Release: pairs with the handler's Acquire load of `stop` after it wakes.
+            h.shared.stop.store(true, Ordering::Release);
+            if let Some(join) = &h.join {
+                join.thread().unpark();
+            }
+        }
+        if wait && self.queued == 0 {
+            for join in self.links.drain(..).filter_map(|h| h.join) {
+                let _ = join.join();
+            }
+            return;
+        }
+        let until = Instant::now() + HANDLER_EXIT_GRACE;
+        while Instant::now() < until
+            && self
+                .links
+                .iter()
+                .any(|h| h.join.as_ref().is_some_and(|j| !j.is_finished()))
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 

@@ -1,15 +1,12 @@
 //! The loop's clock work, one sweep every quarter of the shortest timeout: the
-//! per-connection timeouts (docs/security.md), the lingering closes that ran out, the
-//! handlers' watchdog (`--timeout`) and the heartbeat to the master.
+//! per-connection timeouts (docs/security.md), the handlers' watchdog (`--timeout`) and
+//! the heartbeat to the master. `Clock` holds the pass's reading and when each is due.
 
-use std::os::fd::AsFd;
-use std::os::unix::thread::JoinHandleExt;
 use std::time::{Duration, Instant};
 
 use super::EventLoop;
 use crate::http::limits::Timeouts;
 use crate::log;
-use crate::pipeline::stats;
 use crate::sys::ipc::Status;
 use crate::worker::conn::{Expiry, Refusal};
 
@@ -22,15 +19,67 @@ const SWEEP_MIN: Duration = Duration::from_millis(25);
 /// last beat): a write of one byte a second.
 const LIVENESS_BEAT: Duration = Duration::from_secs(1);
 
-/// The heartbeat's period: a second, or the systemd watchdog's shorter one.
-pub(super) fn beat_every(watchdog: Option<Duration>) -> Duration {
-    watchdog.map_or(LIVENESS_BEAT, |w| w.min(LIVENESS_BEAT))
+/// The pass's clock reading, and when the sweep and the heartbeat are next due.
+pub(super) struct Clock {
+    /// This pass's reading (one `clock_gettime` per pass, for the timeouts).
+    pub now: Instant,
+    sweep_every: Duration,
+    next_sweep: Instant,
+    /// The heartbeat's period: a second, or the systemd watchdog's shorter one.
+    beat_every: Duration,
+    next_heartbeat: Instant,
+}
+
+impl Clock {
+    pub fn new(opts: &super::LoopOptions) -> Clock {
+        let now = Instant::now();
+        let beat_every = opts
+            .heartbeat
+            .map_or(LIVENESS_BEAT, |w| w.min(LIVENESS_BEAT));
+        Clock {
+            now,
+            sweep_every: sweep_interval(&opts.timeouts, opts.timeout, beat_every),
+            next_sweep: now,
+            beat_every,
+            next_heartbeat: now,
+        }
+    }
+
+    /// Reads the clock.
+    pub fn tick(&mut self) -> Instant {
+        self.now = Instant::now();
+        self.now
+    }
+
+    /// When the sweep is next due (the loop sleeps no longer).
+    pub fn next_sweep(&self) -> Instant {
+        self.next_sweep
+    }
+
+    /// Whether the sweep is due now; if so, the next is scheduled.
+    fn sweep_due(&mut self) -> bool {
+        if self.now < self.next_sweep {
+            return false;
+        }
+        self.next_sweep = self.now + self.sweep_every;
+        true
+    }
+
+    /// Whether the heartbeat is due now; if so, the next is scheduled.
+    fn beat_due(&mut self) -> bool {
+        if self.now < self.next_heartbeat {
+            return false;
+        }
+        self.next_heartbeat = self.now + self.beat_every;
+        true
+    }
 }
 
 impl EventLoop {
+    /// Reads the clock, and sweeps if the sweep is due.
     pub(super) fn maybe_sweep(&mut self) {
-        self.now = Instant::now();
-        if self.now >= self.next_sweep {
+        self.clock.tick();
+        if self.clock.sweep_due() {
             self.sweep();
         }
     }
@@ -39,81 +88,66 @@ impl EventLoop {
     /// (`--header-timeout`, also a new connection's first), an idle keep-alive connection
     /// (`--keep-alive-timeout`), a body that stops arriving (`--body-timeout`), a client
     /// that stops reading its response (`--write-timeout`). Each cuts only its connection.
-    pub(super) fn sweep(&mut self) {
-        let now = self.now;
-        self.next_sweep = now + self.sweep_every;
-        self.report_accept_failures();
-        if let Some(limit) = self.timeout {
+    fn sweep(&mut self) {
+        let now = self.clock.now;
+        self.acceptor.report_failures(now);
+        if let Some(limit) = self.opts.timeout {
             self.check_stuck(limit);
         }
-        if now >= self.next_heartbeat {
-            self.next_heartbeat = now + self.beat_every();
+        if self.clock.beat_due() {
             self.heartbeat();
         }
-        let t = self.timeouts;
-        for slot in 0..self.slots.len() as u32 {
-            let Some(conn) = self
-                .slots
-                .get_mut(slot as usize)
-                .and_then(|s| s.conn.as_deref_mut())
-            else {
-                continue;
-            };
-            conn.note_kernel_progress(now);
-            let Some(expiry) = conn.expired(now, &t) else {
-                continue;
-            };
-            match expiry {
-                Expiry::Write => {
-                    log::debug!(
-                        "write timeout: {:?} read nothing for {:?}",
-                        conn.peer(),
-                        t.write
-                    );
-                    self.close_with(slot, true);
-                }
-                Expiry::KeepAlive => {
-                    log::debug!("keep-alive timeout: closing {:?}", conn.peer());
-                    self.close(slot);
-                }
-                Expiry::Request { which, answer } => {
-                    log::debug!("{which} timeout: closing {:?}", conn.peer());
-                    if !answer {
-                        self.close(slot);
-                        continue;
-                    }
-                    let scrape = conn.is_metrics();
-                    conn.refuse_now(Refusal::timeout(), now, self.date.get());
-                    self.dirty.push(slot);
-                    self.count_loop_answer(scrape, 408);
-                }
-            }
+        for slot in 0..self.conns.len() {
+            self.expire(slot, now);
         }
         self.flush_dirty();
         // A connection closed for a timeout may be one a handler waits on.
         self.notify_handlers();
     }
 
+    /// Applies the timeout connection `slot` has run past, if any.
+    fn expire(&mut self, slot: u32, now: Instant) {
+        let t = self.opts.timeouts;
+        let Some(conn) = self.conns.get_mut(slot) else {
+            return;
+        };
+        conn.note_kernel_progress(now);
+        let Some(expiry) = conn.expired(now, &t) else {
+            return;
+        };
+        match expiry {
+            Expiry::Write => {
+                log::debug!(
+                    "write timeout: {:?} read nothing for {:?}",
+                    conn.peer(),
+                    t.write
+                );
+                self.close_with(slot, true);
+            }
+            Expiry::KeepAlive => {
+                log::debug!("keep-alive timeout: closing {:?}", conn.peer());
+                self.close(slot);
+            }
+            Expiry::Request { which, answer } => {
+                log::debug!("{which} timeout: closing {:?}", conn.peer());
+                if !answer {
+                    self.close(slot);
+                    return;
+                }
+                let scrape = conn.is_metrics();
+                conn.refuse_now(Refusal::timeout(), now, self.answers.date.get());
+                self.work.dirty.push(slot);
+                self.outlets.count_loop_answer(scrape, 408);
+            }
+        }
+    }
+
     /// `--timeout`: a handler on one request (or one resumed stretch of a body set aside
     /// for a slow client) for longer than the limit gets its Python stack written to the
     /// log (`faulthandler`, registered on `sys::signals::stack_dump()` at start), and the
     /// worker asks the master to replace it (it drains once the replacement is ready).
-    pub(super) fn check_stuck(&mut self, limit: Duration) {
-        let now = stats::mono_ns();
-        let mut stuck = Vec::new();
-        for link in &mut self.handlers {
-            let (Some((since, _)), Some(join)) = (link.shared.busy.read(), &link.join) else {
-                continue;
-            };
-            let ran = Duration::from_nanos(now.saturating_sub(since));
-            if link.reported == since || ran <= limit {
-                continue;
-            }
-            link.reported = since;
-            let name = join.thread().name().unwrap_or("m0s-handler").to_string();
-            stuck.push((name, ran, join.as_pthread_t()));
-        }
-        for (name, ran, thread) in stuck {
+    fn check_stuck(&mut self, limit: Duration) {
+        for (name, ran, thread) in self.handlers.newly_stuck(limit) {
             log::error!(
                 "a request on {name} has run for {:.1} s, past --timeout {:.1} s: the Python \
                  stacks follow; this worker will be replaced",
@@ -123,7 +157,7 @@ impl EventLoop {
             // SAFETY: pthread_kill on a live thread of this process (its JoinHandle is
             // held); the signal's handler is faulthandler's, which only writes tracebacks.
             unsafe { libc::pthread_kill(thread, crate::sys::signals::stack_dump()) };
-            self.ask_to_be_replaced();
+            self.outlets.tell(Status::Recycle);
         }
     }
 
@@ -131,50 +165,30 @@ impl EventLoop {
     /// when no handler has been on one piece of work without handing back a response
     /// message for four watchdog periods (what the systemd watchdog is fed on), else "L"
     /// (the loop lives; `--silent-timeout` counts either).
-    pub(super) fn heartbeat(&self) {
-        let now = stats::mono_ns();
-        let stuck = self.watchdog.is_some_and(|every| {
-            self.handlers.iter().any(|h| {
-                h.shared.busy.read().is_some_and(|(_, progress)| {
-                    Duration::from_nanos(now.saturating_sub(progress)) > every * 4
-                })
-            })
+    fn heartbeat(&self) {
+        let stuck = self
+            .opts
+            .heartbeat
+            .is_some_and(|every| self.handlers.any_without_progress(every * 4));
+        self.outlets.tell(if stuck {
+            Status::Alive
+        } else {
+            Status::Heartbeat
         });
-        if let Some(fd) = &self.status_pipe {
-            let beat = if stuck {
-                Status::Alive
-            } else {
-                Status::Heartbeat
-            };
-            beat.send(fd.as_fd());
-        }
     }
 
+    /// Closes the lingering connections whose time is up.
     pub(super) fn expire_lingering(&mut self) {
         let now = Instant::now();
-        while let Some(&(t, r)) = self.lingering.front() {
-            if t > now {
-                break;
-            }
-            self.lingering.pop_front();
-            if self.conn_by_ref(r).is_some() {
-                self.close(r.slot);
-            }
+        while let Some(r) = self.conns.next_expired_linger(now) {
+            self.close(r.slot);
         }
-    }
-
-    pub(super) fn beat_every(&self) -> Duration {
-        beat_every(self.watchdog)
     }
 }
 
 /// How often the timeouts are checked: a quarter of the shortest, within
 /// `SWEEP_MIN..=SWEEP_MAX`.
-pub(super) fn sweep_interval(
-    t: &Timeouts,
-    timeout: Option<Duration>,
-    heartbeat: Duration,
-) -> Duration {
+fn sweep_interval(t: &Timeouts, timeout: Option<Duration>, heartbeat: Duration) -> Duration {
     let shortest = t.header.min(t.keep_alive).min(t.body).min(t.write);
     let shortest = timeout.map_or(shortest, |d| shortest.min(d));
     let shortest = shortest.min(heartbeat * 4);

@@ -1,0 +1,85 @@
+//! The answers the loop makes itself, without the app: `--static-response`'s hello, a
+//! scrape of `--metrics-port`, the 404 for a request outside `--root-path`. Each is
+//! queued on its connection like a handler's response.
+
+use std::sync::Arc;
+
+use crate::http::date::DateCache;
+use crate::http::encode::simple_response;
+use crate::http::percent;
+use crate::pipeline::msg::Request;
+use crate::worker::conn::Conn;
+
+pub(super) struct Answers {
+    /// The `Date` value, re-rendered once a second (also for reading's own refusals).
+    pub date: DateCache,
+    /// `--root-path`, when the loop answers requests outside it with 404.
+    root_path: Option<String>,
+    /// The counters every worker shares, for scrapes (`None`: this worker could not map
+    /// them, and `/metrics` says so).
+    metrics_region: Option<Arc<crate::metrics::Region>>,
+}
+
+impl Answers {
+    pub fn new(root_path: Option<String>) -> Answers {
+        Answers {
+            date: DateCache::new(),
+            root_path,
+            metrics_region: None,
+        }
+    }
+
+    pub fn set_metrics_region(&mut self, region: Option<Arc<crate::metrics::Region>>) {
+        self.metrics_region = region;
+    }
+
+    /// A scrape's request: answered from the shared counters.
+    pub fn metrics(&mut self, conn: &mut Conn, req: &Request) {
+        let out = crate::metrics::http_answer(
+            self.metrics_region.as_deref(),
+            req.head.target.get(&req.data),
+            req.head.keep_alive,
+            is_head(req),
+            self.date.get(),
+        );
+        conn.answer(out);
+    }
+
+    /// `--static-response`: what the hello-world app answers, without Python; the loop's
+    /// ceiling, with the same per-request buffer as a real response.
+    pub fn hello(&mut self, conn: &mut Conn, req: &Request) {
+        self.plain(conn, req, 200, "OK", b"Hello, World!");
+    }
+
+    /// A request outside `--root-path`: 404.
+    pub fn outside_root(&mut self, conn: &mut Conn, req: &Request) {
+        self.plain(conn, req, 404, "Not Found", b"Not Found");
+    }
+
+    /// Whether `req` is for the app under `--root-path` (always, without one; `OPTIONS *`
+    /// too).
+    pub fn within_root(&self, req: &Request) -> bool {
+        let Some(root) = &self.root_path else {
+            return true;
+        };
+        let (path, _) = percent::split_target(req.head.target.get(&req.data));
+        path == b"*" || percent::under_root(path, root.as_bytes()).is_some()
+    }
+
+    fn plain(&mut self, conn: &mut Conn, req: &Request, status: u16, reason: &str, body: &[u8]) {
+        let out = simple_response(
+            status,
+            reason,
+            "text/plain",
+            body,
+            req.head.keep_alive,
+            is_head(req),
+            self.date.get(),
+        );
+        conn.answer(out);
+    }
+}
+
+fn is_head(req: &Request) -> bool {
+    req.head.method.get(&req.data) == b"HEAD"
+}

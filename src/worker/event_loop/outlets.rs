@@ -1,0 +1,68 @@
+//! What the loop tells the world outside the process's connections: the master (the
+//! status pipe: heartbeats, "replace me"), the access log's sink (reopened on SIGUSR1),
+//! and the shared metrics' loop section.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use super::conns::Counts;
+use crate::access_log::AccessLog;
+use crate::metrics::{Recorder, Refused};
+use crate::sys::ipc::Status;
+
+/// `--metrics-port`: the listener scrapes come to, the counters every worker shares (if
+/// this one could map them), and the loop's own section of them (if this worker has a
+/// slot).
+pub struct MetricsPort {
+    pub listener: crate::sys::listen::Listener,
+    pub region: Option<Arc<crate::metrics::Region>>,
+    pub recorder: Option<Recorder>,
+}
+
+#[derive(Default)]
+pub(super) struct Outlets {
+    /// The write end of the status pipe to the master.
+    pub status_pipe: Option<OwnedFd>,
+    /// The access log, for SIGUSR1.
+    pub access_log: Option<Arc<AccessLog>>,
+    /// The loop's section of the shared metrics.
+    pub metrics: Option<Recorder>,
+}
+
+impl Outlets {
+    /// Tells the master (nothing without a status pipe).
+    pub fn tell(&self, status: Status) {
+        if let Some(fd) = &self.status_pipe {
+            status.send(fd.as_fd());
+        }
+    }
+
+    /// SIGUSR1: the access log's file is opened again (the error log's is the caller's).
+    pub fn reopen_access_log(&self) {
+        if let Some(log) = &self.access_log {
+            log.sink.reopen();
+        }
+    }
+
+    /// An answer of the loop's own (an error), for the metrics; not one on the metrics
+    /// port, whose traffic is not the app's.
+    pub fn count_loop_answer(&self, on_metrics_port: bool, status: u16) {
+        if let Some(m) = self.metrics.as_ref().filter(|_| !on_metrics_port) {
+            m.section().count_status(status);
+        }
+    }
+
+    /// A connection closed before any request, and why.
+    pub fn count_refused(&self, why: Refused) {
+        if let Some(m) = &self.metrics {
+            m.section().count_refused(why);
+        }
+    }
+
+    /// The connections gauge, after a connection came or went.
+    pub fn count_connections(&self, counts: Counts) {
+        if let Some(m) = &self.metrics {
+            m.section().set_connections(counts.app());
+        }
+    }
+}
