@@ -3,6 +3,9 @@
 //! lingering close) as state enums. The loop (`event_loop/`) routes events to it and hands
 //! its requests to the handlers; what to do next, the connection decides.
 
+// Its shape is kept (clippy.toml): no function over 80 lines, no block nested deeper than 4.
+#![warn(clippy::too_many_lines, clippy::excessive_nesting)]
+
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::AsRawFd;
@@ -304,12 +307,93 @@ pub enum ReadState {
     /// Waiting for (the rest of) a request head.
     Head,
     /// Reading a Content-Length body of which `need` bytes are still to come.
-    Body { req: Box<Request>, need: u64 },
+    Body {
+        req: Box<Request>,
+        need: u64,
+        expect: Expect,
+    },
     /// Decoding a chunked body.
     Chunked {
         req: Box<Request>,
         dec: ChunkedDecoder,
+        expect: Expect,
     },
+}
+
+/// A body's `Expect: 100-continue` (RFC 9110 §10.1.1).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Nothing is owed: none was asked, the body had come already, or the interim
+    /// response was sent.
+    Nothing,
+    /// The interim response is owed; it goes once every earlier response is done, so it
+    /// cannot overtake them.
+    Continue,
+}
+
+impl ReadState {
+    /// Whether an interim `100 Continue` is owed to the body being read.
+    fn owes_continue(&self) -> bool {
+        matches!(
+            self,
+            ReadState::Body {
+                expect: Expect::Continue,
+                ..
+            } | ReadState::Chunked {
+                expect: Expect::Continue,
+                ..
+            }
+        )
+    }
+
+    /// The interim response is being sent: nothing is owed any more.
+    fn continue_sent(&mut self) {
+        if let ReadState::Body { expect, .. } | ReadState::Chunked { expect, .. } = self {
+            *expect = Expect::Nothing;
+        }
+    }
+}
+
+/// Whether reading may go on now, and what the last read said of the socket.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Gate {
+    /// `--proxy-protocol`: its PROXY header is still to come, before any other byte.
+    ProxyHeader,
+    /// Input may be waiting: read until the socket would block.
+    Open,
+    /// The last read was short, so the socket was drained then; a new edge comes with new
+    /// bytes, and reading again now would only cost an `EAGAIN` syscall.
+    Drained,
+    /// Reading stopped at a cap (requests in flight, a backed-up write queue) without
+    /// `WouldBlock`: edge-triggered readiness will not come again for what waits, so
+    /// reading resumes by itself once the cap lifts. `drained`: as the socket was when it
+    /// stopped.
+    Stalled { drained: bool },
+}
+
+/// The client's sending side.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Input {
+    /// It may send more.
+    Open,
+    /// The readiness said the peer shut down its side: its end of stream waits in the
+    /// socket, and no new edge will come for it, so reading goes on to the end.
+    Closing,
+    /// A read returned its end of stream.
+    Ended,
+}
+
+/// The requests of a connection out on a handler.
+struct InFlight {
+    /// The handler they are on (requests of one connection stay on one handler, so their
+    /// responses come back in order).
+    handler: usize,
+    /// How many (at least one) have no complete response yet.
+    count: u16,
+    /// The socket is lent to the handler for the first of them (it may write that
+    /// response itself): until that request's final part comes back, the descriptor
+    /// number must stay this connection's.
+    lent: bool,
 }
 
 /// Where the connection is in its life. It only moves down this list: whether it goes on
@@ -518,14 +602,11 @@ pub struct Conn {
     rend: usize,
     reading: ReadState,
     phase: Phase,
+    gate: Gate,
+    input: Input,
     wq: VecDeque<Out>,
-    /// Requests queued to or running on `handler` whose responses are not complete.
-    in_flight: u16,
-    handler: usize,
-    /// The socket is lent to the handler for the first request in flight (it may write
-    /// that response itself): until that request's final part comes back, the descriptor
-    /// number must stay this connection's.
-    lent: bool,
+    /// Requests queued to or running on a handler whose responses are not complete.
+    in_flight: Option<InFlight>,
     /// A parsed request waiting for room in a handler's ring.
     parked: Option<Box<Request>>,
     /// A request the loop answers itself (outside `--root-path`), waiting for the
@@ -533,19 +614,6 @@ pub struct Conn {
     held: Option<Box<Request>>,
     /// Requests parsed on it so far.
     requests: u32,
-    /// The peer has closed its sending side (a read returned 0).
-    eof: bool,
-    /// Reading stopped without `WouldBlock` (the pipelining cap, a backed-up queue):
-    /// edge-triggered readiness will not come again, so reading must resume by itself.
-    read_stalled: bool,
-    /// The last read was short, so the socket was drained then; a new edge will come with
-    /// new bytes, and reading again now would only cost an `EAGAIN` syscall.
-    read_drained: bool,
-    /// The last readiness event said the peer shut down its side: read to the end.
-    peer_closed_hint: bool,
-    /// `Expect: 100-continue` arrived while earlier responses were in flight: the interim
-    /// response goes when they are done, so it cannot overtake them.
-    continue_pending: bool,
     /// Its client's departure was reported (`Effects::client_gone`).
     gone_reported: bool,
     /// The flow control of the streamed response now being written to it, if any: told
@@ -555,8 +623,6 @@ pub struct Conn {
     sendfile_bytes: u64,
     /// The current request's body, past `--body-buffer-size`, being spooled.
     spool: Option<Spool>,
-    /// `--proxy-protocol`: its PROXY header has not been read yet.
-    awaiting_proxy_header: bool,
     clock: Clock,
 }
 
@@ -573,23 +639,17 @@ impl Conn {
             rend: 0,
             reading: ReadState::Head,
             phase: Phase::Open,
+            gate: Gate::Open,
+            input: Input::Open,
             wq: VecDeque::new(),
-            in_flight: 0,
-            handler: 0,
-            lent: false,
+            in_flight: None,
             parked: None,
             held: None,
             requests: 0,
-            eof: false,
-            read_stalled: false,
-            read_drained: false,
-            peer_closed_hint: false,
-            continue_pending: false,
             gone_reported: false,
             stream: None,
             sendfile_bytes: 0,
             spool: None,
-            awaiting_proxy_header: false,
             clock: Clock {
                 ready_at: now,
                 head_at: now,
@@ -606,7 +666,7 @@ impl Conn {
     /// `--proxy-protocol`: its first bytes must be a PROXY header, whose source address
     /// becomes its peer.
     pub fn expect_proxy_header(&mut self) {
-        self.awaiting_proxy_header = true;
+        self.gate = Gate::ProxyHeader;
     }
 
     /// Reads the PROXY header off the socket itself, before any TLS or HTTP byte: a peek
@@ -637,7 +697,7 @@ impl Conn {
                 Err(e) => return Err(e.to_string()),
             }
         }
-        self.awaiting_proxy_header = false;
+        self.gate = Gate::Open;
         if let Some(addr) = source {
             self.peer = Peer::Tcp(addr);
         }
@@ -665,11 +725,12 @@ impl Conn {
     /// The handler its requests in flight are on (requests of one connection stay on one
     /// handler, so their responses come back in order), if any are.
     pub fn handler(&self) -> Option<usize> {
-        (self.in_flight > 0).then_some(self.handler)
+        self.in_flight.as_ref().map(|f| f.handler)
     }
 
+    /// How many of its requests are out on a handler.
     pub fn in_flight(&self) -> u16 {
-        self.in_flight
+        self.in_flight.as_ref().map_or(0, |f| f.count)
     }
 
     /// For registration with the poller.
@@ -704,7 +765,7 @@ impl Conn {
 
     /// Idle: nothing buffered, nothing in flight, nothing to write (a drain may close it).
     pub fn is_idle(&self) -> bool {
-        self.in_flight == 0
+        self.in_flight.is_none()
             && self.parked.is_none()
             && self.held.is_none()
             && !self.has_output()
@@ -720,12 +781,16 @@ impl Conn {
         // A new readable edge: bytes (or an EOF) arrived since the last short read. A
         // write-only edge says nothing about input.
         if readable || read_closed {
-            self.read_drained = false;
+            self.gate = match self.gate {
+                Gate::Drained => Gate::Open,
+                Gate::Stalled { .. } => Gate::Stalled { drained: false },
+                g => g,
+            };
         }
-        if read_closed {
-            self.peer_closed_hint = true;
+        if read_closed && self.input == Input::Open {
+            self.input = Input::Closing;
         }
-        read_closed && self.in_flight > 0 && !std::mem::replace(&mut self.gone_reported, true)
+        read_closed && self.in_flight.is_some() && !std::mem::replace(&mut self.gone_reported, true)
     }
 
     /// A request that found every handler's ring full, kept for the next try.
@@ -740,7 +805,7 @@ impl Conn {
         if !self.takes_responses() {
             return None;
         }
-        if self.peer_closed_hint || self.eof {
+        if self.input != Input::Open {
             self.parked = None;
             return None;
         }
@@ -751,7 +816,8 @@ impl Conn {
     /// TCP or Unix (TLS records are the loop's to make), open, and quiet (nothing queued
     /// to write, no request in flight), so no other bytes can come before or between.
     pub fn socket_to_lend(&self) -> Option<LentSocket> {
-        let quiet = self.in_flight == 0 && self.wq.is_empty() && matches!(self.phase, Phase::Open);
+        let quiet =
+            self.in_flight.is_none() && self.wq.is_empty() && matches!(self.phase, Phase::Open);
         match &self.sock {
             Sock::Tcp(s) if quiet => LentSocket::new(s.as_raw_fd()),
             Sock::Unix(s) if quiet => LentSocket::new(s.as_raw_fd()),
@@ -772,7 +838,7 @@ impl Conn {
 
     /// The held request, once nothing is in flight before it.
     pub fn take_held(&mut self) -> Option<Box<Request>> {
-        if self.in_flight == 0 {
+        if self.in_flight.is_none() {
             self.held.take()
         } else {
             None
@@ -781,9 +847,30 @@ impl Conn {
 
     /// A request of it went to handler `h`, with its socket lent (`socket_to_lend`) or not.
     pub fn dispatched(&mut self, h: usize, lent: bool) {
-        self.in_flight += 1;
-        self.handler = h;
-        self.lent |= lent;
+        match &mut self.in_flight {
+            Some(f) => {
+                f.count += 1;
+                f.lent |= lent;
+            }
+            None => {
+                self.in_flight = Some(InFlight {
+                    handler: h,
+                    count: 1,
+                    lent,
+                })
+            }
+        }
+    }
+
+    /// One of its requests out got its final part (or will get none it writes).
+    fn one_done(&mut self) {
+        if let Some(f) = &mut self.in_flight {
+            f.count -= 1;
+            f.lent = false;
+            if f.count == 0 {
+                self.in_flight = None;
+            }
+        }
     }
 
     /// Reads and parses as far as it may: until a whole request (for the loop to hand on),
@@ -791,26 +878,10 @@ impl Conn {
     /// must follow), or until it must close.
     pub fn poll(&mut self, ctx: &mut ReadCtx<'_>, fx: &mut Effects) -> Next {
         loop {
-            match &mut self.phase {
-                Phase::Closing { .. } | Phase::Lingering => return Next::Wait,
-                Phase::Last { refusal } => {
-                    if self.in_flight == 0 {
-                        // The last response is done (or there was none): answer a refusal,
-                        // then close once written.
-                        if let Some(r) = refusal.take() {
-                            log::debug!("answering {} to {:?}: {}", r.status, self.peer, r.why);
-                            fx.answered = Some(r.status);
-                            self.queue(r.response(ctx.date.get()));
-                        }
-                        self.phase = Phase::Closing { reset: false };
-                        fx.queued = true;
-                    }
-                    self.read_stalled = false;
-                    return Next::Wait;
-                }
-                Phase::Open => {}
+            if let Some(next) = self.poll_phase(ctx, fx) {
+                return next;
             }
-            if self.awaiting_proxy_header {
+            if self.gate == Gate::ProxyHeader {
                 match self.read_proxy_header() {
                     Ok(true) => {}
                     Ok(false) => return Next::Wait,
@@ -821,115 +892,181 @@ impl Conn {
                     }
                 }
             }
-            if self.in_flight >= MAX_PIPELINED_IN_FLIGHT || self.write_backed_up() {
-                self.read_stalled = true;
+            if self.in_flight() >= MAX_PIPELINED_IN_FLIGHT || self.write_backed_up() {
+                self.stall();
                 return Next::Wait;
             }
             // Past the caps: from here the connection is read until it would block (or is
             // known drained), so nothing needs to resume it but a new readiness edge.
-            self.read_stalled = false;
+            self.unstall();
             match self.parse_step(ctx.limits, ctx.max_body_bytes, ctx.body_buffer) {
-                Step::Request(mut req) => {
-                    self.requests = self.requests.saturating_add(1);
-                    if ctx.draining && !self.has_buffered_input() {
-                        // A graceful stop answers what the client has sent: this request,
-                        // and any pipelined behind it, the last of them with
-                        // `Connection: close` (decided here, per request, so a response the
-                        // handler encodes keeps its word to the client).
-                        req.head.keep_alive = false;
-                    }
-                    if !req.head.keep_alive {
-                        self.phase = Phase::Last { refusal: None };
-                    }
-                    self.continue_pending = false;
-                    return Next::Request(req);
-                }
+                Step::Request(req) => return Next::Request(self.parsed(req, ctx.draining)),
                 Step::Refused(r) => self.phase = Phase::Last { refusal: Some(r) },
                 Step::NeedMore => {
-                    if self.continue_pending && self.in_flight == 0 {
-                        // RFC 9110 §10.1.1; after every earlier response, never before.
-                        self.continue_pending = false;
-                        self.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec());
-                        fx.queued = true;
-                        // The client sends the body on this answer: its clocks start now.
-                        self.clock.read_at = ctx.now;
-                        self.clock.body_at = ctx.now;
-                    }
-                    if self.eof {
-                        // The peer stopped sending. A request cut short gets no answer; one
-                        // in flight still does, then the connection closes.
-                        if self.in_flight == 0 {
-                            if !self.has_output() {
-                                return Next::Close;
-                            }
-                            self.phase = Phase::Closing { reset: false };
-                            return Next::Wait;
-                        }
-                        self.phase = Phase::Last { refusal: None };
-                        fx.client_gone |= !std::mem::replace(&mut self.gone_reported, true);
-                        continue;
-                    }
-                    if self.read_drained {
-                        return Next::Wait;
-                    }
-                    // A head's clock starts with its first byte, and only then; a new
-                    // connection's first head counts from the accept.
-                    let head_starts = matches!(self.reading, ReadState::Head)
-                        && !self.has_buffered_input()
-                        && self.requests > 0;
-                    match self.read_some(ctx.read_buffer_max) {
-                        Ok(Got::End) => self.eof = true,
-                        // The buffer is full and holds no complete head. Heads are limited
-                        // below the buffer's size, so the parser refuses first (431); if it
-                        // ever happened, waiting would never end.
-                        Ok(Got::Full) => return Next::Close,
-                        Ok(Got::Bytes(n)) => {
-                            self.clock.read_at = ctx.now;
-                            if head_starts {
-                                self.clock.head_at = ctx.now;
-                            } else if !matches!(self.reading, ReadState::Head) {
-                                self.clock.body_read += n as u64;
-                            }
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Next::Wait,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => {
-                            let failure = match &self.sock {
-                                Sock::Tls(t) => t.failure(),
-                                _ => None,
-                            };
-                            match failure {
-                                Some(TlsFailure::PlainHttp) => {
-                                    log::debug!(
-                                        "plain HTTP from {:?} to a TLS port: answered 400",
-                                        self.peer
-                                    );
-                                    fx.refused = Some(Refused::TlsPlainHttp);
-                                    fx.queued = true;
-                                    self.queue(encode::simple_response(
-                                        400,
-                                        "Bad Request",
-                                        "text/plain",
-                                        crate::worker::tls::PLAIN_HTTP_BODY,
-                                        false,
-                                        false,
-                                        ctx.date.get(),
-                                    ));
-                                    self.phase = Phase::Closing { reset: false };
-                                    return Next::Wait;
-                                }
-                                Some(TlsFailure::Handshake) => {
-                                    crate::worker::tls::log_handshake_failure(&self.peer, &e);
-                                    fx.refused = Some(Refused::TlsHandshake);
-                                }
-                                None => {}
-                            }
-                            return Next::Close;
-                        }
+                    if let Some(next) = self.need_more(ctx, fx) {
+                        return next;
                     }
                 }
             }
         }
+    }
+
+    /// What its phase allows: `None` while it reads requests, else what to do (in `Last`,
+    /// once the last response is done, the refusal is queued and the close begins).
+    fn poll_phase(&mut self, ctx: &mut ReadCtx<'_>, fx: &mut Effects) -> Option<Next> {
+        let refusal = match &mut self.phase {
+            Phase::Open => return None,
+            Phase::Closing { .. } | Phase::Lingering => return Some(Next::Wait),
+            Phase::Last { refusal } => refusal,
+        };
+        if self.in_flight.is_none() {
+            // The last response is done (or there was none): answer a refusal, then close
+            // once written.
+            if let Some(r) = refusal.take() {
+                log::debug!("answering {} to {:?}: {}", r.status, self.peer, r.why);
+                fx.answered = Some(r.status);
+                self.queue(r.response(ctx.date.get()));
+            }
+            self.phase = Phase::Closing { reset: false };
+            fx.queued = true;
+        }
+        // No more reading: nothing to resume.
+        self.unstall();
+        Some(Next::Wait)
+    }
+
+    /// Reading stops at a cap.
+    fn stall(&mut self) {
+        self.gate = match self.gate {
+            Gate::Open => Gate::Stalled { drained: false },
+            Gate::Drained => Gate::Stalled { drained: true },
+            g => g,
+        };
+    }
+
+    /// Reading goes on (or stops for good): no longer stalled.
+    fn unstall(&mut self) {
+        if let Gate::Stalled { drained } = self.gate {
+            self.gate = if drained { Gate::Drained } else { Gate::Open };
+        }
+    }
+
+    /// Reading stopped at a cap with input perhaps waiting.
+    fn stalled(&self) -> bool {
+        matches!(self.gate, Gate::Stalled { .. })
+    }
+
+    /// A whole request was parsed: the connection's word on persistence is decided.
+    fn parsed(&mut self, mut req: Box<Request>, draining: bool) -> Box<Request> {
+        self.requests = self.requests.saturating_add(1);
+        if draining && !self.has_buffered_input() {
+            // A graceful stop answers what the client has sent: this request, and any
+            // pipelined behind it, the last of them with `Connection: close` (decided here,
+            // per request, so a response the handler encodes keeps its word to the client).
+            req.head.keep_alive = false;
+        }
+        if !req.head.keep_alive {
+            self.phase = Phase::Last { refusal: None };
+        }
+        req
+    }
+
+    /// The buffer holds no whole request: sends a `100 Continue` that is due, then reads
+    /// once more. `None` to parse again; else what to do.
+    fn need_more(&mut self, ctx: &mut ReadCtx<'_>, fx: &mut Effects) -> Option<Next> {
+        if self.in_flight.is_none() && self.reading.owes_continue() {
+            // RFC 9110 §10.1.1; after every earlier response, never before.
+            self.reading.continue_sent();
+            self.queue(b"HTTP/1.1 100 Continue\r\n\r\n".to_vec());
+            fx.queued = true;
+            // The client sends the body on this answer: its clocks start now.
+            self.clock.read_at = ctx.now;
+            self.clock.body_at = ctx.now;
+        }
+        match (self.input, self.gate) {
+            (Input::Ended, _) => self.ended(fx),
+            (_, Gate::Drained) => Some(Next::Wait),
+            _ => self.read_once(ctx, fx),
+        }
+    }
+
+    /// The peer stopped sending. A request cut short gets no answer; one in flight still
+    /// does, then the connection closes. `None` to go on (to answer what is in flight).
+    fn ended(&mut self, fx: &mut Effects) -> Option<Next> {
+        if self.in_flight.is_none() {
+            if !self.has_output() {
+                return Some(Next::Close);
+            }
+            self.phase = Phase::Closing { reset: false };
+            return Some(Next::Wait);
+        }
+        self.phase = Phase::Last { refusal: None };
+        fx.client_gone |= !std::mem::replace(&mut self.gone_reported, true);
+        None
+    }
+
+    /// One read. `None` to parse again; else what to do.
+    fn read_once(&mut self, ctx: &mut ReadCtx<'_>, fx: &mut Effects) -> Option<Next> {
+        // A head's clock starts with its first byte, and only then; a new connection's
+        // first head counts from the accept.
+        let head_starts = matches!(self.reading, ReadState::Head)
+            && !self.has_buffered_input()
+            && self.requests > 0;
+        match self.read_some(ctx.read_buffer_max) {
+            Ok(Got::End) => self.input = Input::Ended,
+            // The buffer is full and holds no complete head. Heads are limited below the
+            // buffer's size, so the parser refuses first (431); if it ever happened,
+            // waiting would never end.
+            Ok(Got::Full) => return Some(Next::Close),
+            Ok(Got::Bytes(n)) => {
+                self.clock.read_at = ctx.now;
+                if head_starts {
+                    self.clock.head_at = ctx.now;
+                } else if !matches!(self.reading, ReadState::Head) {
+                    self.clock.body_read += n as u64;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Some(Next::Wait),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Some(self.read_failed(&e, ctx, fx)),
+        }
+        None
+    }
+
+    /// A read failed: under TLS, plain HTTP gets its 400 first, and a failed handshake
+    /// is logged; else it closes.
+    fn read_failed(&mut self, e: &io::Error, ctx: &mut ReadCtx<'_>, fx: &mut Effects) -> Next {
+        let failure = match &self.sock {
+            Sock::Tls(t) => t.failure(),
+            _ => None,
+        };
+        match failure {
+            Some(TlsFailure::PlainHttp) => {
+                log::debug!(
+                    "plain HTTP from {:?} to a TLS port: answered 400",
+                    self.peer
+                );
+                fx.refused = Some(Refused::TlsPlainHttp);
+                fx.queued = true;
+                self.queue(encode::simple_response(
+                    400,
+                    "Bad Request",
+                    "text/plain",
+                    crate::worker::tls::PLAIN_HTTP_BODY,
+                    false,
+                    false,
+                    ctx.date.get(),
+                ));
+                self.phase = Phase::Closing { reset: false };
+                return Next::Wait;
+            }
+            Some(TlsFailure::Handshake) => {
+                crate::worker::tls::log_handshake_failure(&self.peer, e);
+                fx.refused = Some(Refused::TlsHandshake);
+            }
+            None => {}
+        }
+        Next::Close
     }
 
     /// A response the loop made itself (`--static-response`, a scrape of the metrics
@@ -937,7 +1074,7 @@ impl Conn {
     pub fn answer(&mut self, response: Vec<u8>) {
         self.queue(response);
         // Ready for the next head once this is written, as after a handler's response.
-        self.clock.idle_pending = self.in_flight == 0;
+        self.clock.idle_pending = self.in_flight.is_none();
     }
 
     /// One message of a response from its handler (the loop checked `takes_responses`),
@@ -961,21 +1098,19 @@ impl Conn {
             Part::Partial => false,
             Part::Last { keep_alive } => {
                 self.stream = None;
-                self.in_flight -= 1;
-                self.lent = false;
-                if self.in_flight == 0 {
+                self.one_done();
+                if self.in_flight.is_none() {
                     self.clock.idle_pending = true;
                 }
                 if !keep_alive {
                     self.phase = Phase::Closing { reset: false };
                     return false;
                 }
-                self.in_flight == 0 && self.goes_on_when_quiet()
+                self.in_flight.is_none() && self.goes_on_when_quiet()
             }
             Part::Abort { reset } => {
                 self.stream = None;
-                self.in_flight -= 1;
-                self.lent = false;
+                self.one_done();
                 let reset = reset || matches!(self.phase, Phase::Closing { reset: true });
                 self.phase = Phase::Closing { reset };
                 false
@@ -988,35 +1123,34 @@ impl Conn {
     fn goes_on_when_quiet(&self) -> bool {
         self.has_buffered_input()
             || self.held.is_some()
-            || self.read_stalled
+            || self.stalled()
             || matches!(self.phase, Phase::Last { .. })
-            || self.continue_pending
+            || self.reading.owes_continue()
     }
 
     /// It has a request out, and the loop must learn at once when the last finishes
     /// (`LoopShared::quiet`; one parked for ring room is said where it is parked).
     pub fn waits_for_quiet(&self) -> bool {
-        self.in_flight > 0 && self.goes_on_when_quiet()
+        self.in_flight.is_some() && self.goes_on_when_quiet()
     }
 
     /// The final part of a response it will not write (it is closing): one request fewer
     /// in flight.
     pub fn response_dropped(&mut self) {
-        self.in_flight -= 1;
-        self.lent = false;
+        self.one_done();
     }
 
     /// Requests it has in flight will never be answered (it closes after a response):
     /// their handler should not run the app for them.
     pub fn has_orphans(&self) -> bool {
-        !self.takes_responses() && self.in_flight > 0
+        !self.takes_responses() && self.in_flight.is_some()
     }
 
     /// Its write queue is empty: what now.
     pub fn after_output(&mut self, now: Instant) -> Written {
         match self.phase {
             Phase::Open | Phase::Last { .. } => {
-                if self.clock.idle_pending && self.in_flight == 0 {
+                if self.clock.idle_pending && self.in_flight.is_none() {
                     // The keep-alive (and next header) timeout counts from here, once the
                     // last response is written, not from when it was queued, and only from
                     // here: bytes that arrive later never restart it.
@@ -1025,13 +1159,13 @@ impl Conn {
                 }
                 Written::Open {
                     // Parsing waited for the write queue to drain.
-                    resume: self.read_stalled && self.in_flight < MAX_PIPELINED_IN_FLIGHT,
+                    resume: self.stalled() && self.in_flight() < MAX_PIPELINED_IN_FLIGHT,
                     idle: self.is_idle(),
                 }
             }
             Phase::Lingering => Written::Lingering,
             Phase::Closing { reset } => {
-                if self.eof || reset {
+                if self.input == Input::Ended || reset {
                     return Written::Close;
                 }
                 match self.sock.prepare_close() {
@@ -1061,7 +1195,11 @@ impl Conn {
     /// Reads its socket again even if the last read drained it (a graceful stop's last
     /// look, for a request that crossed its grace).
     pub fn read_again(&mut self) {
-        self.read_drained = false;
+        self.gate = match self.gate {
+            Gate::Drained => Gate::Open,
+            Gate::Stalled { .. } => Gate::Stalled { drained: false },
+            g => g,
+        };
     }
 
     /// A graceful stop is done waiting for it: close it once its queue is written.
@@ -1103,7 +1241,10 @@ impl Conn {
         if !self.takes_responses() {
             return None;
         }
-        if self.in_flight > 0 || self.parked.is_some() || matches!(self.phase, Phase::Last { .. }) {
+        if self.in_flight.is_some()
+            || self.parked.is_some()
+            || matches!(self.phase, Phase::Last { .. })
+        {
             return None;
         }
         match self.reading {
@@ -1171,7 +1312,7 @@ impl Conn {
         if reset || matches!(self.phase, Phase::Closing { reset: true }) {
             self.set_reset_on_close();
         }
-        let reserved = if self.lent {
+        let reserved = if self.in_flight.as_ref().is_some_and(|f| f.lent) {
             self.sock.into_reserved(placeholder)
         } else {
             // Dropping the socket closes it, which also removes it from the epoll set.
@@ -1189,24 +1330,8 @@ impl Conn {
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
-            // A large body still to come, and nothing buffered: read it straight into the
-            // request's own buffer, in large reads. This skips the copy out of the read
-            // buffer and the many small reads its size would impose.
-            if let (ReadState::Body { req, need }, true) =
-                (&mut self.reading, self.sock.reads_direct())
-            {
-                if *need >= DIRECT_BODY_READ_MIN_BYTES {
-                    let want = (*need).min(DIRECT_BODY_READ_MAX_BYTES) as usize;
-                    req.data.reserve(want);
-                    let spare = &mut req.data.spare_capacity_mut()[..want];
-                    let n = self.sock.read_uninit(spare)?;
-                    // SAFETY: read(2) initialised the first `n` bytes of the spare capacity,
-                    // which `reserve` made at least `want >= n` long.
-                    unsafe { req.data.set_len(req.data.len() + n) };
-                    *need -= n as u64;
-                    self.read_drained = n > 0 && n < want && !self.peer_closed_hint;
-                    return Ok(if n == 0 { Got::End } else { Got::Bytes(n) });
-                }
+            if let Some(got) = self.read_body_direct() {
+                return got;
             }
         }
         if self.rend == self.rbuf.len() {
@@ -1224,11 +1349,44 @@ impl Conn {
         let space = self.rbuf.len() - self.rend;
         let n = self.sock.read(&mut self.rbuf[self.rend..])?;
         self.rend += n;
-        // A short read from a stream socket took everything queued at that instant; bytes
-        // that arrive later raise a new edge. Unless the peer has shut down (its EOF is
-        // already queued and raises no new edge), skip the read that would say EAGAIN.
-        self.read_drained = n > 0 && n < space && !self.peer_closed_hint;
+        self.after_read(n, space);
         Ok(if n == 0 { Got::End } else { Got::Bytes(n) })
+    }
+
+    /// A large body still to come, and nothing buffered: reads it straight into the
+    /// request's own buffer, in large reads. This skips the copy out of the read buffer and
+    /// the many small reads its size would impose. `None` when it does not apply.
+    fn read_body_direct(&mut self) -> Option<io::Result<Got>> {
+        let ReadState::Body { req, need, .. } = &mut self.reading else {
+            return None;
+        };
+        if *need < DIRECT_BODY_READ_MIN_BYTES || !self.sock.reads_direct() {
+            return None;
+        }
+        let want = (*need).min(DIRECT_BODY_READ_MAX_BYTES) as usize;
+        req.data.reserve(want);
+        let spare = &mut req.data.spare_capacity_mut()[..want];
+        let n = match self.sock.read_uninit(spare) {
+            Ok(n) => n,
+            Err(e) => return Some(Err(e)),
+        };
+        // SAFETY: read(2) initialised the first `n` bytes of the spare capacity, which
+        // `reserve` made at least `want >= n` long.
+        unsafe { req.data.set_len(req.data.len() + n) };
+        *need -= n as u64;
+        self.after_read(n, want);
+        Some(Ok(if n == 0 { Got::End } else { Got::Bytes(n) }))
+    }
+
+    /// After a read of `n` bytes into `space`: a short read from a stream socket took
+    /// everything queued at that instant, and bytes that arrive later raise a new edge, so
+    /// the read that would say `EAGAIN` is skipped. Not once the peer has shut down: its
+    /// end of stream is already queued and raises no new edge.
+    fn after_read(&mut self, n: usize, space: usize) {
+        if matches!(self.gate, Gate::Open | Gate::Drained) {
+            let drained = n > 0 && n < space && self.input == Input::Open;
+            self.gate = if drained { Gate::Drained } else { Gate::Open };
+        }
     }
 
     /// Discards what the peer sends (lingering close). `Ok(true)` at end of stream.
@@ -1267,7 +1425,11 @@ impl Conn {
                         Err(step) => return step,
                     }
                 }
-                ReadState::Body { mut req, need } => {
+                ReadState::Body {
+                    mut req,
+                    need,
+                    expect,
+                } => {
                     let avail = (self.rend - self.rpos) as u64;
                     let take = avail.min(need) as usize;
                     req.data
@@ -1280,28 +1442,30 @@ impl Conn {
                     if need == 0 {
                         return Step::Request(req);
                     }
-                    self.reading = ReadState::Body { req, need };
+                    self.reading = ReadState::Body { req, need, expect };
                     return Step::NeedMore;
                 }
-                ReadState::Chunked { mut req, mut dec } => {
-                    match dec.decode(&self.rbuf[self.rpos..self.rend], &mut req.data) {
-                        Ok((used, done)) => {
-                            self.rpos += used;
-                            if let Err(step) = self.spill(&mut req, body_buffer, done) {
-                                return step;
-                            }
-                            if done {
-                                return Step::Request(req);
-                            }
-                            self.reading = ReadState::Chunked { req, dec };
-                            return Step::NeedMore;
+                ReadState::Chunked {
+                    mut req,
+                    mut dec,
+                    expect,
+                } => match dec.decode(&self.rbuf[self.rpos..self.rend], &mut req.data) {
+                    Ok((used, done)) => {
+                        self.rpos += used;
+                        if let Err(step) = self.spill(&mut req, body_buffer, done) {
+                            return step;
                         }
-                        Err(BodyError::TooLarge) => return Step::too_large(),
-                        Err(BodyError::BadChunk(why)) => {
-                            return Step::refuse(HeadError::BadRequest(why))
+                        if done {
+                            return Step::Request(req);
                         }
+                        self.reading = ReadState::Chunked { req, dec, expect };
+                        return Step::NeedMore;
                     }
-                }
+                    Err(BodyError::TooLarge) => return Step::too_large(),
+                    Err(BodyError::BadChunk(why)) => {
+                        return Step::refuse(HeadError::BadRequest(why))
+                    }
+                },
             }
         }
     }
@@ -1378,24 +1542,33 @@ impl Conn {
             },
             socket: None,
         });
+        // RFC 9110 §10.1.1: a server that receives 100-continue sends the interim response
+        // unless it already has the body (or will answer with a final status first).
+        let expect = if expect && self.rpos == self.rend {
+            Expect::Continue
+        } else {
+            Expect::Nothing
+        };
         match framing {
             BodyFraming::None => return Ok(Some(req)),
             BodyFraming::Length(0) => return Ok(Some(req)),
-            BodyFraming::Length(n) => self.reading = ReadState::Body { req, need: n },
+            BodyFraming::Length(n) => {
+                self.reading = ReadState::Body {
+                    req,
+                    need: n,
+                    expect,
+                }
+            }
             BodyFraming::Chunked => {
                 self.reading = ReadState::Chunked {
                     req,
                     dec: ChunkedDecoder::new(max_body_bytes),
+                    expect,
                 }
             }
         }
         self.clock.body_at = self.clock.read_at;
         self.clock.body_read = (self.rend - self.rpos) as u64;
-        // RFC 9110 §10.1.1: a server that receives 100-continue sends the interim response
-        // unless it already has the body (or will answer with a final status first).
-        if expect && self.rpos == self.rend {
-            self.continue_pending = true;
-        }
         Ok(None)
     }
 
@@ -1447,69 +1620,96 @@ impl Conn {
         returned: &mut impl FnMut(Arc<StreamCredit>, usize),
     ) -> io::Result<bool> {
         loop {
-            while let Some(front) = self.wq.front() {
-                if !front.done() {
-                    break;
-                }
-                if let Some(Out {
-                    credit: Some((c, n)),
-                    ..
-                }) = self.wq.pop_front()
-                {
-                    returned(c, n);
-                }
-            }
-            let queued = self.wq.len();
-            let Some(front) = self.wq.front_mut() else {
+            self.pop_written(returned);
+            let Some(front) = self.wq.front() else {
                 // Under TLS, the records of what was written may still wait for the socket.
                 return self.sock.write_pending();
             };
-            if front.pos == front.data.len() {
+            let step = if front.pos == front.data.len() {
                 // Only the file part is left.
-                match self.sock.send_file(front.file.as_mut()) {
-                    Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-                    Ok(n) => {
-                        self.sendfile_bytes += n as u64;
-                        self.clock.write_at = now;
-                        continue;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                    Err(e) => return Err(e),
-                }
-            }
-            let res = if queued == 1 || front.file.is_some() {
-                self.sock.write(&front.data.as_slice()[front.pos..])
+                self.send_file_part(now)
             } else {
-                let mut slices = [IoSlice::new(&[]); WRITEV_MAX_SLICES];
-                let mut n = 0;
-                for out in self.wq.iter().take(WRITEV_MAX_SLICES) {
-                    slices[n] = IoSlice::new(&out.data.as_slice()[out.pos..]);
-                    n += 1;
-                    // A file part must follow its own bytes: gather no further.
-                    if out.file.is_some() {
-                        break;
-                    }
-                }
-                self.sock.write_vectored(&slices[..n])
+                self.write_buffers(now)
             };
-            match res {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(mut written) => {
-                    self.clock.write_at = now;
-                    for out in self.wq.iter_mut() {
-                        let left = out.data.len() - out.pos;
-                        let step = left.min(written);
-                        out.pos += step;
-                        written -= step;
-                        if written == 0 {
-                            break;
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
+            if let Some(done) = step {
+                return done;
+            }
+        }
+    }
+
+    /// Drops the written parts from the queue's front, returning their credit.
+    fn pop_written(&mut self, returned: &mut impl FnMut(Arc<StreamCredit>, usize)) {
+        while self.wq.front().is_some_and(Out::done) {
+            if let Some(Out {
+                credit: Some((c, n)),
+                ..
+            }) = self.wq.pop_front()
+            {
+                returned(c, n);
+            }
+        }
+    }
+
+    /// Sends some of the front part's file. `None` to go on; else what `flush` returns.
+    fn send_file_part(&mut self, now: Instant) -> Option<io::Result<bool>> {
+        let file = self.wq.front_mut().and_then(|f| f.file.as_mut());
+        match self.sock.send_file(file) {
+            Ok(0) => Some(Err(io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => {
+                self.sendfile_bytes += n as u64;
+                self.clock.write_at = now;
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Ok(false)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Writes from the queue's front buffers. `None` to go on; else what `flush` returns.
+    fn write_buffers(&mut self, now: Instant) -> Option<io::Result<bool>> {
+        match self.write_front() {
+            Ok(0) => Some(Err(io::ErrorKind::WriteZero.into())),
+            Ok(written) => {
+                self.clock.write_at = now;
+                self.consume(written);
+                None
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(Ok(false)),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// One `write`, or a `writev` gathering the buffers queued behind the front one (up to
+    /// a file part, which must follow its own bytes).
+    fn write_front(&mut self) -> io::Result<usize> {
+        let Some(front) = self.wq.front() else {
+            return Ok(0);
+        };
+        if self.wq.len() == 1 || front.file.is_some() {
+            return self.sock.write(&front.data.as_slice()[front.pos..]);
+        }
+        let mut slices = [IoSlice::new(&[]); WRITEV_MAX_SLICES];
+        let mut n = 0;
+        for out in self.wq.iter().take(WRITEV_MAX_SLICES) {
+            slices[n] = IoSlice::new(&out.data.as_slice()[out.pos..]);
+            n += 1;
+            if out.file.is_some() {
+                break;
+            }
+        }
+        self.sock.write_vectored(&slices[..n])
+    }
+
+    /// `written` bytes of the queue went out, from its front.
+    fn consume(&mut self, mut written: usize) {
+        for out in self.wq.iter_mut() {
+            let step = (out.data.len() - out.pos).min(written);
+            out.pos += step;
+            written -= step;
+            if written == 0 {
+                break;
             }
         }
     }
@@ -1546,5 +1746,283 @@ impl Conn {
                 returned(c, n);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! `Conn` over a socket pair, driven as the loop drives it: readiness, `poll`, the
+    //! handler's responses, `flush` and `after_output`; the client's end reads what it
+    //! would see.
+
+    use std::io::{Read, Write};
+    use std::time::Instant;
+
+    use super::*;
+
+    struct Pair {
+        conn: Conn,
+        client: std::os::unix::net::UnixStream,
+        limits: Limits,
+        date: DateCache,
+        now: Instant,
+    }
+
+    impl Pair {
+        fn new() -> Pair {
+            let (client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+            server.set_nonblocking(true).unwrap();
+            client
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let now = Instant::now();
+            let sock = Sock::Unix(mio::net::UnixStream::from_std(server));
+            Pair {
+                conn: Conn::new(sock, ConnRef { slot: 0, gen: 0 }, Peer::Unix, Some(0), now),
+                client,
+                limits: Limits::default(),
+                date: DateCache::new(),
+                now,
+            }
+        }
+
+        /// The client sends `bytes`; the loop hears a readable edge.
+        fn send(&mut self, bytes: &[u8]) {
+            self.client.write_all(bytes).unwrap();
+            self.conn.on_readiness(true, false);
+        }
+
+        /// One `Conn::poll`, as the loop makes it.
+        fn poll(&mut self) -> (Next, Effects) {
+            let mut ctx = ReadCtx {
+                limits: &self.limits,
+                max_body_bytes: 1 << 20,
+                body_buffer: 1 << 20,
+                read_buffer_max: self.limits.max_head + 16 * 1024,
+                draining: false,
+                now: self.now,
+                date: &mut self.date,
+            };
+            let mut fx = Effects::default();
+            let next = self.conn.poll(&mut ctx, &mut fx);
+            (next, fx)
+        }
+
+        /// Polls for a request, which goes to handler 0.
+        fn request(&mut self) -> Box<Request> {
+            match self.poll().0 {
+                Next::Request(req) => {
+                    self.conn.dispatched(0, false);
+                    req
+                }
+                Next::Wait => panic!("no request: it waits"),
+                Next::Close => panic!("no request: it closes"),
+            }
+        }
+
+        /// The handler's whole response to the oldest request out; `true` when reading
+        /// must go on from here.
+        fn respond(&mut self, body: &str, keep_alive: bool) -> bool {
+            let resp = Response {
+                conn: self.conn.me(),
+                data: format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes(),
+                more: Vec::new(),
+                file: None,
+                part: Part::Last { keep_alive },
+                stream: None,
+            };
+            self.conn.on_response(resp, None, self.now)
+        }
+
+        /// Writes what is queued; what comes after, as the loop's `after_output`.
+        fn flush(&mut self) -> Written {
+            assert!(
+                self.conn.flush(self.now, &mut |_, _| {}).unwrap(),
+                "all written"
+            );
+            self.conn.after_output(self.now)
+        }
+
+        /// What the client has received so far (until it would wait).
+        fn received(&mut self) -> String {
+            self.client.set_nonblocking(true).unwrap();
+            let mut out = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match self.client.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            self.client.set_nonblocking(false).unwrap();
+            String::from_utf8(out).unwrap()
+        }
+
+        /// Whether the server has closed its sending side (the client reads its end).
+        fn client_sees_end(&mut self) -> bool {
+            let mut buf = [0u8; 1];
+            matches!(self.client.read(&mut buf), Ok(0))
+        }
+    }
+
+    fn target(req: &Request) -> &[u8] {
+        req.head.target.get(&req.data)
+    }
+
+    #[test]
+    fn pipelined_requests_are_read_up_to_the_cap_and_reading_resumes_by_itself_below_it() {
+        let mut p = Pair::new();
+        let n = MAX_PIPELINED_IN_FLIGHT as usize + 2;
+        let all: String = (0..n)
+            .map(|i| format!("GET /{i} HTTP/1.1\r\nHost: a\r\n\r\n"))
+            .collect();
+        p.send(all.as_bytes());
+        for i in 0..MAX_PIPELINED_IN_FLIGHT as usize {
+            assert_eq!(target(&p.request()), format!("/{i}").as_bytes());
+        }
+        // At the cap: the rest stays buffered, and no edge will come for it.
+        assert!(matches!(p.poll().0, Next::Wait));
+        assert_eq!(p.conn.in_flight(), MAX_PIPELINED_IN_FLIGHT);
+        assert!(
+            p.conn.waits_for_quiet(),
+            "the loop must hear when one finishes"
+        );
+        // One response: below the cap again, and the connection says to resume.
+        p.respond("0", true);
+        match p.flush() {
+            Written::Open { resume, .. } => assert!(resume, "reading must resume by itself"),
+            _ => panic!("it stays open"),
+        }
+        assert_eq!(target(&p.request()), format!("/{}", n - 2).as_bytes());
+        assert!(matches!(p.poll().0, Next::Wait));
+        // The responses went out in the order they came.
+        for i in 1..=MAX_PIPELINED_IN_FLIGHT as usize {
+            p.respond(&i.to_string(), true);
+        }
+        p.flush();
+        let got = p.received();
+        let bodies: Vec<&str> = got
+            .split("HTTP/1.1 200 OK\r\nContent-Length: ")
+            .skip(1)
+            .map(|r| r.split("\r\n\r\n").nth(1).unwrap())
+            .collect();
+        let want: Vec<String> = (0..=MAX_PIPELINED_IN_FLIGHT as usize)
+            .map(|i| i.to_string())
+            .collect();
+        assert_eq!(bodies, want);
+    }
+
+    #[test]
+    fn a_100_continue_waits_for_the_responses_before_it() {
+        let mut p = Pair::new();
+        p.send(
+            b"GET /first HTTP/1.1\r\nHost: a\r\n\r\n\
+              POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+        );
+        assert_eq!(target(&p.request()), b"/first");
+        // The upload's head is read, its body is not here: no interim answer yet, since
+        // the first response is not.
+        let (next, fx) = p.poll();
+        assert!(matches!(next, Next::Wait));
+        assert!(!fx.queued);
+        assert_eq!(p.received(), "");
+        // The first response is done: reading goes on, and the interim answer follows it.
+        assert!(
+            p.respond("first", true),
+            "the interim answer waits on this response"
+        );
+        p.flush();
+        let (next, fx) = p.poll();
+        assert!(matches!(next, Next::Wait));
+        assert!(fx.queued);
+        p.flush();
+        assert_eq!(
+            p.received(),
+            "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst\
+             HTTP/1.1 100 Continue\r\n\r\n"
+        );
+        // The body comes on that answer.
+        p.send(b"hello");
+        let req = p.request();
+        assert_eq!(target(&req), b"/upload");
+        assert_eq!(req.body(), b"hello");
+    }
+
+    #[test]
+    fn a_refusal_is_answered_after_the_responses_before_it_then_the_close_lingers() {
+        let mut p = Pair::new();
+        p.send(b"GET /ok HTTP/1.1\r\nHost: a\r\n\r\nNOT HTTP AT ALL\r\n\r\n");
+        assert_eq!(target(&p.request()), b"/ok");
+        // The bad request is refused, but its answer waits for the response in flight.
+        let (next, fx) = p.poll();
+        assert!(matches!(next, Next::Wait));
+        assert_eq!(fx.answered, None);
+        assert!(p.conn.takes_responses());
+        p.respond("ok", true);
+        p.flush();
+        let (next, fx) = p.poll();
+        assert!(matches!(next, Next::Wait));
+        assert_eq!(fx.answered, Some(400));
+        // Written, then a lingering close: the FIN goes, and what the client still sends
+        // is read and dropped until it closes.
+        assert!(matches!(p.flush(), Written::Lingering));
+        assert!(p.conn.is_lingering());
+        let got = p.received();
+        assert!(
+            got.starts_with("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+            "{got}"
+        );
+        assert!(got.contains("HTTP/1.1 400 Bad Request\r\n"), "{got}");
+        assert!(got.contains("Connection: close\r\n"), "{got}");
+        assert!(p.client_sees_end());
+        p.client.write_all(b"late bytes").unwrap();
+        assert!(
+            p.conn.linger(),
+            "it lingers while the client is still there"
+        );
+        p.client.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(!p.conn.linger(), "the client closed: done");
+    }
+
+    #[test]
+    fn an_end_of_stream_with_a_request_out_is_a_departure_and_its_response_still_goes() {
+        let mut p = Pair::new();
+        p.send(b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n");
+        p.request();
+        p.client.shutdown(std::net::Shutdown::Write).unwrap();
+        assert!(p.conn.on_readiness(true, true), "the departure is reported");
+        assert!(!p.conn.on_readiness(true, true), "once");
+        let (next, _) = p.poll();
+        assert!(matches!(next, Next::Wait));
+        assert!(!p.conn.is_idle());
+        // The response is still written, then the connection closes without lingering
+        // (the client has nothing more to send).
+        p.respond("a", true);
+        assert!(matches!(p.poll().0, Next::Wait));
+        assert!(matches!(p.flush(), Written::Close));
+        assert_eq!(
+            p.received(),
+            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\na"
+        );
+    }
+
+    #[test]
+    fn a_request_parked_for_ring_room_is_dropped_once_its_client_half_closes() {
+        let mut p = Pair::new();
+        p.send(b"GET /a HTTP/1.1\r\nHost: a\r\n\r\n");
+        let Next::Request(req) = p.poll().0 else {
+            panic!("a request");
+        };
+        p.conn.park(req);
+        p.client.shutdown(std::net::Shutdown::Write).unwrap();
+        p.conn.on_readiness(true, true);
+        assert!(p.conn.take_parked().is_none());
+        assert!(matches!(p.poll().0, Next::Close));
     }
 }
