@@ -450,7 +450,15 @@ fn one_handler_worker() -> (Server, u32) {
 /// app keeps every CPU); once the app keeps that CPU full while another one idles, the loop
 /// may run anywhere again. (Run alone: .config/nextest.toml. A busy machine leaves no CPU
 /// idle for the second half to see.)
+///
+/// Informational, not run by default: its outcome depends on what else loads the host
+/// (other processes crowding the loop's CPU let it go early; none spare keeps it pinned),
+/// so it failed on loaded hosts however right the server was. The decisions it checks are
+/// asserted on recorded readings, quiet and loaded, by the `recorded_on_*` unit tests in
+/// src/worker/placement.rs. To watch it on a quiet machine:
+/// `cargo nextest run --test affinity --run-ignored only -E 'test(/^by_default_the_loop_runs_beside_a_light/)'`.
 #[test]
+#[ignore = "informational: depends on a quiet host; the decisions are unit-tested in src/worker/placement.rs"]
 fn by_default_the_loop_runs_beside_a_light_handler_and_is_let_go_when_its_cpu_fills() {
     let Some(cpus) = two_or_more_cpus() else {
         return;

@@ -722,4 +722,200 @@ mod tests {
             Move::Stay
         );
     }
+
+    // The end-to-end scenario of tests/affinity.rs
+    // (`by_default_the_loop_runs_beside_a_light_handler_...`, now run by hand only), as
+    // recorded readings: one worker with one handler on a two-CPU host, its loop and
+    // handler threads' CPU time, each CPU's ticks (100 a second) and no idle sleeps. On a
+    // quiet host the loop pins beside the handler, follows it, and is let go when the
+    // handler fills its CPU; on a host other processes load, the same worker is pinned and
+    // then let go for the crowding, or kept pinned when no CPU is spare. These are the
+    // decisions that test saw or failed on.
+
+    /// Cumulative readings built from one window at a time, with the loop's and the
+    /// handler's threads apart.
+    struct Recorded {
+        p: Placement,
+        at: Instant,
+        used: Duration,
+        /// The loop's, then the handler's CPU time.
+        threads: [Duration; 2],
+        ticks: [CpuTicks; 2],
+    }
+
+    /// One window of the scenario: CPU seconds of the loop, of the handler, and of the
+    /// worker's other threads; each CPU's (busy, idle) ticks of 100.
+    struct Window {
+        loop_s: f64,
+        handler_s: f64,
+        others_s: f64,
+        cpus: [(u64, u64); 2],
+    }
+
+    impl Recorded {
+        fn new() -> Recorded {
+            let at = Instant::now();
+            let tick = |cpu| CpuTicks {
+                cpu,
+                busy: 0,
+                idle: 0,
+                total: 0,
+            };
+            let mut r = Recorded {
+                p: Placement::new(vec![0, 1], at).unwrap(),
+                at,
+                used: Duration::ZERO,
+                threads: [Duration::ZERO; 2],
+                ticks: [tick(0), tick(1)],
+            };
+            assert_eq!(
+                r.judge(Some(1)),
+                Move::Stay,
+                "the first reading is a baseline"
+            );
+            r
+        }
+
+        fn judge(&mut self, on: Option<usize>) -> Move {
+            let reading = Reading {
+                at: self.at,
+                used: self.used,
+                threads: self.threads.to_vec(),
+                cpus: self.ticks.to_vec(),
+                idle: Duration::ZERO,
+            };
+            self.p.judge(reading, on)
+        }
+
+        /// A window of one second with the handler on CPU `on`; the decision.
+        fn window(&mut self, w: &Window, on: usize) -> Move {
+            self.at += WINDOW;
+            let secs = Duration::from_secs_f64;
+            self.threads[0] += secs(w.loop_s);
+            self.threads[1] += secs(w.handler_s);
+            self.used += secs(w.loop_s + w.handler_s + w.others_s);
+            for (t, (busy, idle)) in self.ticks.iter_mut().zip(w.cpus) {
+                t.busy += busy;
+                t.idle += idle;
+                t.total += 100;
+            }
+            self.judge(Some(on))
+        }
+
+        /// `n` windows, each `Stay`.
+        fn stays(&mut self, n: usize, w: &Window, on: usize) {
+            for i in 0..n {
+                assert_eq!(self.window(w, on), Move::Stay, "window {i} of {n}");
+            }
+        }
+    }
+
+    /// `/spin?ms=2` then 1 ms of quiet, from one client: the handler 0.6 of a core, the
+    /// loop 0.08. Apart on a quiet host: the handler on CPU 1, the loop and the client on
+    /// CPU 0.
+    const LIGHT_APART_QUIET: Window = Window {
+        loop_s: 0.08,
+        handler_s: 0.6,
+        others_s: 0.0,
+        cpus: [(45, 55), (62, 38)],
+    };
+    /// The same, pinned together on CPU 1; the client alone on CPU 0.
+    const LIGHT_BESIDE_QUIET: Window = Window {
+        loop_s: 0.08,
+        handler_s: 0.6,
+        others_s: 0.0,
+        cpus: [(35, 65), (70, 30)],
+    };
+    /// Three clients without pause, pinned together on CPU 1: the handler keeps it full;
+    /// the clients take 45 % of CPU 0.
+    const HEAVY_BESIDE_QUIET: Window = Window {
+        loop_s: 0.07,
+        handler_s: 0.93,
+        others_s: 0.0,
+        cpus: [(45, 55), (100, 0)],
+    };
+
+    #[test]
+    fn recorded_on_a_quiet_host_the_loop_pins_beside_a_light_handler_follows_it_and_is_let_go_when_it_fills_its_cpu(
+    ) {
+        let mut r = Recorded::new();
+        // Two light windows apart: pinned beside the handler (0.68 of a core, no thread
+        // near a whole one).
+        assert_eq!(r.window(&LIGHT_APART_QUIET, 1), Move::Stay);
+        assert_eq!(r.window(&LIGHT_APART_QUIET, 1), Move::Pin(1));
+        // Beside it, light: it stays, through the settling time and after.
+        r.stays(6, &LIGHT_BESIDE_QUIET, 1);
+        // The handler sent to CPU 0: the loop goes after it (once, far under the limit of
+        // MAX_FOLLOWS a second), and stays there.
+        r.p.followed(0);
+        assert_eq!(r.p.pinned(), Some(0));
+        let mirrored = Window {
+            cpus: [LIGHT_BESIDE_QUIET.cpus[1], LIGHT_BESIDE_QUIET.cpus[0]],
+            ..LIGHT_BESIDE_QUIET
+        };
+        r.stays(3, &mirrored, 0);
+        r.p.followed(1);
+        r.stays(3, &LIGHT_BESIDE_QUIET, 1);
+        // The handler fills the CPU while the other idles: let go at the first window.
+        assert_eq!(
+            r.window(&HEAVY_BESIDE_QUIET, 1),
+            Move::Spread("its CPU is full while another idles")
+        );
+        assert_eq!(r.p.pinned(), None);
+        // And not pinned again under the heavy load, nor (held off) under a light one.
+        r.stays(5, &HEAVY_BESIDE_QUIET, 1);
+        r.stays(20, &LIGHT_APART_QUIET, 1);
+    }
+
+    #[test]
+    fn recorded_on_a_loaded_host_the_loop_is_pinned_then_let_go_for_the_crowding() {
+        // Other processes keep both CPUs 95 % busy; the light worker still gets its 0.68 of
+        // a core (apart: it is judged by its own use, not by the host's).
+        let light_apart_loaded = Window {
+            cpus: [(95, 5), (96, 4)],
+            ..LIGHT_APART_QUIET
+        };
+        let mut r = Recorded::new();
+        assert_eq!(r.window(&light_apart_loaded, 1), Move::Stay);
+        assert_eq!(r.window(&light_apart_loaded, 1), Move::Pin(1));
+        // Beside the handler its CPU is full, 0.32 of it other processes': once settled,
+        // the loop is let go (where the end-to-end test expected it to stay pinned).
+        let light_beside_loaded = Window {
+            cpus: [(96, 4), (100, 0)],
+            ..LIGHT_BESIDE_QUIET
+        };
+        r.stays(2, &light_beside_loaded, 1);
+        assert_eq!(
+            r.window(&light_beside_loaded, 1),
+            Move::Spread("other processes take much of its CPU")
+        );
+        // Then held off: not pinned again for HOLD_OFF, however light.
+        r.stays(25, &light_apart_loaded, 1);
+    }
+
+    #[test]
+    fn recorded_on_a_loaded_host_a_full_cpu_with_none_spare_stays_pinned() {
+        // Others take a quarter of the CPU it is pinned to (under CROWDED) and nearly all
+        // of the other one.
+        let light_apart = Window {
+            cpus: [(95, 5), (90, 10)],
+            ..LIGHT_APART_QUIET
+        };
+        let light_beside = Window {
+            cpus: [(95, 5), (93, 7)],
+            ..LIGHT_BESIDE_QUIET
+        };
+        let heavy_beside = Window {
+            cpus: [(95, 5), (100, 0)],
+            ..HEAVY_BESIDE_QUIET
+        };
+        let mut r = Recorded::new();
+        assert_eq!(r.window(&light_apart, 1), Move::Stay);
+        assert_eq!(r.window(&light_apart, 1), Move::Pin(1));
+        r.stays(5, &light_beside, 1);
+        // The handler fills its CPU, but no other CPU is spare: nothing better to go to, it
+        // stays pinned (where the end-to-end test expected it let go).
+        r.stays(10, &heavy_beside, 1);
+        assert_eq!(r.p.pinned(), Some(1));
+    }
 }
