@@ -6,7 +6,10 @@
 //!
 //! The interpreter lives under /root (pyenv), which only root may enter; each server runs
 //! in a mount namespace where /root is a world-readable directory holding that tree, so
-//! that `nobody` can load it. Needs root and `unshare` (as CI has): without them each test
+//! that `nobody` can load it. The checkout may be somewhere only root may enter too (a
+//! clone in `mktemp -d`, or under /root): a server that runs as another user runs a copy
+//! of the binary and of the apps it imports, in a directory under /tmp that anyone may
+//! read (`readable_copy`). Needs root and `unshare` (as CI has): without them each test
 //! says it was skipped and why.
 
 mod common;
@@ -47,6 +50,8 @@ macro_rules! needs_root {
 /// world-readable directory with the real /root's pyenv tree bound inside), then runs
 /// its arguments.
 fn open_root(tmp: &TempDir) -> String {
+    // The test's own files (a socket, a key) are for the user to reach too.
+    std::fs::set_permissions(&tmp.path, std::fs::Permissions::from_mode(0o755)).unwrap();
     let fake = tmp.path.join("fakeroot");
     std::fs::create_dir_all(fake.join(".pyenv")).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -61,6 +66,60 @@ fn open_root(tmp: &TempDir) -> String {
     )
     .unwrap();
     script.to_string_lossy().into_owned()
+}
+
+/// This build's binary and the apps these tests import, where any user may read them.
+struct Readable {
+    /// The binary (a hard link to this build's, or a copy).
+    bin: String,
+    /// The apps' directory (identity.py, hello.py).
+    apps: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+/// Copies what a server running as another user needs from the checkout, which may be in
+/// a directory only root may enter, into a fresh directory under /tmp with every level
+/// world-readable (0755; /tmp itself is 1777).
+fn readable_copy() -> Readable {
+    let dir = TempDir::new("readable");
+    let root = std::path::PathBuf::from("/tmp").join(
+        dir.path
+            .file_name()
+            .expect("a temporary directory has a name"),
+    );
+    // TempDir is under $TMPDIR, which may be private: the copy goes under /tmp itself.
+    let dir = if dir.path.parent() == Some(Path::new("/tmp")) {
+        dir
+    } else {
+        std::fs::create_dir_all(&root).unwrap();
+        TempDir { path: root }
+    };
+    let open = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    open(&dir.path, 0o755);
+    let apps = dir.path.join("apps");
+    std::fs::create_dir(&apps).unwrap();
+    open(&apps, 0o755);
+    for app in ["identity.py", "hello.py"] {
+        std::fs::copy(apps_dir().join(app), apps.join(app)).unwrap();
+        open(&apps.join(app), 0o644);
+    }
+    let bin_copy = dir.path.join("m0serve");
+    if std::fs::hard_link(bin(), &bin_copy).is_err() {
+        std::fs::copy(bin(), &bin_copy).unwrap();
+    }
+    open(&bin_copy, 0o755);
+    Readable {
+        bin: bin_copy.to_string_lossy().into_owned(),
+        apps,
+        _dir: dir,
+    }
+}
+
+/// `Server::builder(app)` running the readable copy of the binary and the apps.
+fn builder_as_user(app: &str, copy: &Readable) -> ServerBuilder {
+    Server::builder(app).binary(&copy.bin).apps_in(&copy.apps)
 }
 
 /// A directory anyone may write in, for the app's files.
@@ -132,9 +191,10 @@ fn a_low_port_is_bound_then_master_and_workers_run_as_the_user_before_the_import
     needs_root!();
     let tmp = TempDir::new("user");
     let script = open_root(&tmp);
+    let copy = readable_copy();
     let port = low_port();
     // The server starts as root with a supplementary group it must not keep (disk, 6).
-    let s = Server::builder("identity:application")
+    let s = builder_as_user("identity:application", &copy)
         .without_port_flag()
         .wrapped(&[
             "unshare", "-m", "sh", &script, "setpriv", "--groups", "6", "--",
@@ -193,7 +253,8 @@ fn numeric_ids_the_user_database_does_not_know_are_used_as_given() {
     needs_root!();
     let tmp = TempDir::new("numeric");
     let script = open_root(&tmp);
-    let s = Server::builder("identity:application")
+    let copy = readable_copy();
+    let s = builder_as_user("identity:application", &copy)
         .wrapped(&["unshare", "-m", "sh", &script])
         .args(&["--user", "3999999", "--group", "3999998"])
         .start();
@@ -219,8 +280,9 @@ fn a_switch_that_cannot_be_made_stops_the_start_before_any_import() {
     needs_root!();
     let tmp = TempDir::new("refused");
     let script = open_root(&tmp);
+    let copy = readable_copy();
     // Started as nobody, it cannot become root.
-    let e = Server::builder("identity:application")
+    let e = builder_as_user("identity:application", &copy)
         .wrapped(&[
             "unshare",
             "-m",
@@ -309,13 +371,13 @@ fn umask_reaches_the_unix_socket_and_the_apps_files() {
 }
 
 /// `--check-config ARGS`, as root, in a mount namespace where nobody may use the
-/// interpreter (`open_root`).
-fn check_as_root(script: &str, args: &[&str]) -> std::process::Output {
+/// interpreter (`open_root`), with the readable copy of the binary, in its apps' directory.
+fn check_as_root(script: &str, copy: &Readable, args: &[&str]) -> std::process::Output {
     std::process::Command::new("timeout")
-        .args(["60", "unshare", "-m", "sh", script, bin()])
+        .args(["60", "unshare", "-m", "sh", script, &copy.bin])
         .arg("--check-config")
         .args(args)
-        .current_dir(apps_dir())
+        .current_dir(&copy.apps)
         .env_remove("M0SERVE_USER")
         .output()
         .expect("cannot run the check")
@@ -328,6 +390,7 @@ fn check_config_with_user_checks_what_the_user_can_read() {
     needs_root!();
     let tmp = TempDir::new("check-user");
     let script = open_root(&tmp);
+    let copy = readable_copy();
     let private = dir_with_mode(&tmp, "private", 0o700);
     std::fs::copy(apps_dir().join("hello.py"), private.join("hello.py")).unwrap();
     let (cert, key) = (tmp.path.join("cert.pem"), tmp.path.join("key.pem"));
@@ -362,13 +425,14 @@ fn check_config_with_user_checks_what_the_user_can_read() {
     let dir = private.to_str().unwrap();
     let o = check_as_root(
         &script,
+        &copy,
         &[&["hello:app", "--app-dir", dir][..], &user].concat(),
     );
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let says = format!("--app-dir {dir}: user nobody cannot use it: Permission denied");
     assert!(text(&o).contains(&says), "{}", text(&o));
     // Root alone may: the same check without --user passes.
-    let o = check_as_root(&script, &["hello:app", "--app-dir", dir]);
+    let o = check_as_root(&script, &copy, &["hello:app", "--app-dir", dir]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
 
     let tls = [
@@ -378,7 +442,7 @@ fn check_config_with_user_checks_what_the_user_can_read() {
         "--keyfile",
         key.to_str().unwrap(),
     ];
-    let o = check_as_root(&script, &[&tls[..], &user].concat());
+    let o = check_as_root(&script, &copy, &[&tls[..], &user].concat());
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         text(&o).contains(&format!("as user nobody: --keyfile {}", key.display()))
@@ -387,7 +451,7 @@ fn check_config_with_user_checks_what_the_user_can_read() {
         text(&o)
     );
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let o = check_as_root(&script, &[&tls[..], &user].concat());
+    let o = check_as_root(&script, &copy, &[&tls[..], &user].concat());
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(
         text(&o).contains("as user nobody; would listen on https://"),
@@ -406,9 +470,9 @@ fn check_config_with_user_checks_what_the_user_can_read() {
             "setpriv",
             "--reuid=65534",
         ])
-        .args(["--regid=65534", "--clear-groups", "--", bin()])
+        .args(["--regid=65534", "--clear-groups", "--", &copy.bin])
         .args(["--check-config", "hello:app", "--user", "root"])
-        .current_dir(apps_dir())
+        .current_dir(&copy.apps)
         .output()
         .expect("cannot run the check");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
@@ -431,7 +495,8 @@ fn with_user_the_socket_is_the_users_the_app_cannot_signal_its_master_and_nothin
     // A directory only root may write, as /run is.
     let run = dir_with_mode(&tmp, "run", 0o755);
     let (sock, pid_file) = (run.join("app.sock"), run.join("app.pid"));
-    let mut s = Server::builder("identity:application")
+    let copy = readable_copy();
+    let mut s = builder_as_user("identity:application", &copy)
         .without_port_flag()
         .wrapped(&["unshare", "-m", "sh", &script])
         .args(&[

@@ -15,6 +15,9 @@ pub struct ServerBuilder {
     binary: Option<String>,
     /// A file the server logs to (`--error-log-file`), searched for the listening line too.
     log_file: Option<PathBuf>,
+    /// The apps' directory (`--app-dir`, and the server's working directory) instead of
+    /// tests/apps.
+    apps: Option<PathBuf>,
 }
 
 impl ServerBuilder {
@@ -58,6 +61,13 @@ impl ServerBuilder {
         self
     }
 
+    /// Runs the server in `dir` and passes `--app-dir DIR` instead of tests/apps (a copy of
+    /// the apps that another user may read, say).
+    pub fn apps_in(mut self, dir: &Path) -> Self {
+        self.apps = Some(dir.to_path_buf());
+        self
+    }
+
     /// Do not pass `--app-dir tests/apps` (the test sets it another way).
     pub fn without_app_dir_flag(mut self) -> Self {
         self.app_dir_flag = false;
@@ -78,8 +88,9 @@ impl ServerBuilder {
         if self.port_flag {
             cmd.args(["--port", "0"]);
         }
+        let apps = self.apps.clone().unwrap_or_else(apps_dir);
         if self.app_dir_flag {
-            cmd.arg("--app-dir").arg(apps_dir());
+            cmd.arg("--app-dir").arg(&apps);
         }
         cmd.args(&self.args);
         // `M0S_TEST_BLOCKING_THREADS=N` runs every server whose test does not choose its
@@ -108,7 +119,7 @@ impl ServerBuilder {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        cmd.current_dir(apps_dir());
+        cmd.current_dir(&apps);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -252,6 +263,7 @@ impl Server {
             wrapper: vec![],
             binary: None,
             log_file: None,
+            apps: None,
         }
     }
 
