@@ -76,14 +76,10 @@ fn pinned_cpu(s: &Server, pid: u32) -> usize {
     first[0]
 }
 
-/// This test's CPUs, or `None` (with a note) when there is only one.
+/// This test's CPUs, or `None` (the test skipped: `require`) when there is only one.
 fn two_or_more_cpus() -> Option<Vec<usize>> {
     let cpus = our_cpus();
-    if cpus.len() < 2 {
-        eprintln!("skipped: one CPU");
-        return None;
-    }
-    Some(cpus)
+    require(cpus.len() >= 2, "two CPUs or more").then_some(cpus)
 }
 
 #[test]

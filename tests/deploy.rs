@@ -1,6 +1,6 @@
 //! The deployment recipes in docs/deploy/. The Kubernetes manifest (kubernetes.yaml) is
 //! parsed with PyYAML from the test virtualenv (M0S_TEST_VENV, made by scripts/test.sh;
-//! without it the test skips with a note) and checked: a Deployment and a Service whose
+//! without it the test is skipped: `common::require`) and checked: a Deployment and a Service whose
 //! selectors match the pod's labels, the container's command line accepted by the real
 //! binary (`--print-config`, and `--check-config` with the image's app from examples/),
 //! probes and the Service's targetPort on the port m0serve listens on, resources set, and
@@ -407,7 +407,7 @@ fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
         .ok()
         .filter(|v| !v.is_empty())
     else {
-        eprintln!("skipped: M0S_PACKAGE_VENVS is not set (scripts/test.sh sets it)");
+        require(false, "M0S_PACKAGE_VENVS (scripts/test.sh sets it)");
         return;
     };
     let wheels =

@@ -4,7 +4,7 @@
 //! runs with one handler thread and inline (`--blocking-threads 0`).
 //!
 //! The packages come from the virtualenv scripts/test.sh prepares (`--venv
-//! $M0S_TEST_VENV`); without M0S_TEST_VENV every test here skips with a note.
+//! $M0S_TEST_VENV`); without M0S_TEST_VENV every test here is skipped (`common::require`).
 
 mod common;
 mod venvs;

@@ -1,7 +1,7 @@
 //! The deployment recipe behind nginx, tested with the real nginx from Debian on loopback:
 //! over TCP and over a Unix socket, the client address and scheme nginx forwards reach the
 //! app through `--forwarded-allow-ips`, and a client's forged `X-Forwarded-For` does not.
-//! Skipped (with a note) where nginx is not installed; `.ci/run` installs it.
+//! Skipped (`common::require`) where nginx is not installed; `.ci/run` installs it.
 
 mod common;
 
@@ -66,7 +66,7 @@ fn connect_from(from: &str, to: SocketAddr) -> Conn {
 #[test]
 fn behind_nginx_over_tcp_and_a_unix_socket() {
     let Some(nginx) = nginx_binary() else {
-        eprintln!("skipped: nginx is not installed (apt-get install nginx-light)");
+        require(false, "nginx (apt-get install nginx-light)");
         return;
     };
     let tmp = TempDir::new("nginx");

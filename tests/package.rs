@@ -4,8 +4,8 @@
 //! Django too, is M0S_WHEEL_VENV). Here: `m0serve` and `python -m m0serve` from each, run
 //! without activation; workers that are the same interpreter; a wheel that serves with
 //! another installation of its Python, the build interpreter hidden and no libpython
-//! (M0S_PORTABLE_WHEEL, M0S_BUILD_PYTHON_PREFIX). Without those variables the tests skip
-//! with a note.
+//! (M0S_PORTABLE_WHEEL, M0S_BUILD_PYTHON_PREFIX). Without those variables the tests are
+//! skipped (`common::require`).
 
 mod common;
 mod venvs;
@@ -137,9 +137,10 @@ fn package_venvs() -> Option<Vec<PathBuf>> {
     match std::env::var("M0S_PACKAGE_VENVS") {
         Ok(v) if !v.trim().is_empty() => Some(v.split_whitespace().map(PathBuf::from).collect()),
         _ => {
-            eprintln!(
-                "skipped: M0S_PACKAGE_VENVS is not set. Run scripts/test.sh, which builds a \
-                 wheel per CPython found and installs each into a virtualenv."
+            require(
+                false,
+                "M0S_PACKAGE_VENVS: run scripts/test.sh, which builds a wheel per CPython \
+                 found and installs each into a virtualenv",
             );
             None
         }
@@ -368,8 +369,9 @@ fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
         std::env::var("M0S_PORTABLE_WHEEL"),
         std::env::var("M0S_BUILD_PYTHON_PREFIX"),
     ) else {
-        eprintln!(
-            "skipped: M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX are not set (scripts/test.sh sets them)"
+        require(
+            false,
+            "M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX (scripts/test.sh sets them)",
         );
         return;
     };
@@ -392,15 +394,18 @@ fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    if !root || Command::new("unshare").arg("--version").output().is_err() {
-        eprintln!("skipped: needs root and unshare(1) for a mount namespace");
+    let can = root && Command::new("unshare").arg("--version").output().is_ok();
+    if !require(can, "root and unshare(1) for a mount namespace") {
         return;
     }
     let Some(other_prefix) = other_prefix.filter(|p| *p != build_prefix) else {
-        eprintln!(
-            "skipped: no other installation of Python {version} ({} is missing, has no venv module, or is the \
-             build interpreter's)",
-            other.display()
+        require(
+            false,
+            &format!(
+                "another installation of Python {version} ({} is missing, has no venv module, \
+                 or is the build interpreter's)",
+                other.display()
+            ),
         );
         return;
     };

@@ -162,9 +162,9 @@ fn bind_takes_gunicorns_forms() {
 #[test]
 fn a_name_that_resolves_to_several_addresses_listens_on_each() {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || Command::new("unshare").arg("--version").output().is_err()
-    {
-        eprintln!("skipped: needs root and unshare(1) for a private /etc/hosts");
+    let can = unsafe { libc::geteuid() } == 0
+        && Command::new("unshare").arg("--version").output().is_ok();
+    if !require(can, "root and unshare(1) for a private /etc/hosts") {
         return;
     }
     // A mount namespace whose /etc/hosts names m0test-multi twice.

@@ -10,7 +10,7 @@
 //! clone in `mktemp -d`, or under /root): a server that runs as another user runs a copy
 //! of the binary and of the apps it imports, in a directory under /tmp that anyone may
 //! read (`readable_copy`). Needs root and `unshare` (as CI has): without them each test
-//! says it was skipped and why.
+//! is skipped (`common::require`).
 
 mod common;
 
@@ -26,13 +26,13 @@ const NOBODY: u32 = 65534;
 fn cannot_run() -> Option<&'static str> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Some("they need root");
+        return Some("root");
     }
     let unshare = std::process::Command::new("unshare")
         .args(["-m", "true"])
         .status();
     if !unshare.map(|s| s.success()).unwrap_or(false) {
-        return Some("`unshare -m` does not work here");
+        return Some("`unshare -m` to work");
     }
     None
 }
@@ -40,7 +40,7 @@ fn cannot_run() -> Option<&'static str> {
 macro_rules! needs_root {
     () => {
         if let Some(why) = cannot_run() {
-            eprintln!("skipped: {why}");
+            require(false, why);
             return;
         }
     };

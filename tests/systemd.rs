@@ -23,8 +23,10 @@ fn have(tool: &str) -> bool {
 
 #[test]
 fn serves_on_the_socket_systemd_passes() {
-    if !have("systemd-socket-activate") {
-        eprintln!("skipped: systemd-socket-activate is not installed (apt-get install systemd)");
+    if !require(
+        have("systemd-socket-activate"),
+        "systemd-socket-activate (apt-get install systemd)",
+    ) {
         return;
     }
     let port = free_port();
@@ -228,8 +230,10 @@ fn zombies_of(pid: u32) -> Vec<u32> {
 fn as_pid_1_it_reaps_orphans_and_stops_gracefully_on_sigterm() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    if !have("unshare") || !root {
-        eprintln!("skipped: needs unshare(1) and root for a PID namespace");
+    if !require(
+        have("unshare") && root,
+        "unshare(1) and root for a PID namespace",
+    ) {
         return;
     }
     // Configured through M0SERVE_* variables, as a container would be.

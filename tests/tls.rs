@@ -26,7 +26,7 @@ fn missing_tools() -> Option<String> {
             .output()
             .is_ok_and(|o| o.status.success());
         if !ok {
-            return Some(format!("`{tool}` is not installed"));
+            return Some(format!("`{tool}`"));
         }
     }
     None
@@ -35,7 +35,7 @@ fn missing_tools() -> Option<String> {
 macro_rules! needs_tools {
     () => {
         if let Some(why) = missing_tools() {
-            eprintln!("skipped: {why}");
+            require(false, &why);
             return;
         }
     };

@@ -60,6 +60,7 @@ mod echo;
 mod json;
 mod moves;
 mod server;
+mod skip;
 mod util;
 
 pub use captured::*;
@@ -68,4 +69,6 @@ pub use echo::*;
 pub use json::*;
 pub use moves::*;
 pub use server::*;
+#[allow(unused_imports)] // Only the tests that can be skipped use it.
+pub use skip::*;
 pub use util::*;

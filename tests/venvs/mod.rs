@@ -8,16 +8,19 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::common::{Json, ParseJson, Response};
+use crate::common::{require, Json, ParseJson, Response};
 
 /// The virtualenv named by `var`, or None (with a note saying how to get it) when the
 /// variable is unset: the test then returns early. scripts/test.sh always sets it.
 fn venv_from(var: &str, what: &str) -> Option<PathBuf> {
     match std::env::var_os(var).filter(|v| !v.is_empty()) {
         None => {
-            eprintln!(
-                "skipped: {var} is not set. Run scripts/test.sh, which creates {what} and \
-                 sets {var}, or set it to such a virtualenv yourself."
+            require(
+                false,
+                &format!(
+                    "{var}: run scripts/test.sh, which creates {what} and sets {var}, or set \
+                     it to such a virtualenv yourself"
+                ),
             );
             None
         }
