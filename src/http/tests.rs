@@ -2,10 +2,18 @@
 //! difference listed and explained), and a self-made fuzz loop.
 //!
 //! The corpus lives outside the crate, at `../shared/corpus` from the crate root
-//! (`M0SERVE_CORPUS` overrides the directory); without it the corpus test says so and passes,
-//! and the fuzz loop runs on its built-in seeds only.
+//! (`M0SERVE_CORPUS` overrides the directory); without it the corpus test is skipped
+//! (`tests/common/skip.rs`), and the fuzz loop runs on its built-in seeds only. What m0serve
+//! does with each corpus file, where that is not gunicorn's verdict, is one table shared
+//! with tests/corpus.rs: tests/data/corpus_verdicts.rs.
 
 use std::path::PathBuf;
+
+/// How a test that cannot run here says so (tests/common/skip.rs, shared with the
+/// integration tests).
+#[allow(dead_code)]
+#[path = "../../tests/common/skip.rs"]
+mod skip;
 
 use super::body::{BodyError, ChunkedDecoder};
 use super::limits::Limits;
@@ -244,140 +252,14 @@ fn inject_host(buf: &[u8]) -> Vec<u8> {
 // The corpus and our verdicts
 // ---------------------------------------------------------------------------------------
 
-/// What we expect of a corpus file where it is not gunicorn's verdict.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Expect {
-    /// Parses, and matches the manifest's method, target, path, query, headers and body.
-    Valid,
-    /// Parses (each request, bodies included); not compared with the manifest.
-    Accepted,
-    /// Refused at the head with exactly this error.
-    Head(HeadError),
-    /// Refused at the head, any status.
-    AnyHead,
-    /// Head accepted, chunked body refused.
-    Body,
-    /// Never complete; closed at EOF without calling the app.
-    Incomplete,
-}
-
-struct Case {
-    file: &'static str,
-    expect: Expect,
-    /// Also checked with these limits (e.g. gunicorn's defaults), expecting this.
-    also: Option<(Limits, Expect)>,
-    why: &'static str,
-}
-
-const fn case(file: &'static str, expect: Expect, why: &'static str) -> Case {
-    Case {
-        file,
-        expect,
-        also: None,
-        why,
-    }
-}
-
-/// gunicorn's default `limit_request_line`, in bytes.
-const GUNICORN_LIMIT_REQUEST_LINE_BYTES: usize = 4094;
-
-/// Every file where our verdict is not "valid parses and matches the manifest" /
-/// "invalid is refused at the head", with the reason. (Files refused only because an
-/// HTTP/1.1 request lacks Host are not listed: the test finds them, re-runs them with a Host
-/// line added, and prints them.)
-const DIFFERENCES: &[Case] = &[
-    // valid/ files we refuse.
-    case("valid/009.http", Expect::Head(HeadError::BadRequest("both Transfer-Encoding and Content-Length")),
-        "Transfer-Encoding with Content-Length is refused (RFC 9112 §6.1 MAY reject, §6.3 ¶3 smuggling); gunicorn drops the CL"),
-    case("valid/025.http", Expect::Head(HeadError::NotImplemented("unsupported transfer coding")),
-        "gzip before chunked: RFC 9112 §6.1 says 501 for a coding we do not implement"),
-    case("valid/025_line.http", Expect::Head(HeadError::NotImplemented("unsupported transfer coding")),
-        "gzip before chunked: 501 (RFC 9112 §6.1)"),
-    case("valid/029.http", Expect::Head(HeadError::NotImplemented("unsupported transfer coding")),
-        "identity before chunked: identity is no transfer coding since RFC 7230; 501 (RFC 9112 §6.1)"),
-    case("valid/030.http", Expect::Head(HeadError::NotImplemented("unsupported transfer coding")),
-        "identity before chunked: 501 (RFC 9112 §6.1)"),
-    case("valid/rfc9112_smuggle_gzip_chunked_01.http", Expect::Head(HeadError::NotImplemented("unsupported transfer coding")),
-        "gzip before chunked: 501 (RFC 9112 §6.1)"),
-    case("valid/rfc9112_smuggle_te_identity_chunked_01.http", Expect::Head(HeadError::NotImplemented("unsupported transfer coding")),
-        "identity before chunked: 501 (RFC 9112 §6.1)"),
-    case("valid/028.http", Expect::Head(HeadError::BadRequest("invalid header field name")),
-        "needs gunicorn's strip_header_spaces; RFC 9112 §5.1 says a space before the colon MUST get 400"),
-    case("valid/compat_obs_fold.http", Expect::Head(HeadError::BadRequest("invalid header field name")),
-        "needs gunicorn's permit_obsolete_folding; obs-fold gets 400 (RFC 9112 §5.2), no setting to allow it"),
-    case("valid/compat_obs_fold_huge.http", Expect::Head(HeadError::BadRequest("invalid header field name")),
-        "needs permit_obsolete_folding; obs-fold gets 400 (RFC 9112 §5.2)"),
-    case("valid/pp_01.http", Expect::AnyHead, "needs gunicorn's proxy_protocol: a PROXY v1 line is not HTTP to this parser"),
-    case("valid/pp_02.http", Expect::AnyHead, "needs proxy_protocol (PROXY v1)"),
-    case("valid/pp_04.http", Expect::AnyHead, "needs proxy_protocol (PROXY v2, binary)"),
-    case("valid/pp_05.http", Expect::AnyHead, "needs proxy_protocol (PROXY v2, binary)"),
-    // valid/ files we accept without matching gunicorn's interpretation.
-    case("valid/pp_03.http", Expect::Accepted, "proxy_protocol=auto with no PROXY line: a plain request"),
-    case("valid/031compat.http", Expect::Accepted,
-        "any token is a method (RFC 9110 §9.1); we do not case-fold it as gunicorn's casefold_http_method does"),
-    case("valid/031compat2.http", Expect::Accepted, "any token is a method (RFC 9110 §9.1), no setting needed"),
-    case("valid/040_compat.http", Expect::Accepted,
-        "Transfer_Encoding / Content_Length are ordinary names here; whether they reach the app (they would alias HTTP_CONTENT_LENGTH) is the environ builder's call"),
-    case("valid/040.http", Expect::Accepted,
-        "gunicorn drops the underscore names Transfer_Encoding / Content_Length before the app sees them; we parse them as the valid tokens they are and leave dropping them to the environ builder (framing uses Content-Length: 7 alone, as gunicorn's does)"),
-    case("valid/099.http", Expect::Incomplete,
-        "Content-Length is 17914 but the file holds 8599 body bytes: we wait for the rest (gunicorn's test reads to EOF)"),
-    // invalid/ files not refused at the head.
-    case("invalid/001.http", Expect::Incomplete, "truncated head: waits for more, closed at EOF"),
-    case("invalid/003c.http", Expect::Accepted, "`-bl` is a valid method token (RFC 9110 §9.1); gunicorn's method rule is its own"),
-    Case {
-        file: "invalid/006.http",
-        expect: Expect::Accepted,
-        also: Some((
-            Limits { max_request_line: GUNICORN_LIMIT_REQUEST_LINE_BYTES, max_head: 65536, max_headers: 100 },
-            Expect::Head(HeadError::UriTooLong),
-        )),
-        why: "4112-byte request line: within our 8190-byte default, 414 at gunicorn's 4094",
-    },
-    case("invalid/007.http", Expect::Accepted, "an 8 KiB header line: no per-field limit, only max_head (64 KiB)"),
-    case("invalid/008.http", Expect::Accepted, "12 KiB of header lines: no per-field limit, only max_head (64 KiB)"),
-    case("invalid/017.http", Expect::Accepted, "an 8 KiB header line: no per-field limit, only max_head (64 KiB)"),
-    case("invalid/010.http", Expect::Accepted, "needs gunicorn's limit_request_field_size=10: we have no per-field limit"),
-    case("invalid/012.http", Expect::Accepted, "needs limit_request_field_size=98: no per-field limit"),
-    case("invalid/limit_header_default_01.http", Expect::Accepted, "needs limit_request_field_size: no per-field limit"),
-    case("invalid/013.http", Expect::AnyHead, "needs permit_obsolete_folding + a field limit; obs-fold is 400 regardless"),
-    case("invalid/019.http", Expect::Accepted,
-        "conflicting X-Forwarded-Proto / X-Forwarded-Ssl is a forwarded-headers policy (--forwarded-allow-ips), not framing"),
-    case("invalid/040.http", Expect::Accepted, "needs header_map=refuse; underscore names are valid tokens (see valid/040_compat)"),
-    case("invalid/chunked_07.http", Expect::Accepted,
-        "needs header_map=refuse; Transfer_Encoding is not Transfer-Encoding, the body decodes as chunked"),
-    case("invalid/pp_01.http", Expect::AnyHead, "needs proxy_protocol; a malformed PROXY line is not HTTP: 400"),
-    case("invalid/pp_02.http", Expect::AnyHead, "needs proxy_protocol; not HTTP: 400"),
-    case("invalid/pp_03.http", Expect::AnyHead, "needs proxy_protocol; not HTTP: 400"),
-    case("invalid/version_02.http", Expect::Head(HeadError::VersionNotSupported),
-        "HTTP/2.0 gets 505 (RFC 9110 §15.6.6), a 5xx where the corpus says 4xx"),
-    case("invalid/rfc9112_chunked_missing_final_crlf_01.http", Expect::Incomplete,
-        "the body's final CRLF never comes: waits, closed at EOF"),
-    case("invalid/chunked_01.http", Expect::Body, "`6_0` chunk size"),
-    case("invalid/chunked_09.http", Expect::Body, "`0 ` (whitespace not followed by `;`)"),
-    case("invalid/chunked_10.http", Expect::Body, "` 0` leading whitespace"),
-    case("invalid/chunked_11.http", Expect::Body, "bare LF after the size"),
-    case("invalid/chunked_12.http", Expect::Body, "extension without a size"),
-    case("invalid/chunked_13.http", Expect::Body, "empty size line"),
-    case("invalid/chunked_14.http", Expect::Body, "bare CR in an extension"),
-    case("invalid/rfc9112_chunked_size_minus_sign_01.http", Expect::Body, "`-5` size"),
-    case("invalid/rfc9112_chunked_size_plus_sign_01.http", Expect::Body, "`+5` size"),
-    case("invalid/rfc9110_trailer_forbidden_cl_01.http", Expect::Body, "Content-Length in trailers"),
-    case("invalid/rfc9110_trailer_forbidden_host_01.http", Expect::Body, "Host in trailers"),
-    case("invalid/rfc9110_trailer_forbidden_te_01.http", Expect::Body, "Transfer-Encoding in trailers"),
-];
-
-/// Where our `split_target` path differs from gunicorn's (which runs the target through
-/// `urllib.parse.urlsplit`).
-const PATH_DIFFERENCES: &[(&str, &[u8], &str)] = &[
-    ("valid/100.http", b"///keeping_slashes",
-        "an origin-form path is kept as sent; urlsplit reads `//keeping_slashes` as an empty authority"),
-    ("valid/rfc9112_target_authority_connect_01.http", b"example.com:443",
-        "authority-form is the whole target; urlsplit reads `example.com:` as a scheme"),
-];
+// The verdicts, one table with tests/corpus.rs (`VERDICTS`, `Verdict`, `listed_verdict`).
+include!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/corpus_verdicts.rs"
+));
 
 /// Maps gunicorn settings onto `Limits`; `None` when a setting has no m0serve equivalent
-/// (then the file must be in `DIFFERENCES`).
+/// (then the file must be in `VERDICTS`).
 fn limits_for(settings: Option<&Json>) -> Option<Limits> {
     let mut limits = Limits::default();
     let Some(Json::Object(settings)) = settings else {
@@ -395,13 +277,26 @@ fn limits_for(settings: Option<&Json>) -> Option<Limits> {
     Some(limits)
 }
 
-fn verdict_matches(expect: Expect, run: &Run) -> bool {
-    match (expect, &run.outcome) {
-        (Expect::Valid | Expect::Accepted, Outcome::Accepted) => true,
-        (Expect::Head(want), Outcome::Head(got)) => want == *got,
-        (Expect::AnyHead, Outcome::Head(_)) => true,
-        (Expect::Body, Outcome::Body(_)) => true,
-        (Expect::Incomplete, Outcome::Incomplete) => true,
+fn verdict_matches(verdict: Verdict, run: &Run) -> bool {
+    let reason = |e: &HeadError| match e {
+        HeadError::BadRequest(r) | HeadError::NotImplemented(r) => *r,
+        _ => "",
+    };
+    match (verdict, &run.outcome) {
+        (
+            Verdict::AsManifest
+            | Verdict::Accepted
+            | Verdict::AppSeesManifest
+            | Verdict::LongLine(_)
+            | Verdict::OtherPath(_),
+            Outcome::Accepted,
+        ) => true,
+        (Verdict::Refused(status, why), Outcome::Head(got)) => {
+            got.status() == status && (why.is_empty() || reason(got) == why)
+        }
+        (Verdict::RefusedAny, Outcome::Head(_)) => true,
+        (Verdict::BodyRefused, Outcome::Body(_)) => true,
+        (Verdict::Incomplete | Verdict::ShortBody, Outcome::Incomplete) => true,
         _ => false,
     }
 }
@@ -447,9 +342,9 @@ fn compare_with_manifest(file: &str, entry: &Json, run: &Run) -> Vec<String> {
             format!("{:?}", got.version),
         );
         let (path, query) = split_target(&got.target);
-        let want_path = match PATH_DIFFERENCES.iter().find(|(f, _, _)| *f == file) {
-            Some((_, ours, _)) => ours.to_vec(),
-            None => field("path").latin1(),
+        let want_path = match listed_verdict(file) {
+            Some((Verdict::OtherPath(Some(ours)), _)) => ours.to_vec(),
+            _ => field("path").latin1(),
         };
         check(
             "path",
@@ -496,12 +391,15 @@ fn compare_with_manifest(file: &str, entry: &Json, run: &Run) -> Vec<String> {
 
 #[test]
 fn gunicorn_corpus() {
-    let Some(dir) = corpus_dir() else {
-        eprintln!(
-            "SKIPPED: corpus not found (set M0SERVE_CORPUS to the directory holding gunicorn-requests/)"
-        );
+    let dir = corpus_dir();
+    if !skip::require_or_skip_in_ci(
+        dir.is_some(),
+        "the gunicorn corpus in ../shared/corpus (or M0SERVE_CORPUS, the directory holding \
+         gunicorn-requests/)",
+    ) {
         return;
-    };
+    }
+    let dir = dir.unwrap();
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
     let manifest: Json = serde_json::from_str(&manifest).expect("manifest.json");
     let entries = manifest.arr();
@@ -515,55 +413,54 @@ fn gunicorn_corpus() {
         let file = entry.get("file").unwrap().str();
         let valid = entry.get("kind").unwrap().str() == "valid";
         let bytes = decode_http_file(&std::fs::read(dir.join(file)).unwrap());
-        let difference = DIFFERENCES.iter().find(|c| c.file == file);
-        if difference.is_some() {
+        let listed = listed_verdict(file);
+        if listed.is_some() {
             seen_differences.push(file);
         }
         let limits = limits_for(entry.get("server_settings"));
-        if limits.is_none() && difference.is_none() {
+        if limits.is_none() && listed.is_none() {
             failures.push(format!(
-                "{file}: needs gunicorn settings we cannot map, and is not in DIFFERENCES"
+                "{file}: needs gunicorn settings we cannot map, and is not in VERDICTS"
             ));
             continue;
         }
         let limits = limits.unwrap_or_default();
-        let expect = difference.map_or(
-            if valid {
-                Expect::Valid
-            } else {
-                Expect::AnyHead
-            },
-            |c| c.expect,
-        );
-        let max_requests = if expect == Expect::Valid {
+        let default = if valid {
+            Verdict::AsManifest
+        } else {
+            Verdict::RefusedAny
+        };
+        let verdict = listed.map_or(default, |(v, _)| v);
+        let compared = matches!(verdict, Verdict::AsManifest | Verdict::OtherPath(_));
+        let max_requests = if compared {
             entry.get("requests").map_or(0, |r| r.arr().len())
         } else {
             usize::MAX
         };
         let run = run_requests(&bytes, &limits, max_requests);
-        if !verdict_matches(expect, &run) {
+        if !verdict_matches(verdict, &run) {
             failures.push(format!(
-                "{file}: expected {expect:?}, got {:?}",
+                "{file}: expected {verdict:?}, got {:?}",
                 run.outcome
             ));
             continue;
         }
-        if expect == Expect::Valid {
+        if compared {
             let problems = compare_with_manifest(file, entry, &run);
             if !problems.is_empty() {
                 failures.push(format!("{file}: {}", problems.join("; ")));
                 continue;
             }
         }
-        if let Some(Case {
-            also: Some((limits, also)),
-            ..
-        }) = difference
-        {
-            let run = run_requests(&bytes, limits, usize::MAX);
-            if !verdict_matches(*also, &run) {
+        if let Verdict::LongLine(line) = verdict {
+            let limits = Limits {
+                max_request_line: line,
+                ..Limits::default()
+            };
+            let run = run_requests(&bytes, &limits, usize::MAX);
+            if !verdict_matches(Verdict::Refused(414, ""), &run) {
                 failures.push(format!(
-                    "{file}: with {limits:?} expected {also:?}, got {:?}",
+                    "{file}: with {limits:?} expected 414, got {:?}",
                     run.outcome
                 ));
                 continue;
@@ -573,15 +470,14 @@ fn gunicorn_corpus() {
         if run.host_injected {
             host_only.push(file);
         }
-        if let Some(c) = difference {
-            report.push(format!("  {file}: {:?} -- {}", run.outcome, c.why));
+        if let Some((_, why)) = listed {
+            report.push(format!("  {file}: {:?} -- {why}", run.outcome));
         }
     }
-    for c in DIFFERENCES {
-        if !seen_differences.contains(&c.file) {
+    for (file, _, _) in VERDICTS {
+        if !seen_differences.contains(file) {
             failures.push(format!(
-                "{}: listed in DIFFERENCES but not in the manifest",
-                c.file
+                "{file}: listed in VERDICTS but not in the manifest"
             ));
         }
     }
