@@ -192,6 +192,23 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_BLOCKING_THREADS", default_value_t = 1)]
     pub blocking_threads: usize,
 
+    /// Most handler threads per worker. Past --blocking-threads, a worker starts another
+    /// when requests wait while every handler holds one without using the CPU (waiting on
+    /// a database or a service); one idle for a minute goes again. Default: 64, or
+    /// --blocking-threads if more; equal to --blocking-threads for a fixed pool.
+    #[arg(long, env = "M0SERVE_MAX_BLOCKING_THREADS", value_name = "N")]
+    pub max_blocking_threads: Option<usize>,
+
+    /// Seconds a handler thread above --blocking-threads may stay idle before it goes
+    /// (Granian's flag of the same name).
+    #[arg(
+        long,
+        env = "M0SERVE_BLOCKING_THREADS_IDLE_TIMEOUT",
+        default_value_t = 30.0,
+        value_name = "SECS"
+    )]
+    pub blocking_threads_idle_timeout: f64,
+
     /// Kernel accept queue length for the listening socket.
     #[arg(
         long,

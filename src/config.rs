@@ -13,6 +13,12 @@ use crate::sys::listen::{ListenSpec, MAX_LISTENERS};
 /// Most handler threads a worker may have: each holds a Python thread state and two rings.
 pub const MAX_BLOCKING_THREADS: usize = 1024;
 
+/// `--max-blocking-threads` by default: enough for an app that waits on its database to
+/// serve as many requests at once as a Granian or gunicorn-gthread user would give it
+/// threads for, while a thread that is not needed is never started (the pool grows only
+/// while its threads wait).
+pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 64;
+
 /// Most worker processes: each is a whole interpreter.
 pub const MAX_WORKERS: usize = 1024;
 
@@ -62,6 +68,10 @@ pub struct Config {
     pub uds_permissions: Option<u32>,
     pub workers: usize,
     pub blocking_threads: usize,
+    /// `--max-blocking-threads`: the most handler threads the pool grows to (0 inline).
+    pub max_blocking_threads: usize,
+    /// `--blocking-threads-idle-timeout`.
+    pub blocking_threads_idle: std::time::Duration,
     pub graceful_timeout: std::time::Duration,
     pub limits: Limits,
     pub max_body_size: u64,
@@ -495,6 +505,22 @@ impl Config {
                 cli.blocking_threads
             ));
         }
+        let max_blocking_threads = match (cli.blocking_threads, cli.max_blocking_threads) {
+            (0, Some(_)) => {
+                return Err("--max-blocking-threads: there are no handler threads with \
+                            --blocking-threads 0 (the app runs inline on the loop thread)"
+                    .into())
+            }
+            (0, None) => 0,
+            (floor, None) => DEFAULT_MAX_BLOCKING_THREADS.max(floor),
+            (floor, Some(max)) if max < floor || max > MAX_BLOCKING_THREADS => {
+                return Err(format!(
+                    "--max-blocking-threads {max}: must be between --blocking-threads ({floor}) \
+                     and {MAX_BLOCKING_THREADS}"
+                ))
+            }
+            (_, Some(max)) => max,
+        };
         if let Some(venv) = &cli.venv {
             if !venv.join("pyvenv.cfg").is_file() {
                 return Err(format!(
@@ -635,6 +661,13 @@ impl Config {
             uds_permissions,
             workers: cli.workers,
             blocking_threads: cli.blocking_threads,
+            max_blocking_threads,
+            blocking_threads_idle: seconds(
+                "--blocking-threads-idle-timeout",
+                cli.blocking_threads_idle_timeout,
+                0.05,
+                DAY,
+            )?,
             graceful_timeout,
             limits: crate::http::limits::Limits {
                 max_request_line,

@@ -15,14 +15,16 @@
 //! What each series measures:
 //! - `m0serve_requests_total{status="2xx"}`: responses by status class, the app's (counted
 //!   by the handler) and the loop's own error answers (400, 408, 413, 431...).
-//! - `m0serve_request_duration_seconds`: from the request handed to a handler (fully read)
-//!   to its response's last part handed back to the loop.
-//! - `m0serve_queue_wait_seconds`: from the request pushed into the ring to a handler
-//!   taking it.
+//! - `m0serve_request_duration_seconds`: from the request read whole to its response's
+//!   last part handed back to the loop.
+//! - `m0serve_queue_wait_seconds`: from the request read whole to a handler taking it (held
+//!   in the loop, or queued in a handler's ring).
 //! - `m0serve_app_seconds`: the app call and the iteration of its body.
 //! - `m0serve_handler_busy_seconds_total{worker,handler}`: per handler thread, the sum of
 //!   its app time (its utilisation is this counter's rate).
 //! - `m0serve_connections`: open client connections (scrapes not counted).
+//! - `m0serve_handler_threads`: handler threads running (the pool grows and shrinks
+//!   between `--blocking-threads` and `--max-blocking-threads`).
 //! - `m0serve_workers`: worker processes running; `m0serve_worker_restarts_total`: workers
 //!   that exited and were replaced (death, recycling, reload).
 
@@ -120,6 +122,8 @@ pub struct Section {
     busy_ns: AtomicU64,
     /// The loop's section only: open client connections (a gauge).
     connections: AtomicU64,
+    /// The loop's section only: handler threads running (a gauge).
+    threads: AtomicU64,
     /// The loop's section only: connections closed before a request, by [`Refused`].
     refused: [AtomicU64; Refused::ALL.len()],
 }
@@ -160,6 +164,13 @@ impl Section {
     pub fn set_connections(&self, n: usize) {
         // Relaxed: a gauge with one writer (the loop; the master once the loop is gone).
         self.connections.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// The loop's section: the handler threads running now.
+    #[inline]
+    pub fn set_threads(&self, n: usize) {
+        // Relaxed: as `set_connections`.
+        self.threads.store(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -376,6 +387,7 @@ impl Region {
     pub fn release(&self, slot: usize, replaced: bool) {
         self.slot_header(slot).pid.store(0, Ordering::Relaxed);
         self.section(slot, 0).set_connections(0);
+        self.section(slot, 0).set_threads(0);
         if replaced {
             bump(&self.header().restarts, 1);
         }
@@ -388,6 +400,7 @@ impl Region {
         let mut hists = [[0u64; NB]; 3];
         let mut sums = [0u64; 3];
         let mut connections = 0;
+        let mut threads = 0;
         let mut refused = [0u64; Refused::ALL.len()];
         let mut workers = 0;
         let mut busy = Vec::new();
@@ -397,6 +410,8 @@ impl Region {
                 continue;
             }
             workers += u64::from(load(&sh.pid) != 0);
+            let running = load(&self.section(slot, 0).threads);
+            threads += running;
             for i in 0..=self.handlers {
                 let s = self.section(slot, i);
                 for (c, r) in requests.iter_mut().zip(&s.requests) {
@@ -413,7 +428,9 @@ impl Region {
                     for (acc, r) in refused.iter_mut().zip(&s.refused) {
                         *acc += load(r);
                     }
-                } else {
+                } else if (i as u64) <= running || load(&s.busy_ns) > 0 {
+                    // Each handler that runs, or ran (a section of the pool's most is
+                    // unused until the pool grows into it).
                     busy.push((slot, i - 1, load(&s.busy_ns)));
                 }
             }
@@ -434,11 +451,11 @@ impl Region {
         let names = [
             (
                 "m0serve_request_duration_seconds",
-                "From a request handed to a handler to its response's last part back at the loop.",
+                "From a request read whole to its response's last part back at the loop.",
             ),
             (
                 "m0serve_queue_wait_seconds",
-                "From a request pushed into a handler's ring to the handler taking it.",
+                "From a request read whole to a handler taking it (waiting in the loop, or in a handler's ring).",
             ),
             (
                 "m0serve_app_seconds",
@@ -488,6 +505,8 @@ impl Region {
         w(format_args!(
             "# HELP m0serve_connections Open client connections, all workers.\n\
              # TYPE m0serve_connections gauge\nm0serve_connections {connections}\n\
+             # HELP m0serve_handler_threads Handler threads running, all workers.\n\
+             # TYPE m0serve_handler_threads gauge\nm0serve_handler_threads {threads}\n\
              # HELP m0serve_connections_refused_total Connections closed before any request \
              (TLS handshakes that failed, plain HTTP to a TLS port, PROXY protocol refusals).\n\
              # TYPE m0serve_connections_refused_total counter\n\

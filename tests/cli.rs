@@ -365,9 +365,10 @@ fn blocking_threads_is_read_from_m0serve_blocking_threads() {
 
 #[test]
 fn flag_wins_over_environment_variable() {
+    // One thread, never more: the app never runs on two at once.
     let s = Server::builder("echo:app")
-        .env("M0SERVE_BLOCKING_THREADS", "2")
-        .args(&["--blocking-threads", "1"])
+        .env("M0SERVE_MAX_BLOCKING_THREADS", "2")
+        .args(&["--max-blocking-threads", "1"])
         .start();
     assert_eq!(s.get("/").echo().wsgi("multithread").as_bool(), Some(false));
 }

@@ -743,8 +743,9 @@ impl BusyHandler {
     fn start(name: &str, job: &str) -> BusyHandler {
         let tmp = TempDir::new(name);
         let (mark, count) = (tmp.file("mark"), tmp.file("count"));
+        // One handler thread, never more: the requests behind the job wait for it.
         let s = Server::builder("regress:app")
-            .args(&["--blocking-threads", "1"])
+            .args(&["--blocking-threads", "1", "--max-blocking-threads", "1"])
             .env("M0TEST_COUNT_FILE", &count)
             .start();
         let mut c = s.connect();
@@ -970,7 +971,14 @@ fn write_to_a_client_that_does_not_read_holds_its_handler_until_the_write_timeou
     let mark = tmp.file("mark");
     let s = Server::start(
         "regress:app",
-        &["--blocking-threads", "1", "--write-timeout", "1"],
+        &[
+            "--blocking-threads",
+            "1",
+            "--max-blocking-threads",
+            "1",
+            "--write-timeout",
+            "1",
+        ],
     );
     let mut c = Conn::connect_small(s.addr(), 4096);
     c.send(&get(&format!("/write-big?mib=100&mark={mark}")));

@@ -210,7 +210,7 @@ fn counters_move_with_traffic_across_workers() {
 
 #[test]
 fn answers_while_every_handler_is_busy() {
-    let (server, metrics) = start(&["--blocking-threads", "1"]);
+    let (server, metrics) = start(&["--blocking-threads", "1", "--max-blocking-threads", "1"]);
     let mut slow = server.connect();
     slow.send(b"GET /slow?secs=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut queued = server.connect();
@@ -305,9 +305,9 @@ fn a_reload_with_more_handler_threads_than_counted_serves_on() {
     // counts what it can.
     let tmp = TempDir::new("metrics-conf");
     let conf = tmp.path.join("m0serve.conf");
-    std::fs::write(&conf, "--blocking-threads 1\n").unwrap();
+    std::fs::write(&conf, "--blocking-threads 1\n--max-blocking-threads 1\n").unwrap();
     let (server, metrics) = start(&["--config", conf.to_str().unwrap()]);
-    std::fs::write(&conf, "--blocking-threads 3\n").unwrap();
+    std::fs::write(&conf, "--blocking-threads 3\n--max-blocking-threads 3\n").unwrap();
     server.signal(libc::SIGHUP);
     assert!(
         server.wait_for_log("reload done", Duration::from_secs(15)),

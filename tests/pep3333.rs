@@ -216,11 +216,18 @@ fn environ_has_every_required_key_with_the_right_type() {
 
 #[test]
 fn multithread_is_true_only_with_several_handler_threads() {
-    let one = Server::start("echo:app", &["--blocking-threads", "1"]);
+    let one = Server::start("echo:app", &["--max-blocking-threads", "1"]);
     assert_eq!(
         one.get("/").echo().wsgi("multithread").as_bool(),
         Some(false),
         "one handler thread: never concurrent"
+    );
+    // By default the pool may start more threads, so calls may be concurrent.
+    let pool = Server::start("echo:app", &["--blocking-threads", "1"]);
+    assert_eq!(
+        pool.get("/").echo().wsgi("multithread").as_bool(),
+        Some(true),
+        "a pool that may grow: concurrent calls"
     );
     let two = Server::start("echo:app", &["--blocking-threads", "2"]);
     assert_eq!(

@@ -309,7 +309,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
             // Room for a reload's two generations and a few SIGTTINs; a worker past them
             // runs without metrics (and says so).
             let slots = (config.workers * 4).max(64);
-            let region = crate::metrics::Region::create(slots, config.blocking_threads.max(1))
+            let region = crate::metrics::Region::create(slots, config.max_blocking_threads.max(1))
                 .map_err(|e| format!("--metrics-port: cannot create the shared counters: {e}"))?;
             Some((region, listener))
         }

@@ -55,7 +55,8 @@ pub struct Request {
     /// head only).
     pub spooled: Option<crate::sys::spool::SpooledBody>,
     pub peer: Peer,
-    /// When the loop pushed it into a handler's ring (the pass's clock), for the metrics.
+    /// When the loop had read it whole (the pass's clock): its wait for a handler, in the
+    /// loop or in a handler's ring, counts from here (the metrics' queue wait).
     pub queued_at: std::time::Instant,
     /// The index of the listener that accepted its connection.
     pub listener: u8,

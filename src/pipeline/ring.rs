@@ -158,6 +158,15 @@ impl<T> Producer<T> {
         !Self::free_for(self.shared.slot(self.tail), self.tail)
     }
 
+    /// Whether the consumer has taken every item pushed so far. A hint: it may be stale
+    /// (the consumer may be popping right now), and nothing is published through it.
+    pub fn is_drained(&self) -> bool {
+        let last = self.tail.wrapping_sub(1);
+        // Acquire: pairs with the Release store of `seq` in `Consumer::pop`. The slot of
+        // the last item pushed holds `tail` until the consumer takes it.
+        self.shared.slot(last).seq.load(Ordering::Acquire) != self.tail
+    }
+
     /// The number of items the ring holds (the requested capacity rounded up to a power of
     /// two, and to at least 2).
     pub fn capacity(&self) -> usize {
@@ -259,6 +268,22 @@ mod tests {
             assert_eq!(c.pop(), Some(i));
         }
         assert_eq!(c.pop(), None);
+    }
+
+    #[test]
+    fn the_producer_sees_when_everything_pushed_was_taken() {
+        let (mut p, mut c) = ring(4);
+        assert!(p.is_drained());
+        // Over several laps of the ring.
+        for i in 0..10 {
+            p.push(i).unwrap();
+            assert!(!p.is_drained());
+            p.push(i).unwrap();
+            c.pop().unwrap();
+            assert!(!p.is_drained(), "one is left");
+            c.pop().unwrap();
+            assert!(p.is_drained());
+        }
     }
 
     #[test]
@@ -487,6 +512,36 @@ mod loom_tests {
             producer.join().unwrap();
             assert_eq!(got, ["0", "1", "2"]);
             assert!(c.is_empty());
+        });
+    }
+
+    /// `is_drained` on the producer's side while the consumer pops: when it says drained,
+    /// every slot is free (both items were taken, so two more pushes fit); it may say not
+    /// drained a moment late, never drained early.
+    #[test]
+    fn the_producer_never_takes_a_ring_with_an_item_for_drained() {
+        loom::model(|| {
+            let (mut p, mut c) = ring::<usize>(2);
+            p.push(1).unwrap();
+            p.push(2).unwrap();
+            let consumer = thread::spawn(move || {
+                for want in 1..=2 {
+                    loop {
+                        match c.pop() {
+                            Some(v) => {
+                                assert_eq!(v, want);
+                                break;
+                            }
+                            None => thread::yield_now(),
+                        }
+                    }
+                }
+            });
+            if p.is_drained() {
+                p.push(3).unwrap();
+                p.push(4).unwrap();
+            }
+            consumer.join().unwrap();
         });
     }
 

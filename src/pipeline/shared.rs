@@ -122,6 +122,9 @@ pub struct HandlerShared {
     pub busy: BusyClock,
     /// The handler's index in the loop's list (inline mode's bridge is 0).
     pub index: usize,
+    /// The handler thread's kernel id, once it runs (0 before): where the loop reads how
+    /// it spends its time (`sys::SchedStat`). Relaxed: a hint.
+    pub tid: std::sync::atomic::AtomicI32,
     /// Set by the handler thread while the request it serves has others queued behind it
     /// in its ring: the final part of its response then does not wake a sleeping loop
     /// (`wake_owed` records it), and the handler wakes the loop once, when its ring is
@@ -162,6 +165,13 @@ pub struct HandlerShared {
     /// Out of it, such a thread waits for credit as on a handler thread, and wakes the loop
     /// for what it pushes.
     pub app_running: AtomicBool,
+    /// How long its pieces of work take, a moving average in ns (`u64::MAX` until the
+    /// first is done), and when the one it is on began (`stats::mono_ns`; 0 while it
+    /// waits): the handler writes them, the loop reads them to decide whether a request
+    /// may queue behind the one it runs, and whether the pool should grow. Relaxed, all:
+    /// hints, nothing is published with them.
+    service_ns: AtomicU64,
+    work_since: AtomicU64,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -256,6 +266,7 @@ impl HandlerShared {
     pub fn new(index: usize, watch: bool) -> HandlerShared {
         HandlerShared {
             index,
+            tid: std::sync::atomic::AtomicI32::new(0),
             defer_loop_wake: AtomicBool::new(false),
             placing: AtomicBool::new(false),
             cpu: AtomicUsize::new(usize::MAX),
@@ -276,6 +287,40 @@ impl HandlerShared {
                 watch,
                 ..BusyClock::default()
             },
+            service_ns: AtomicU64::new(u64::MAX),
+            work_since: AtomicU64::new(0),
+        }
+    }
+
+    /// Handler: a piece of work begins at `now` (`stats::mono_ns`), or it waits (0).
+    pub fn set_work_since(&self, now: u64) {
+        // Relaxed: see `service_ns`.
+        self.work_since.store(now, Ordering::Relaxed);
+    }
+
+    /// Loop: when the piece of work the handler is on began, if it is on one.
+    pub fn work_since(&self) -> Option<u64> {
+        // Relaxed: see `service_ns`.
+        Some(self.work_since.load(Ordering::Relaxed)).filter(|&t| t != 0)
+    }
+
+    /// Handler: a piece of work took `ns`; the average moves an eighth of the way.
+    pub fn note_service(&self, ns: u64) {
+        // Relaxed: see `service_ns`; only this thread writes it.
+        let avg = match self.service_ns.load(Ordering::Relaxed) {
+            u64::MAX => ns,
+            avg => avg - avg / 8 + ns / 8,
+        };
+        self.service_ns
+            .store(avg.min(u64::MAX - 1), Ordering::Relaxed);
+    }
+
+    /// Loop: how long its pieces of work take, on average (`None` before the first).
+    pub fn service(&self) -> Option<std::time::Duration> {
+        // Relaxed: see `service_ns`.
+        match self.service_ns.load(Ordering::Relaxed) {
+            u64::MAX => None,
+            ns => Some(std::time::Duration::from_nanos(ns)),
         }
     }
 }

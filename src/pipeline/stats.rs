@@ -65,6 +65,14 @@ pub struct LoopCounters {
     pub handler_wakes: u64,
     /// Requests that found their handler's ring full.
     pub ring_full: u64,
+    /// Requests held by the loop while every handler was busy on a long piece of work
+    /// (counted at each try).
+    pub held: u64,
+    /// Handler threads the pool started past `--blocking-threads`, and those that went
+    /// again (idle); and how many run now.
+    pub threads_started: u64,
+    pub threads_retired: u64,
+    pub threads: u64,
     /// Time spent in blocking `epoll_wait` (measured only with `--stats`).
     pub wait: Duration,
     /// Body bytes sent with `sendfile(2)`.
@@ -90,6 +98,10 @@ impl LoopCounters {
             sleeps: 0,
             handler_wakes: 0,
             ring_full: 0,
+            held: 0,
+            threads_started: 0,
+            threads_retired: 0,
+            threads: 0,
             wait: Duration::ZERO,
             sendfile_bytes: 0,
             moves: 0,
@@ -151,8 +163,9 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}, sendfile {} bytes, moves to its handler's CPU {}, idle polls {} \
-         found work and {} ran out ({} empty epoll_waits)",
+         ring-full {}, held {}, handler threads {} ({} started by the pool, {} retired), \
+         sendfile {} bytes, moves to its handler's CPU {}, idle polls {} found work and {} \
+         ran out ({} empty epoll_waits)",
         secs(loop_cpu),
         wall.as_secs_f64(),
         c.requests,
@@ -162,6 +175,10 @@ pub fn report(
         per(c.sleeps, c.requests),
         per(c.handler_wakes, c.requests),
         c.ring_full,
+        c.held,
+        c.threads,
+        c.threads_started,
+        c.threads_retired,
         c.sendfile_bytes,
         c.moves,
         c.idle_polls_caught,

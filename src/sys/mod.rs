@@ -376,3 +376,97 @@ mod tests {
         assert!(current_cpu().is_some());
     }
 }
+
+/// The calling thread's kernel id.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
+/// One thread's `/proc/self/task/TID/schedstat` and `stat`, held open: how long it ran on
+/// a CPU, how long it was ready to run but waited for one (counted once it runs again),
+/// and whether it is ready to run now. What is left of the wall time it was blocked (on
+/// I/O, a lock, the GIL).
+pub struct SchedStat {
+    schedstat: std::fs::File,
+    stat: std::fs::File,
+}
+
+/// What `SchedStat::read` found.
+pub struct Sched {
+    /// Time on a CPU since the thread started.
+    pub run: std::time::Duration,
+    /// Time ready to run, waiting for a CPU, until it last got one.
+    pub wait: std::time::Duration,
+    /// Running, or ready to run, now (state `R`).
+    pub runnable: bool,
+}
+
+impl SchedStat {
+    pub fn open(tid: i32) -> std::io::Result<SchedStat> {
+        Ok(SchedStat {
+            schedstat: std::fs::File::open(format!("/proc/self/task/{tid}/schedstat"))?,
+            stat: std::fs::File::open(format!("/proc/self/task/{tid}/stat"))?,
+        })
+    }
+
+    pub fn read(&self) -> std::io::Result<Sched> {
+        use std::os::unix::fs::FileExt;
+        let bad = || std::io::Error::other("unexpected /proc contents");
+        let mut buf = [0u8; 512];
+        let n = self.schedstat.read_at(&mut buf, 0)?;
+        let (run, wait) = parse_schedstat(&buf[..n]).ok_or_else(bad)?;
+        let n = self.stat.read_at(&mut buf, 0)?;
+        let runnable = stat_state(&buf[..n]).ok_or_else(bad)? == b'R';
+        Ok(Sched {
+            run,
+            wait,
+            runnable,
+        })
+    }
+}
+
+/// The state letter of a `stat` line (`PID (COMM) S ...`; the name may hold anything, so
+/// the state follows its last `)`).
+fn stat_state(stat: &[u8]) -> Option<u8> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat.get(close + 2).copied()
+}
+
+/// `schedstat`: `RUN_NS WAIT_NS TIMESLICES`.
+fn parse_schedstat(text: &[u8]) -> Option<(std::time::Duration, std::time::Duration)> {
+    let text = std::str::from_utf8(text).ok()?;
+    let mut fields = text.split_ascii_whitespace().map(|f| f.parse::<u64>().ok());
+    let (run, wait) = (fields.next()??, fields.next()??);
+    Some((
+        std::time::Duration::from_nanos(run),
+        std::time::Duration::from_nanos(wait),
+    ))
+}
+
+#[cfg(test)]
+mod schedstat_tests {
+    use super::*;
+
+    #[test]
+    fn schedstat_reads_run_and_wait_times() {
+        assert_eq!(
+            parse_schedstat(b"1500 250 7\n"),
+            Some((
+                std::time::Duration::from_nanos(1500),
+                std::time::Duration::from_nanos(250)
+            ))
+        );
+        assert_eq!(parse_schedstat(b"garbage"), None);
+        assert_eq!(stat_state(b"12 (a) b) (c) S 1 2 3"), Some(b'S'));
+        // This very thread's, after some work (the kernel adds the slice running now at
+        // its next tick): it has run, and runs.
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        while std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        let own = SchedStat::open(gettid()).unwrap().read().unwrap();
+        assert!(own.run > std::time::Duration::ZERO);
+        assert!(own.runnable);
+    }
+}

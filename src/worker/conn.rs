@@ -900,7 +900,7 @@ impl Conn {
             // known drained), so nothing needs to resume it but a new readiness edge.
             self.unstall();
             match self.parse_step(ctx.limits, ctx.max_body_bytes, ctx.body_buffer) {
-                Step::Request(req) => return Next::Request(self.parsed(req, ctx.draining)),
+                Step::Request(req) => return Next::Request(self.parsed(req, ctx)),
                 Step::Refused(r) => self.phase = Phase::Last { refusal: Some(r) },
                 Step::NeedMore => {
                     if let Some(next) = self.need_more(ctx, fx) {
@@ -956,10 +956,12 @@ impl Conn {
         matches!(self.gate, Gate::Stalled { .. })
     }
 
-    /// A whole request was parsed: the connection's word on persistence is decided.
-    fn parsed(&mut self, mut req: Box<Request>, draining: bool) -> Box<Request> {
+    /// A whole request was parsed: its wait for a handler starts now, and the
+    /// connection's word on persistence is decided.
+    fn parsed(&mut self, mut req: Box<Request>, ctx: &ReadCtx<'_>) -> Box<Request> {
         self.requests = self.requests.saturating_add(1);
-        if draining && !self.has_buffered_input() {
+        req.queued_at = ctx.now;
+        if ctx.draining && !self.has_buffered_input() {
             // A graceful stop answers what the client has sent: this request, and any
             // pipelined behind it, the last of them with `Connection: close` (decided here,
             // per request, so a response the handler encodes keeps its word to the client).

@@ -21,13 +21,80 @@ pub struct HandlerSetup {
     pub tx: Producer<Response>,
     pub shared: Arc<HandlerShared>,
     pub loop_shared: Arc<LoopShared>,
-    pub app: Py<PyAny>,
+    pub app: App,
     pub info: Arc<ServerInfo>,
     pub access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// `--metrics-port`: this thread's section of the shared counters.
     pub metrics: Option<crate::metrics::Recorder>,
     /// `--scheduling-policy batch`.
     pub batch_scheduling: bool,
+}
+
+/// The application object a handler calls.
+pub enum App {
+    /// Its own reference, made at start.
+    Own(Py<PyAny>),
+    /// The pool's, for a thread started later: the thread takes its own reference once it
+    /// holds the GIL (the loop that starts it never does).
+    Shared(Arc<Py<PyAny>>),
+}
+
+/// What the loop needs to start a handler thread while it serves (the pool grows past
+/// `--blocking-threads` when its threads wait): everything a `HandlerSetup` holds but the
+/// thread's own rings and state.
+pub struct Spawner {
+    pub loop_shared: Arc<LoopShared>,
+    pub app: Arc<Py<PyAny>>,
+    pub info: Arc<ServerInfo>,
+    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+    /// `--metrics-port`: the shared counters and this worker's slot, when it has one.
+    pub metrics: Option<(Arc<crate::metrics::Region>, usize)>,
+    pub batch_scheduling: bool,
+    /// Keep the busy clock (`--timeout`, a heartbeat).
+    pub watch: bool,
+}
+
+/// A handler thread started by a `Spawner`, and the loop's ends of it.
+pub struct Spawned {
+    pub tx: Producer<Box<Request>>,
+    pub rx: Consumer<Response>,
+    pub shared: Arc<HandlerShared>,
+    pub join: JoinHandle<()>,
+}
+
+impl Spawner {
+    /// Starts handler thread `idx`.
+    pub fn spawn(&self, idx: usize) -> io::Result<Spawned> {
+        let (tx, req_rx) = crate::pipeline::ring::ring(crate::pipeline::shared::REQUEST_RING_SLOTS);
+        let (resp_tx, rx) =
+            crate::pipeline::ring::ring(crate::pipeline::shared::RESPONSE_RING_SLOTS);
+        let shared = Arc::new(HandlerShared::new(idx, self.watch));
+        let metrics = self
+            .metrics
+            .as_ref()
+            .filter(|(region, _)| idx < region.handlers())
+            .map(|(region, slot)| {
+                crate::metrics::Recorder::for_handler(region.clone(), *slot, idx)
+            });
+        let join = spawn(HandlerSetup {
+            idx,
+            rx: req_rx,
+            tx: resp_tx,
+            shared: shared.clone(),
+            loop_shared: self.loop_shared.clone(),
+            app: App::Shared(self.app.clone()),
+            info: self.info.clone(),
+            access_log: self.access_log.clone(),
+            metrics,
+            batch_scheduling: self.batch_scheduling,
+        })?;
+        Ok(Spawned {
+            tx,
+            rx,
+            shared,
+            join,
+        })
+    }
 }
 
 /// Responses a handler pushes, with more requests queued behind each, before it wakes a
@@ -53,6 +120,8 @@ fn run(setup: HandlerSetup) {
         metrics,
         batch_scheduling,
     } = setup;
+    // Relaxed: see `HandlerShared::tid`.
+    shared.tid.store(crate::sys::gettid(), Ordering::Relaxed);
     if batch_scheduling {
         super::enter_batch_scheduling("handler");
     }
@@ -74,6 +143,10 @@ fn run(setup: HandlerSetup) {
         }
     };
     Python::attach(|py| {
+        let app = match app {
+            App::Own(app) => app,
+            App::Shared(app) => app.clone_ref(py),
+        };
         let mut bridge = match Bridge::new(
             py,
             app,
@@ -93,6 +166,8 @@ fn run(setup: HandlerSetup) {
                 return;
             }
         };
+        // When the piece of work about to begin began.
+        let mut mark = stats::mono_ns();
         loop {
             // Relaxed: see `HandlerShared::cpu`; stored only when it changed.
             if shared.placing.load(Ordering::Relaxed) {
@@ -102,13 +177,20 @@ fn run(setup: HandlerSetup) {
                     }
                 }
             }
+            shared.set_work_since(mark);
             if bridge.step(py, &mut rx) {
+                // How long its work takes: whether the loop queues requests behind it. One
+                // clock reading ends this piece and begins the next.
+                let now = stats::mono_ns();
+                shared.note_service(now.saturating_sub(mark));
+                mark = now;
                 // Body items the loop wrote without copying are released here (their
                 // references were dropped on the loop thread, off the GIL).
                 crate::python::drop_deferred_refs(py);
                 pay_owed(rx.is_empty());
                 continue;
             }
+            shared.set_work_since(0);
             pay_owed(true);
             // Acquire: pairs with the loop's Release store when it stops; every request it
             // pushed before is visible to the `pop` that follows.
@@ -139,6 +221,7 @@ fn run(setup: HandlerSetup) {
                 })
             });
             stats::bump(&shared.counters.parks, u64::from(parks));
+            mark = stats::mono_ns();
         }
         bridge.abandon(py);
         crate::python::flush_stdio(py);

@@ -222,11 +222,11 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     if let Some(r) = metrics
         .as_ref()
         .and_then(|m| m.region.as_ref())
-        .filter(|r| config.blocking_threads.max(1) > r.handlers())
+        .filter(|r| config.max_blocking_threads.max(1) > r.handlers())
     {
         log::warning!(
             "the shared metrics have room for {} handler thread(s) per worker (the master's \
-             --blocking-threads): the others are not counted",
+             --max-blocking-threads): the others are not counted",
             r.handlers()
         );
     }
@@ -245,7 +245,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
             .skip(1)
             .map(Listener::server_name_port)
             .collect(),
-        multithread: config.blocking_threads > 1,
+        multithread: config.max_blocking_threads > 1,
         multiprocess: config.workers > 1,
         trusted: config.trusted.clone(),
         root_path: config.root_path.clone(),
@@ -279,8 +279,9 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
                 format!("--timeout: cannot register faulthandler for stack dumps: {e}")
             })?;
         }
-        // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread.
-        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1))
+        // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread; the last
+        // reference is the pool's, for the threads it starts later.
+        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1) + 1)
             .map(|_| app.clone_ref(py))
             .collect();
         let to_master = ToMaster {
@@ -341,9 +342,11 @@ fn serve(
         })),
         None => None,
     };
+    let watch = config.timeout.is_some() || heartbeat.is_some();
     let mut links = Vec::with_capacity(apps.len());
     let mut inline = None;
     let mut apps = apps;
+    let pool_app = Arc::new(apps.pop().ok_or("no application object")?);
     if config.blocking_threads == 0 {
         let (tx, rx) = ring::ring(REQUEST_RING_SLOTS);
         inline = Some(InlineSetup {
@@ -360,17 +363,14 @@ fn serve(
         let (req_tx, req_rx) = ring::ring(REQUEST_RING_SLOTS);
         let (resp_tx, resp_rx) = ring::ring(RESPONSE_RING_SLOTS);
         // The loop's watchdog reads a handler's busy clock (`--timeout`, the heartbeat).
-        let shared = Arc::new(HandlerShared::new(
-            idx,
-            config.timeout.is_some() || heartbeat.is_some(),
-        ));
+        let shared = Arc::new(HandlerShared::new(idx, watch));
         let join = handler::spawn(HandlerSetup {
             idx,
             rx: req_rx,
             tx: resp_tx,
             shared: shared.clone(),
             loop_shared: loop_shared.clone(),
-            app,
+            app: handler::App::Own(app),
             info: info.clone(),
             access_log: access_log.clone(),
             metrics: metrics.as_ref().and_then(|m| m.handler(idx)),
@@ -415,6 +415,8 @@ fn serve(
             })
             .collect(),
         proxy_protocol: config.proxy_protocol.then(|| config.proxy_allow.clone()),
+        max_handlers: config.max_blocking_threads,
+        handler_idle: config.blocking_threads_idle,
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.
@@ -422,6 +424,7 @@ fn serve(
     let loop_access_log = access_log.clone();
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let batch_scheduling = config.batch_scheduling;
+    let (max_handlers, links_len) = (config.max_blocking_threads, links.len());
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
         .spawn(move || {
@@ -434,12 +437,24 @@ fn serve(
             let ready = move |r: Result<(), String>| {
                 let _ = ready_tx.send(r);
             };
+            let spawner = handler::Spawner {
+                loop_shared: loop_shared.clone(),
+                app: pool_app,
+                info,
+                access_log: access_log.clone(),
+                metrics: metrics
+                    .as_ref()
+                    .and_then(|m| Some((m.region.clone()?, m.slot?))),
+                batch_scheduling,
+                watch,
+            };
             let wiring = LoopWiring {
                 poll,
                 listeners,
                 signals,
                 shared: loop_shared,
                 handlers: links,
+                spawner: (max_handlers > links_len).then_some(spawner),
                 status_pipe: loop_status_pipe,
                 access_log: loop_access_log,
                 metrics: metrics.map(|m| {

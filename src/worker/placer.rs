@@ -100,6 +100,14 @@ impl Placer {
         }
     }
 
+    /// The placement is over (the pool grew past one handler): the loop runs on every
+    /// allowed CPU again.
+    pub fn stop(&mut self) {
+        if self.placement.pinned().is_some() {
+            let _ = crate::sys::set_own_cpus(self.placement.allowed());
+        }
+    }
+
     /// The loop slept from `from` to `now` with no request at the handler: a long sleep
     /// is the worker idling (one while the handler runs a long request is not).
     pub fn slept(&mut self, from: Instant, now: Instant) {

@@ -12,9 +12,33 @@ use crate::pipeline::msg::{Request, Response, StreamCredit};
 use crate::pipeline::ring::{Consumer, Producer};
 use crate::pipeline::shared::HandlerShared;
 use crate::pipeline::stats;
+use crate::worker::handler::Spawner;
 
 /// How long a stop past its deadline waits for the handlers to close what they hold.
 const HANDLER_EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// A handler whose pieces of work take at most this long on average is quick: requests
+/// may queue in its ring behind the one it runs, where handing them over costs no wake.
+/// Behind a slower one they wait in the loop instead, for whichever handler is free first
+/// (or one the pool starts).
+const QUICK_SERVICE: Duration = Duration::from_millis(1);
+
+/// A piece of work running longer than this is a long one, even on a quick handler:
+/// nothing more queues behind it.
+const LONG_WORK: Duration = Duration::from_millis(2);
+
+/// While requests wait in the loop with every handler busy, how often the pool looks at
+/// whether the handlers compute or wait (their threads' CPU clocks).
+const GROW_WINDOW: Duration = Duration::from_millis(2);
+
+/// Below this share of one CPU over a window, the busy handlers together were blocked
+/// (on a database, a service), neither running nor ready to run: more threads serve more.
+/// At or above it, one of them computes (holding the GIL, or waiting for a CPU the host
+/// gives others), and a thread more would only wait for the GIL.
+const WAITING_SHARE: f64 = 0.5;
+
+/// Threads the pool starts after one window, at most.
+const GROW_STEP: usize = 8;
 
 /// Where the loop takes one handler's response messages from.
 pub enum Responses {
@@ -38,6 +62,13 @@ pub struct HandlerLink {
     pub(super) wake_check: bool,
     /// `--timeout`: the start of the busy stretch already reported (once each).
     pub(super) reported: u64,
+    /// When its last request out came back (the start, before any).
+    idle_since: Instant,
+    /// The pool asked it to go (idle above the floor): it takes no more requests, and its
+    /// place is taken by the next thread the pool starts once it has gone.
+    retiring: bool,
+    /// Its thread's scheduler times, opened when the pool first looks at it.
+    sched: Option<crate::sys::SchedStat>,
 }
 
 impl HandlerLink {
@@ -55,7 +86,52 @@ impl HandlerLink {
             queued: 0,
             wake_check: false,
             reported: 0,
+            idle_since: Instant::now(),
+            retiring: false,
+            sched: None,
         }
+    }
+
+    /// How long its thread has run or been ready to run (waiting for a CPU), and whether
+    /// it is ready to run now; what is left of the wall time it was blocked: on I/O, or on
+    /// the GIL. Without the scheduler's times (`schedstat`), its CPU time.
+    fn active(&mut self) -> (Duration, bool) {
+        let join = self.join.as_ref();
+        if self.sched.is_none() {
+            // Relaxed: see `HandlerShared::tid`.
+            let tid = self.shared.tid.load(Ordering::Relaxed);
+            self.sched = (tid > 0)
+                .then(|| crate::sys::SchedStat::open(tid).ok())
+                .flatten();
+        }
+        match self.sched.as_ref().map(|s| s.read()) {
+            Some(Ok(s)) => (s.run + s.wait, s.runnable),
+            _ => {
+                let cpu = join.and_then(|j| stats::thread_cpu(j.as_pthread_t()));
+                (cpu.unwrap_or_default(), false)
+            }
+        }
+    }
+
+    /// Whether a request may go to it now: it is idle or waiting for the loop, or quick and
+    /// not on a long piece of work (`QUICK_SERVICE`, `LONG_WORK`); always inline, where the
+    /// loop is the handler.
+    fn takes(&self, now_ns: u64) -> bool {
+        if self.retiring {
+            return false;
+        }
+        if self.queued == 0 || self.join.is_none() {
+            return true;
+        }
+        // Not on a piece of work, with every request given to it taken: it waits for the
+        // loop (ring room, a slow client's credit for a body it set aside), and takes the
+        // next request as soon as it has it.
+        let Some(since) = self.shared.work_since() else {
+            return self.tx.is_drained();
+        };
+        // Quick, unless the piece of work it is on has run long.
+        self.shared.service().is_some_and(|s| s <= QUICK_SERVICE)
+            && Duration::from_nanos(now_ns.saturating_sub(since)) <= LONG_WORK
     }
 
     /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
@@ -90,11 +166,184 @@ pub(super) struct Handlers {
     pub links: Vec<HandlerLink>,
     /// Requests pushed, over every handler, whose final part has not come back.
     pub queued: usize,
+    /// The threads past `--blocking-threads` the loop may start, when it may.
+    pool: Option<Pool>,
+}
+
+/// The handler pool's growth: past the floor (`--blocking-threads`), up to the most
+/// (`--max-blocking-threads`), a thread is started when requests wait in the loop while
+/// every handler holds one and none uses the CPU; one idle for `idle` goes
+/// (`--blocking-threads-idle-timeout`).
+struct Pool {
+    spawner: Spawner,
+    floor: usize,
+    max: usize,
+    idle: Duration,
+    /// While requests wait with every handler on a piece of work: when the window began,
+    /// which pieces of work they were on (their busy clocks' starts, added up), and their
+    /// active time then (`HandlerLink::active`).
+    window: Option<Window>,
+}
+
+#[derive(Clone, Copy)]
+struct Window {
+    at: Instant,
+    work: u64,
+    active: Duration,
 }
 
 impl Handlers {
-    pub fn new(links: Vec<HandlerLink>) -> Handlers {
-        Handlers { links, queued: 0 }
+    /// `spawner`, with `max` above the links there are: the pool may grow to `max`, and
+    /// a thread above them idle for `idle` goes.
+    pub fn new(
+        links: Vec<HandlerLink>,
+        spawner: Option<Spawner>,
+        max: usize,
+        idle: Duration,
+    ) -> Handlers {
+        let floor = links.len();
+        let pool = spawner.filter(|_| max > floor).map(|spawner| Pool {
+            spawner,
+            floor,
+            max,
+            idle,
+            window: None,
+        });
+        Handlers {
+            links,
+            queued: 0,
+            pool,
+        }
+    }
+
+    /// The handler a request goes to: `pinned` if the connection has requests out (they
+    /// stay on one handler, so their responses come back in order), else the least loaded;
+    /// `None` when it may not take it now (`HandlerLink::takes`): the loop holds it.
+    /// `now_ns`: the pass's `stats::mono_ns`.
+    pub fn choose(&self, pinned: Option<usize>, now_ns: u64) -> Option<usize> {
+        if let Some(h) = pinned {
+            return self.links[h].takes(now_ns).then_some(h);
+        }
+        let mut best: Option<usize> = None;
+        for (i, h) in self.links.iter().enumerate() {
+            if !h.retiring && best.is_none_or(|b| h.queued < self.links[b].queued) {
+                best = Some(i);
+            }
+        }
+        best.filter(|&b| self.links[b].takes(now_ns))
+    }
+
+    /// Handler threads running (or starting), not counting those asked to go.
+    pub fn live(&self) -> usize {
+        self.links.iter().filter(|h| !h.retiring).count()
+    }
+
+    /// Requests wait in the loop (`held` of them): if every handler was on one piece of
+    /// work through the last window and all of them together were active (running, or
+    /// ready to run) for less than `WAITING_SHARE` of it, starts threads for them (up to
+    /// the most, `GROW_STEP` at a time). The number started.
+    pub fn grow(&mut self, held: usize, now: Instant) -> usize {
+        let Some(pool) = self.pool.as_mut() else {
+            return 0;
+        };
+        // Each handler's current piece of work (a handler between two, or waiting for the
+        // loop to give it one, is not waiting on the app's I/O).
+        let (mut busy, mut work) = (0, Some(0u64));
+        for h in self.links.iter().filter(|h| !h.retiring) {
+            busy += 1;
+            let since = h.shared.work_since();
+            work = work.zip(since).map(|(w, s)| w.wrapping_add(s));
+        }
+        let (true, Some(work)) = (held > 0 && busy < pool.max, work) else {
+            pool.window = None;
+            return 0;
+        };
+        if pool
+            .window
+            .is_some_and(|w| now.saturating_duration_since(w.at) < GROW_WINDOW)
+        {
+            return 0;
+        }
+        let (mut active, mut runnable) = (Duration::ZERO, false);
+        for h in self.links.iter_mut().filter(|h| !h.retiring) {
+            let (a, r) = h.active();
+            active += a;
+            runnable |= r;
+        }
+        let next = Window {
+            at: now,
+            work,
+            active,
+        };
+        let Some(last) = pool.window.replace(next).filter(|w| w.work == work) else {
+            // A handler moved to other work: the window begins again.
+            return 0;
+        };
+        let wall = now.saturating_duration_since(last.at).as_secs_f64();
+        let share = active.saturating_sub(last.active).as_secs_f64() / wall.max(1e-9);
+        // One that is ready to run computes (its wait for a CPU shows only once it runs).
+        if share >= WAITING_SHARE || runnable {
+            return 0;
+        }
+        let n = held.min(pool.max - busy).min(GROW_STEP);
+        let mut started = 0;
+        for _ in 0..n {
+            match self.start_one() {
+                Ok(()) => started += 1,
+                Err(e) => {
+                    crate::log::warning!("cannot start another handler thread: {e}");
+                    break;
+                }
+            }
+        }
+        started
+    }
+
+    /// When the pool next looks at its handlers, while requests wait.
+    pub fn next_look(&self) -> Option<Instant> {
+        Some(self.pool.as_ref()?.window?.at + GROW_WINDOW)
+    }
+
+    /// Starts a handler thread, in the place of one that went if there is one.
+    fn start_one(&mut self) -> std::io::Result<()> {
+        let Some(pool) = self.pool.as_ref() else {
+            return Ok(());
+        };
+        let gone = self.links.iter().position(|h| {
+            h.retiring && h.queued == 0 && h.join.as_ref().is_some_and(|j| j.is_finished())
+        });
+        let idx = gone.unwrap_or(self.links.len());
+        let s = pool.spawner.spawn(idx)?;
+        let link = HandlerLink::new(s.tx, Responses::Ring(s.rx), s.shared, Some(s.join));
+        if idx == self.links.len() {
+            self.links.push(link);
+        } else if let Some(join) = std::mem::replace(&mut self.links[idx], link).join {
+            let _ = join.join();
+        }
+        Ok(())
+    }
+
+    /// Asks the threads above the floor idle for the pool's `idle` to go. The number asked.
+    pub fn retire_idle(&mut self, now: Instant) -> usize {
+        let Some(pool) = self.pool.as_ref() else {
+            return 0;
+        };
+        let mut asked = 0;
+        for h in self.links.iter_mut().skip(pool.floor) {
+            if h.retiring || h.queued > 0 || now.saturating_duration_since(h.idle_since) < pool.idle
+            {
+                continue;
+            }
+            h.retiring = true;
+            // Release: pairs with the handler's Acquire load of `stop` after it wakes; it
+            // leaves once its ring is empty.
+            h.shared.stop.store(true, Ordering::Release);
+            if let Some(join) = &h.join {
+                join.thread().unpark();
+            }
+            asked += 1;
+        }
+        asked
     }
 
     /// A handler thread's response ring holds a message.
@@ -103,17 +352,6 @@ impl Handlers {
             Responses::Ring(rx) => !rx.is_empty(),
             Responses::Inline => false,
         })
-    }
-
-    /// The handler with the fewest requests out.
-    pub fn least_loaded(&self) -> usize {
-        let mut best = 0;
-        for (i, h) in self.links.iter().enumerate().skip(1) {
-            if h.queued < self.links[best].queued {
-                best = i;
-            }
-        }
-        best
     }
 
     /// Pushes a request into handler `h`'s ring; `Err` gives it back when the ring is
@@ -127,8 +365,12 @@ impl Handlers {
     }
 
     /// Handler `h` handed back a request's final part.
-    pub fn finished_one(&mut self, h: usize) {
-        self.links[h].queued -= 1;
+    pub fn finished_one(&mut self, h: usize, now: Instant) {
+        let link = &mut self.links[h];
+        link.queued -= 1;
+        if link.queued == 0 {
+            link.idle_since = now;
+        }
         self.queued -= 1;
     }
 
@@ -273,6 +515,10 @@ pub struct LoopOptions {
     pub proxy_protocol: Option<crate::http::trusted::Trusted>,
     /// `--cpu-affinity adaptive`.
     pub adaptive_affinity: bool,
+    /// `--max-blocking-threads`: the most handler threads the pool grows to.
+    pub max_handlers: usize,
+    /// `--blocking-threads-idle-timeout`: how long a thread above the floor may idle.
+    pub handler_idle: Duration,
     /// `--idle-poll`.
     pub idle_poll: Option<Duration>,
 }

@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use mio::event::Event;
 use mio::{Events, Interest, Poll, Token};
@@ -70,13 +70,6 @@ const EVENTS_PER_POLL: usize = 64;
 /// pipelined bytes behind it.
 const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 
-/// The longest the loop sleeps while a request is out: a final part a handler pushed
-/// without waking it (more requests behind it, or nothing to write) waits at most this long.
-/// Longer than a scheduler tick on purpose: a timer that is the CPU's earliest is
-/// reprogrammed in hardware at every sleep, which measured 9 µs a sleep in this VM with a
-/// 1 ms bound (hello at 16 connections lost 7 %; BENCHMARKS.md, "deferred wake").
-const DEFERRED_WAKE_BOUND: Duration = Duration::from_millis(20);
-
 /// What the loop is handed at construction besides its options: its poller and sockets,
 /// its ends of the handlers, and its outlets.
 pub struct LoopWiring {
@@ -85,6 +78,8 @@ pub struct LoopWiring {
     pub signals: SignalPipe,
     pub shared: Arc<LoopShared>,
     pub handlers: Vec<HandlerLink>,
+    /// Starts more handler threads (`--max-blocking-threads` above `--blocking-threads`).
+    pub spawner: Option<crate::worker::handler::Spawner>,
     /// The write end of the status pipe to the master.
     pub status_pipe: Option<OwnedFd>,
     pub access_log: Option<Arc<AccessLog>>,
@@ -153,11 +148,15 @@ impl EventLoop {
             answers.set_metrics_region(m.region);
             outlets.metrics = m.recorder;
         }
+        outlets.count_threads(w.handlers.len());
+        let handlers = Handlers::new(w.handlers, w.spawner, opts.max_handlers, opts.handler_idle);
+        let mut counters = LoopCounters::new();
+        counters.threads = handlers.live() as u64;
         Ok(EventLoop {
             poller: Poller::new(w.poll, opts.idle_poll),
             signals,
             shared: w.shared,
-            handlers: Handlers::new(w.handlers),
+            handlers,
             conns: ConnTable::new()?,
             acceptor,
             clock: Clock::new(&opts),
@@ -165,7 +164,7 @@ impl EventLoop {
             work: Work::default(),
             answers,
             outlets,
-            counters: LoopCounters::new(),
+            counters,
             inline: None,
             placer,
             opts,
@@ -189,6 +188,8 @@ impl EventLoop {
                     let link = HandlerLink::new(tx, Responses::Inline, link_shared, None);
                     self.handlers.links.push(link);
                     self.inline = Some(inline);
+                    self.counters.threads = 1;
+                    self.outlets.count_threads(1);
                 }
                 Err(e) => {
                     crate::python::print_exception(py, &e);
@@ -246,7 +247,11 @@ impl EventLoop {
                     shared,
                     ..
                 }] => placer.tick(now, placer::Handler { join, shared }),
-                _ => Tick::Over,
+                // The pool grew: no one handler to run beside any more.
+                _ => {
+                    placer.stop();
+                    Tick::Over
+                }
             };
             match tick {
                 Tick::Nothing => {}
@@ -351,41 +356,6 @@ impl EventLoop {
         }
         self.handle_events(events);
         Ok(())
-    }
-
-    /// How long the loop may sleep: until its next timer, and, while a request is out on
-    /// a handler thread, at most `DEFERRED_WAKE_BOUND`.
-    fn sleep_timeout(&self) -> Option<Duration> {
-        let timeout = self.next_timeout();
-        if self.handlers.queued == 0 || self.inline.is_some() {
-            return timeout;
-        }
-        // A handler thread may push a final part without waking this loop: one with
-        // nothing to write when nothing waits on its connection (`LoopShared::quiet`), or
-        // one with more requests queued behind it (`handler::LOOP_WAKE_BATCH`). The request
-        // is counted in `queued` until its final part is popped, so every sleep until then
-        // comes here and is bounded: the loop takes the part within this bound. (Inline,
-        // no wake is deferred: the app's messages are queued on this thread and taken
-        // before it sleeps, and a thread the app started wakes it for what it pushes while
-        // the app is not running here: `HandlerShared::app_running`.)
-        Some(timeout.map_or(DEFERRED_WAKE_BOUND, |t| t.min(DEFERRED_WAKE_BOUND)))
-    }
-
-    /// The loop's next timer: the stop's deadline, the sweep, a stop's idle check, the
-    /// first lingering close.
-    fn next_timeout(&self) -> Option<Duration> {
-        let now = Instant::now();
-        let drain = self.drain.as_ref();
-        let next = [
-            drain.map(|d| d.deadline),
-            drain.and_then(|d| d.check_at),
-            self.conns.next_linger_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        // Idle, the loop still wakes for its heartbeat.
-        .fold(self.clock.next_sweep(), Instant::min);
-        Some(next.saturating_duration_since(now))
     }
 
     /// After the last pass: the counters reported, what is still open closed (after a
@@ -592,11 +562,12 @@ impl EventLoop {
 
     /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
     fn dispatch(&mut self, conn: &mut Conn, mut req: Box<Request>) -> Result<(), Box<Request>> {
-        req.queued_at = self.clock.now;
-        // Requests of one connection stay on one handler so responses come back in order.
-        let h = conn
-            .handler()
-            .unwrap_or_else(|| self.handlers.least_loaded());
+        // Requests of one connection stay on one handler so responses come back in order;
+        // none may be free for it now (`Handlers::choose`): held, it waits in the loop.
+        let Some(h) = self.handlers.choose(conn.handler(), self.clock.now_ns()) else {
+            self.counters.held += 1;
+            return Err(req);
+        };
         // A handler thread may write the response itself (inline, the loop writes it in
         // this same pass anyway).
         let threaded = self.handlers.links[h].join.is_some();

@@ -59,6 +59,13 @@ impl Outlets {
         }
     }
 
+    /// The handler threads gauge, after the pool started or retired some.
+    pub fn count_threads(&self, n: usize) {
+        if let Some(m) = &self.metrics {
+            m.section().set_threads(n);
+        }
+    }
+
     /// The connections gauge, after a connection came or went.
     pub fn count_connections(&self, counts: Counts) {
         if let Some(m) = &self.metrics {

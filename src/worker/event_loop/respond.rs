@@ -21,6 +21,9 @@ impl EventLoop {
             self.run_inline(py);
         }
         self.take_responses();
+        if !self.work.stalled.is_empty() {
+            self.grow_pool();
+        }
         for _ in 0..self.work.stalled.len() {
             let Some(r) = self.work.stalled.pop_front() else {
                 break;
@@ -34,6 +37,19 @@ impl EventLoop {
         if let Some(asked) = dying {
             self.shared.flushed(asked);
         }
+    }
+
+    /// Requests wait in the loop: the handler pool may start threads for them.
+    fn grow_pool(&mut self) {
+        let started = self.handlers.grow(self.work.stalled.len(), self.clock.now);
+        if started > 0 {
+            self.counters.threads_started += started as u64;
+            crate::log::debug!(
+                "{started} more handler thread(s): requests wait while every handler waits"
+            );
+        }
+        self.counters.threads = self.handlers.live() as u64;
+        self.outlets.count_threads(self.handlers.live());
     }
 
     /// Inline mode: runs the app for what can be served now, one request (or body resumed)
@@ -116,7 +132,7 @@ impl EventLoop {
     fn on_response(&mut self, h: usize, mut resp: Response) {
         let end = !matches!(resp.part, Part::Partial);
         if end {
-            self.handlers.finished_one(h);
+            self.handlers.finished_one(h, self.clock.now);
         }
         // A middle part's bytes count against its stream's credit until written.
         let credit = match (resp.part, resp.stream.take()) {

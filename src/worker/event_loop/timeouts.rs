@@ -19,10 +19,20 @@ const SWEEP_MIN: Duration = Duration::from_millis(25);
 /// last beat): a write of one byte a second.
 const LIVENESS_BEAT: Duration = Duration::from_secs(1);
 
+/// The longest the loop sleeps while a request is out: a final part a handler pushed
+/// without waking it (more requests behind it, or nothing to write) waits at most this long.
+/// Longer than a scheduler tick on purpose: a timer that is the CPU's earliest is
+/// reprogrammed in hardware at every sleep, which measured 9 µs a sleep in this VM with a
+/// 1 ms bound (hello at 16 connections lost 7 %; BENCHMARKS.md, "deferred wake").
+const DEFERRED_WAKE_BOUND: Duration = Duration::from_millis(20);
+
 /// The pass's clock reading, and when the sweep and the heartbeat are next due.
 pub(super) struct Clock {
     /// This pass's reading (one `clock_gettime` per pass, for the timeouts).
     pub now: Instant,
+    /// `stats::mono_ns` (the handlers' clock, the same monotonic one) at one instant, so
+    /// that `now_ns` needs no second reading.
+    base: (Instant, u64),
     sweep_every: Duration,
     next_sweep: Instant,
     /// The heartbeat's period: a second, or the systemd watchdog's shorter one.
@@ -38,6 +48,7 @@ impl Clock {
             .map_or(LIVENESS_BEAT, |w| w.min(LIVENESS_BEAT));
         Clock {
             now,
+            base: (Instant::now(), crate::pipeline::stats::mono_ns()),
             sweep_every: sweep_interval(&opts.timeouts, opts.timeout, beat_every),
             next_sweep: now,
             beat_every,
@@ -49,6 +60,12 @@ impl Clock {
     pub fn tick(&mut self) -> Instant {
         self.now = Instant::now();
         self.now
+    }
+
+    /// This pass's reading as `stats::mono_ns` would give it.
+    pub fn now_ns(&self) -> u64 {
+        let (at, ns) = self.base;
+        ns + self.now.saturating_duration_since(at).as_nanos() as u64
     }
 
     /// When the sweep is next due (the loop sleeps no longer).
@@ -99,6 +116,13 @@ impl EventLoop {
         }
         for slot in 0..self.conns.len() {
             self.expire(slot, now);
+        }
+        let retired = self.handlers.retire_idle(now);
+        if retired > 0 {
+            self.counters.threads_retired += retired as u64;
+            self.counters.threads = self.handlers.live() as u64;
+            self.outlets.count_threads(self.handlers.live());
+            log::debug!("{retired} idle handler thread(s) above --blocking-threads go");
         }
         self.flush_dirty();
         // A connection closed for a timeout may be one a handler waits on.
@@ -175,6 +199,45 @@ impl EventLoop {
         } else {
             Status::Heartbeat
         });
+    }
+
+    /// How long the loop may sleep: until its next timer, and, while a request is out on
+    /// a handler thread, at most `DEFERRED_WAKE_BOUND`.
+    pub(super) fn sleep_timeout(&self) -> Option<Duration> {
+        let timeout = self.next_timeout();
+        if self.handlers.queued == 0 || self.inline.is_some() {
+            return timeout;
+        }
+        // A handler thread may push a final part without waking this loop: one with
+        // nothing to write when nothing waits on its connection (`LoopShared::quiet`), or
+        // one with more requests queued behind it (`handler::LOOP_WAKE_BATCH`). The request
+        // is counted in `queued` until its final part is popped, so every sleep until then
+        // comes here and is bounded: the loop takes the part within this bound. (Inline,
+        // no wake is deferred: the app's messages are queued on this thread and taken
+        // before it sleeps, and a thread the app started wakes it for what it pushes while
+        // the app is not running here: `HandlerShared::app_running`.)
+        Some(timeout.map_or(DEFERRED_WAKE_BOUND, |t| t.min(DEFERRED_WAKE_BOUND)))
+    }
+
+    /// The loop's next timer: the stop's deadline, the sweep, a stop's idle check, the
+    /// first lingering close.
+    pub(super) fn next_timeout(&self) -> Option<Duration> {
+        let now = Instant::now();
+        let drain = self.drain.as_ref();
+        let next = [
+            drain.map(|d| d.deadline),
+            drain.and_then(|d| d.check_at),
+            self.conns.next_linger_deadline(),
+            // Requests wait for a handler: the pool looks again at its handlers.
+            self.handlers
+                .next_look()
+                .filter(|_| !self.work.stalled.is_empty()),
+        ]
+        .into_iter()
+        .flatten()
+        // Idle, the loop still wakes for its heartbeat.
+        .fold(self.clock.next_sweep(), Instant::min);
+        Some(next.saturating_duration_since(now))
     }
 
     /// Closes the lingering connections whose time is up.
