@@ -194,7 +194,7 @@ pub struct Cli {
 
     /// Most handler threads per worker. Past --blocking-threads, a worker starts another
     /// when requests wait while every handler holds one without using the CPU (waiting on
-    /// a database or a service); one idle for a minute goes again. Default: 64, or
+    /// a database or a service); one idle for --blocking-threads-idle-timeout goes. Default: 64, or
     /// --blocking-threads if more; equal to --blocking-threads for a fixed pool.
     #[arg(long, env = "M0SERVE_MAX_BLOCKING_THREADS", value_name = "N")]
     pub max_blocking_threads: Option<usize>,

@@ -200,7 +200,17 @@ fn the_client_a_trusted_proxy_names_is_logged_as_the_app_sees_it() {
 
 #[test]
 fn a_request_whose_client_left_before_the_app_ran_is_logged_as_499() {
-    let s = Server::start("pep3333:app", &["--access-log", "--blocking-threads", "1"]);
+    // One handler thread, never more: the second request waits for it.
+    let s = Server::start(
+        "pep3333:app",
+        &[
+            "--access-log",
+            "--blocking-threads",
+            "1",
+            "--max-blocking-threads",
+            "1",
+        ],
+    );
     let mut busy = s.connect();
     busy.send(b"GET /slow?secs=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     std::thread::sleep(Duration::from_millis(200));

@@ -607,8 +607,10 @@ pub struct Conn {
     wq: VecDeque<Out>,
     /// Requests queued to or running on a handler whose responses are not complete.
     in_flight: Option<InFlight>,
-    /// A parsed request waiting for room in a handler's ring.
+    /// A parsed request waiting for a handler (room in a ring, or one free to take it).
     parked: Option<Box<Request>>,
+    /// It is on the loop's list of connections with a parked request (`listed`).
+    listed: bool,
     /// A request the loop answers itself (outside `--root-path`), waiting for the
     /// responses in flight before it: the answer must not overtake them.
     held: Option<Box<Request>>,
@@ -644,6 +646,7 @@ impl Conn {
             wq: VecDeque::new(),
             in_flight: None,
             parked: None,
+            listed: false,
             held: None,
             requests: 0,
             gone_reported: false,
@@ -799,17 +802,33 @@ impl Conn {
     }
 
     /// The parked request, if it may still be handed on: not once the connection closes,
-    /// and not once its client has shut down its side (an end of stream is a departure:
-    /// the request is dropped unrun, and reading goes on to the end).
+    /// and not once its client has shut down its side (an end of stream is a departure;
+    /// `take_abandoned` takes such a request).
     pub fn take_parked(&mut self) -> Option<Box<Request>> {
-        if !self.takes_responses() {
-            return None;
-        }
-        if self.input != Input::Open {
-            self.parked = None;
+        if !self.takes_responses() || self.input != Input::Open {
             return None;
         }
         self.parked.take()
+    }
+
+    /// The parked request of a connection that closes, or whose client has shut down its
+    /// side: it will never be served, but a handler still logs it (499, the app not run).
+    pub fn take_abandoned(&mut self) -> Option<Box<Request>> {
+        if self.takes_responses() && self.input == Input::Open {
+            return None;
+        }
+        self.parked.take()
+    }
+
+    /// Its parked request, whatever its state: it closes now.
+    pub fn take_parked_at_close(&mut self) -> Option<Box<Request>> {
+        self.parked.take()
+    }
+
+    /// Whether it is on the loop's list of connections whose parked request waits for a
+    /// handler; set when it is put there, cleared when it is taken off.
+    pub fn listed(&mut self, on: bool) -> bool {
+        std::mem::replace(&mut self.listed, on)
     }
 
     /// The socket, if its next request's handler may write that response itself: plain

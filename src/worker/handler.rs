@@ -28,6 +28,9 @@ pub struct HandlerSetup {
     pub metrics: Option<crate::metrics::Recorder>,
     /// `--scheduling-policy batch`.
     pub batch_scheduling: bool,
+    /// The CPUs it may run on, set first thing (a thread the pool starts from the loop
+    /// would otherwise keep the loop's, which may be one CPU beside handler 0).
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// The application object a handler calls.
@@ -52,6 +55,8 @@ pub struct Spawner {
     pub batch_scheduling: bool,
     /// Keep the busy clock (`--timeout`, a heartbeat).
     pub watch: bool,
+    /// The worker's CPUs, as they were before the loop placed itself.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// A handler thread started by a `Spawner`, and the loop's ends of it.
@@ -87,6 +92,7 @@ impl Spawner {
             access_log: self.access_log.clone(),
             metrics,
             batch_scheduling: self.batch_scheduling,
+            cpus: self.cpus.clone(),
         })?;
         Ok(Spawned {
             tx,
@@ -119,7 +125,13 @@ fn run(setup: HandlerSetup) {
         access_log,
         metrics,
         batch_scheduling,
+        cpus,
     } = setup;
+    if let Some(cpus) = cpus {
+        if let Err(e) = crate::sys::set_own_cpus(&cpus) {
+            crate::log::warning!("a new handler thread cannot run on the worker's CPUs: {e}");
+        }
+    }
     // Relaxed: see `HandlerShared::tid`.
     shared.tid.store(crate::sys::gettid(), Ordering::Relaxed);
     if batch_scheduling {

@@ -375,6 +375,7 @@ fn serve(
             access_log: access_log.clone(),
             metrics: metrics.as_ref().and_then(|m| m.handler(idx)),
             batch_scheduling: config.batch_scheduling,
+            cpus: None,
         })
         .map_err(|e| format!("cannot start handler thread {idx}: {e}"))?;
         links.push(HandlerLink::new(
@@ -425,6 +426,8 @@ fn serve(
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
     let batch_scheduling = config.batch_scheduling;
     let (max_handlers, links_len) = (config.max_blocking_threads, links.len());
+    // Where the pool's threads run: the worker's CPUs now, before the loop places itself.
+    let pool_cpus = crate::sys::allowed_cpus().ok();
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
         .spawn(move || {
@@ -447,6 +450,7 @@ fn serve(
                     .and_then(|m| Some((m.region.clone()?, m.slot?))),
                 batch_scheduling,
                 watch,
+                cpus: pool_cpus,
             };
             let wiring = LoopWiring {
                 poll,

@@ -40,6 +40,10 @@ const WAITING_SHARE: f64 = 0.5;
 /// Threads the pool starts after one window, at most.
 const GROW_STEP: usize = 8;
 
+/// After a thread could not be started (a limit on threads, memory), how long the pool
+/// waits before it tries again.
+const SPAWN_RETRY: Duration = Duration::from_secs(1);
+
 /// Where the loop takes one handler's response messages from.
 pub enum Responses {
     /// A handler thread's response ring.
@@ -123,15 +127,15 @@ impl HandlerLink {
         if self.queued == 0 || self.join.is_none() {
             return true;
         }
-        // Not on a piece of work, with every request given to it taken: it waits for the
-        // loop (ring room, a slow client's credit for a body it set aside), and takes the
-        // next request as soon as it has it.
-        let Some(since) = self.shared.work_since() else {
-            return self.tx.is_drained();
-        };
-        // Quick, unless the piece of work it is on has run long.
-        self.shared.service().is_some_and(|s| s <= QUICK_SERVICE)
-            && Duration::from_nanos(now_ns.saturating_sub(since)) <= LONG_WORK
+        let quick = self.shared.service().is_some_and(|s| s <= QUICK_SERVICE);
+        match self.shared.work_since() {
+            // Not on a piece of work: quick, it is about to take what it was given; or,
+            // with every request given to it taken, it waits for the loop (ring room, a
+            // slow client's credit for a body it set aside) and takes the next at once.
+            None => quick || self.tx.is_drained(),
+            // Quick, unless the piece of work it is on has run long.
+            Some(since) => quick && Duration::from_nanos(now_ns.saturating_sub(since)) <= LONG_WORK,
+        }
     }
 
     /// Loop side, after publishing work or room: unpark the handler only if it sleeps.
@@ -291,7 +295,18 @@ impl Handlers {
             match self.start_one() {
                 Ok(()) => started += 1,
                 Err(e) => {
-                    crate::log::warning!("cannot start another handler thread: {e}");
+                    crate::log::warning!(
+                        "cannot start another handler thread: {e} (trying again in {} s)",
+                        SPAWN_RETRY.as_secs()
+                    );
+                    if let Some(pool) = self.pool.as_mut() {
+                        // The next window begins only after the pause.
+                        pool.window = Some(Window {
+                            at: now + SPAWN_RETRY,
+                            work: 0,
+                            active: Duration::ZERO,
+                        });
+                    }
                     break;
                 }
             }
@@ -352,6 +367,21 @@ impl Handlers {
             Responses::Ring(rx) => !rx.is_empty(),
             Responses::Inline => false,
         })
+    }
+
+    /// Pushes a request that will not be served (its client left) into the least loaded
+    /// ring with room, whatever the handlers are doing: the handler only logs it. `None`
+    /// when every ring is full; else whether a handler was woken.
+    pub fn push_anywhere(&mut self, mut req: Box<Request>) -> Option<bool> {
+        let mut order: Vec<usize> = (0..self.links.len()).collect();
+        order.sort_by_key(|&i| self.links[i].queued);
+        for h in order {
+            match self.push(h, req) {
+                Ok(woke) => return Some(woke),
+                Err(back) => req = back,
+            }
+        }
+        None
     }
 
     /// Pushes a request into handler `h`'s ring; `Err` gives it back when the ring is

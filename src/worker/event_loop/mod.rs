@@ -248,8 +248,13 @@ impl EventLoop {
                     ..
                 }] => placer.tick(now, placer::Handler { join, shared }),
                 // The pool grew: no one handler to run beside any more.
-                _ => {
+                links => {
                     placer.stop();
+                    if let Some(first) = links.first() {
+                        // Relaxed: see `HandlerShared::cpu`.
+                        (first.shared.loop_beside)
+                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                    }
                     Tick::Over
                 }
             };
@@ -500,6 +505,9 @@ impl EventLoop {
             self.answers.outside_root(conn, &req);
             self.work.dirty.push(conn.me().slot);
         }
+        if let Some(req) = conn.take_abandoned() {
+            self.abandon(conn.me(), req);
+        }
         let Some(req) = conn.take_parked() else {
             return true;
         };
@@ -509,7 +517,9 @@ impl EventLoop {
         conn.park(req);
         // Room comes as the requests out finish: hear of each at once.
         self.shared.quiet.set(true);
-        self.work.stalled.push_back(conn.me());
+        if !conn.listed(true) {
+            self.work.stalled.push_back(conn.me());
+        }
         false
     }
 
@@ -590,6 +600,17 @@ impl EventLoop {
         Ok(())
     }
 
+    /// A parked request whose connection closed or whose client left: a handler takes it
+    /// anyway, sees the departure, and logs it (499) without running the app; dropped only
+    /// if every ring is full.
+    fn abandon(&mut self, r: ConnRef, req: Box<Request>) {
+        self.shared.departures.depart(r);
+        match self.handlers.push_anywhere(req) {
+            Some(woke) => self.counters.handler_wakes += u64::from(woke),
+            None => self.counters.ring_full += 1,
+        }
+    }
+
     /// Connection `r`, with requests on handler `h`, lost its client (a reset, an end of
     /// stream, a close) or will answer nothing more: the handler skips its requests not
     /// yet started, `m0serve.client_disconnected()` says so for the one running, and a
@@ -606,9 +627,12 @@ impl EventLoop {
 
     /// Closes a connection now (`reset`: with a reset).
     fn close_with(&mut self, slot: u32, reset: bool) {
-        let Some(conn) = self.conns.remove(slot) else {
+        let Some(mut conn) = self.conns.remove(slot) else {
             return;
         };
+        if let Some(req) = conn.take_parked_at_close() {
+            self.abandon(conn.me(), req);
+        }
         self.outlets.count_connections(self.conns.counts());
         let (me, handler) = (conn.me(), conn.handler());
         let handlers = &mut self.handlers;

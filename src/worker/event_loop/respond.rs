@@ -20,15 +20,20 @@ impl EventLoop {
         if let Some(py) = py {
             self.run_inline(py);
         }
-        self.take_responses();
+        self.pop_responses();
+        self.quiet_if_idle();
         if !self.work.stalled.is_empty() {
             self.grow_pool();
         }
+        // The requests waiting for a handler go first, oldest first, before the
+        // connections their handlers' responses let go on (`settle`): a client pipelining
+        // without end does not take every free turn from them.
         for _ in 0..self.work.stalled.len() {
             let Some(r) = self.work.stalled.pop_front() else {
                 break;
             };
-            if self.conns.by_ref(r).is_some() {
+            if let Some(conn) = self.conns.by_ref(r) {
+                conn.listed(false);
                 self.advance(r.slot);
             }
         }
@@ -80,11 +85,15 @@ impl EventLoop {
     /// the caller's `notify_handlers`.
     pub(super) fn take_responses(&mut self) {
         self.pop_responses();
+        self.quiet_if_idle();
+        self.settle();
+    }
+
+    fn quiet_if_idle(&mut self) {
         if self.handlers.queued == 0 && self.drain.is_none() {
             // No request is out: no connection waits on one (set again as one does).
             self.shared.quiet.set(false);
         }
-        self.settle();
     }
 
     /// Takes every message the handlers pushed into the loop's connections (`on_response`).
