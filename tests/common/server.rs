@@ -94,17 +94,15 @@ impl ServerBuilder {
         }
         cmd.args(&self.args);
         // `M0S_TEST_BLOCKING_THREADS=N` runs every server whose test does not choose its
-        // own shape with `--blocking-threads N` (scripts/test.sh runs the HTTP suites a
-        // second time with 0: the app inline on the loop thread).
+        // own shape with `--blocking-threads N` or `--max-blocking-threads N`
+        // (scripts/test.sh runs the HTTP suites a second time with 0: the app inline on the
+        // loop thread).
         if let Ok(n) = std::env::var("M0S_TEST_BLOCKING_THREADS") {
-            let chosen = self
-                .args
-                .iter()
-                .any(|a| a.starts_with("--blocking-threads"))
-                || self
-                    .env
-                    .iter()
-                    .any(|(k, _)| k == "M0SERVE_BLOCKING_THREADS");
+            let chosen = self.args.iter().any(|a| {
+                a.starts_with("--blocking-threads") || a.starts_with("--max-blocking-threads")
+            }) || self.env.iter().any(|(k, _)| {
+                k == "M0SERVE_BLOCKING_THREADS" || k == "M0SERVE_MAX_BLOCKING_THREADS"
+            });
             if !chosen {
                 cmd.args(["--blocking-threads", &n]);
             }
