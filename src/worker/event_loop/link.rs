@@ -237,6 +237,17 @@ impl Handlers {
         best.filter(|&b| self.links[b].takes(now_ns))
     }
 
+    /// The live handler with the fewest requests out.
+    pub fn least_loaded(&self) -> usize {
+        let mut best = 0;
+        for (i, h) in self.links.iter().enumerate() {
+            if !h.retiring && (self.links[best].retiring || h.queued < self.links[best].queued) {
+                best = i;
+            }
+        }
+        best
+    }
+
     /// Handler threads running (or starting), not counting those asked to go.
     pub fn live(&self) -> usize {
         self.links.iter().filter(|h| !h.retiring).count()

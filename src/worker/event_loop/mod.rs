@@ -57,7 +57,7 @@ pub use link::{HandlerLink, LoopOptions, Responses};
 pub use outlets::MetricsPort;
 use outlets::Outlets;
 use poller::Poller;
-use timeouts::Clock;
+use timeouts::{Clock, HOLD_MAX};
 
 /// Readiness events taken per `epoll_wait` (the rest stay ready for the next pass). A
 /// pass reads its requests, serves them, then writes their responses; inline, at 256
@@ -574,9 +574,17 @@ impl EventLoop {
     fn dispatch(&mut self, conn: &mut Conn, mut req: Box<Request>) -> Result<(), Box<Request>> {
         // Requests of one connection stay on one handler so responses come back in order;
         // none may be free for it now (`Handlers::choose`): held, it waits in the loop.
-        let Some(h) = self.handlers.choose(conn.handler(), self.clock.now_ns()) else {
-            self.counters.held += 1;
-            return Err(req);
+        let h = match self.handlers.choose(conn.handler(), self.clock.now_ns()) {
+            Some(h) => h,
+            // Held long enough for a handler to free up or the pool to grow: it queues
+            // behind a busy one after all (whose steps may never leave a gap for it).
+            None if self.clock.now.saturating_duration_since(req.queued_at) >= HOLD_MAX => conn
+                .handler()
+                .unwrap_or_else(|| self.handlers.least_loaded()),
+            None => {
+                self.counters.held += 1;
+                return Err(req);
+            }
         };
         // A handler thread may write the response itself (inline, the loop writes it in
         // this same pass anyway).

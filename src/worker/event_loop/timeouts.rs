@@ -26,6 +26,13 @@ const LIVENESS_BEAT: Duration = Duration::from_secs(1);
 /// 1 ms bound (hello at 16 connections lost 7 %; BENCHMARKS.md, "deferred wake").
 const DEFERRED_WAKE_BOUND: Duration = Duration::from_millis(20);
 
+/// The longest the loop holds a request for a free handler (or one the pool starts);
+/// then it queues in the least loaded handler's ring (a handler whose long steps never
+/// leave a gap would otherwise starve it). Long enough for the pool to see its threads
+/// wait and grow (a few 2 ms windows, slower on a busy host). While requests are held the
+/// loop looks again at least this often.
+pub(super) const HOLD_MAX: Duration = Duration::from_millis(100);
+
 /// The pass's clock reading, and when the sweep and the heartbeat are next due.
 pub(super) struct Clock {
     /// This pass's reading (one `clock_gettime` per pass, for the timeouts).
@@ -228,10 +235,12 @@ impl EventLoop {
             drain.map(|d| d.deadline),
             drain.and_then(|d| d.check_at),
             self.conns.next_linger_deadline(),
-            // Requests wait for a handler: the pool looks again at its handlers.
+            // Requests wait for a handler: the pool looks again at its handlers, and a held
+            // request queues once it has waited `HOLD_MAX`.
             self.handlers
                 .next_look()
                 .filter(|_| !self.work.stalled.is_empty()),
+            (!self.work.stalled.is_empty()).then(|| self.clock.now + HOLD_MAX),
         ]
         .into_iter()
         .flatten()
