@@ -228,16 +228,12 @@ impl Handlers {
         if let Some(h) = pinned {
             return self.links[h].takes(now_ns).then_some(h);
         }
-        let mut best: Option<usize> = None;
-        for (i, h) in self.links.iter().enumerate() {
-            if !h.retiring && best.is_none_or(|b| h.queued < self.links[b].queued) {
-                best = Some(i);
-            }
-        }
-        best.filter(|&b| self.links[b].takes(now_ns))
+        let best = self.least_loaded();
+        self.links[best].takes(now_ns).then_some(best)
     }
 
-    /// The live handler with the fewest requests out.
+    /// The live handler with the fewest requests out (the floor's threads never go, so
+    /// there is one).
     pub fn least_loaded(&self) -> usize {
         let mut best = 0;
         for (i, h) in self.links.iter().enumerate() {

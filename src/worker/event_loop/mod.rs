@@ -148,11 +148,8 @@ impl EventLoop {
             answers.set_metrics_region(m.region);
             outlets.metrics = m.recorder;
         }
-        outlets.count_threads(w.handlers.len());
         let handlers = Handlers::new(w.handlers, w.spawner, opts.max_handlers, opts.handler_idle);
-        let mut counters = LoopCounters::new();
-        counters.threads = handlers.live() as u64;
-        Ok(EventLoop {
+        let mut event_loop = EventLoop {
             poller: Poller::new(w.poll, opts.idle_poll),
             signals,
             shared: w.shared,
@@ -164,11 +161,13 @@ impl EventLoop {
             work: Work::default(),
             answers,
             outlets,
-            counters,
+            counters: LoopCounters::new(),
             inline: None,
             placer,
             opts,
-        })
+        };
+        event_loop.threads_changed();
+        Ok(event_loop)
     }
 
     /// Runs until a graceful stop completes (or its deadline passes); stops the handlers.
@@ -188,8 +187,7 @@ impl EventLoop {
                     let link = HandlerLink::new(tx, Responses::Inline, link_shared, None);
                     self.handlers.links.push(link);
                     self.inline = Some(inline);
-                    self.counters.threads = 1;
-                    self.outlets.count_threads(1);
+                    self.threads_changed();
                 }
                 Err(e) => {
                     crate::python::print_exception(py, &e);

@@ -52,9 +52,15 @@ impl EventLoop {
             crate::log::debug!(
                 "{started} more handler thread(s): requests wait while every handler waits"
             );
+            self.threads_changed();
         }
-        self.counters.threads = self.handlers.live() as u64;
-        self.outlets.count_threads(self.handlers.live());
+    }
+
+    /// The handler threads running changed: the counters and the metrics' gauge follow.
+    pub(super) fn threads_changed(&mut self) {
+        let live = self.handlers.live();
+        self.counters.threads = live as u64;
+        self.outlets.count_threads(live);
     }
 
     /// Inline mode: runs the app for what can be served now, one request (or body resumed)

@@ -127,8 +127,7 @@ impl EventLoop {
         let retired = self.handlers.retire_idle(now);
         if retired > 0 {
             self.counters.threads_retired += retired as u64;
-            self.counters.threads = self.handlers.live() as u64;
-            self.outlets.count_threads(self.handlers.live());
+            self.threads_changed();
             log::debug!("{retired} idle handler thread(s) above --blocking-threads go");
         }
         self.flush_dirty();
