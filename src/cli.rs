@@ -209,6 +209,19 @@ pub struct Cli {
     )]
     pub blocking_threads_idle_timeout: f64,
 
+    /// Seconds a request may wait in a worker for a handler. One that would wait longer, at
+    /// the pace the handlers finish requests, is answered 503 with Retry-After by the loop
+    /// as soon as it is read, and so is one that has waited twice as long; neither runs
+    /// the app. A worker that sheds leaves new connections to another worker first. 0
+    /// turns it off (requests queue without limit, as in gunicorn and Granian).
+    #[arg(
+        long,
+        env = "M0SERVE_MAX_QUEUE_WAIT",
+        default_value_t = 0.5,
+        value_name = "SECS"
+    )]
+    pub max_queue_wait: f64,
+
     /// Kernel accept queue length for the listening socket.
     #[arg(
         long,

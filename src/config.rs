@@ -72,6 +72,8 @@ pub struct Config {
     pub max_blocking_threads: usize,
     /// `--blocking-threads-idle-timeout`.
     pub blocking_threads_idle: std::time::Duration,
+    /// `--max-queue-wait`: `None` when off (0).
+    pub max_queue_wait: Option<std::time::Duration>,
     pub graceful_timeout: std::time::Duration,
     pub limits: Limits,
     pub max_body_size: u64,
@@ -668,6 +670,11 @@ impl Config {
                 0.05,
                 DAY,
             )?,
+            max_queue_wait: if cli.max_queue_wait == 0.0 {
+                None
+            } else {
+                Some(seconds("--max-queue-wait", cli.max_queue_wait, 0.01, DAY)?)
+            },
             graceful_timeout,
             limits: crate::http::limits::Limits {
                 max_request_line,

@@ -25,6 +25,12 @@
 //! - `m0serve_connections`: open client connections (scrapes not counted).
 //! - `m0serve_handler_threads`: handler threads running (the pool grows and shrinks
 //!   between `--blocking-threads` and `--max-blocking-threads`).
+//! - `m0serve_requests_shed_total`: requests the loop answered 503 because they would have
+//!   waited, or had waited, longer than `--max-queue-wait` for a handler.
+//! - `m0serve_requests_abandoned_total`: requests whose client left before the app was
+//!   called (never run; logged 499).
+//! - `m0serve_workers_shedding`: workers that shed a request within the last second
+//!   (`/readyz` answers 503 while any does).
 //! - `m0serve_workers`: worker processes running; `m0serve_worker_restarts_total`: workers
 //!   that exited and were replaced (death, recycling, reload).
 
@@ -126,6 +132,13 @@ pub struct Section {
     threads: AtomicU64,
     /// The loop's section only: connections closed before a request, by [`Refused`].
     refused: [AtomicU64; Refused::ALL.len()],
+    /// The loop's section only: requests answered 503 for their wait (`--max-queue-wait`).
+    shed: AtomicU64,
+    /// The loop's section only: until when (`stats::mono_ns`) the worker counts as
+    /// shedding.
+    shedding_until: AtomicU64,
+    /// A handler's section: requests whose client left before the app was called.
+    abandoned: AtomicU64,
 }
 
 impl Section {
@@ -157,6 +170,21 @@ impl Section {
     #[inline]
     pub fn count_refused(&self, why: Refused) {
         bump(&self.refused[why as usize], 1);
+    }
+
+    /// The loop's section: a request answered 503 for its wait; the worker counts as
+    /// shedding until `until` (`stats::mono_ns`).
+    #[inline]
+    pub fn count_shed(&self, until: u64) {
+        bump(&self.shed, 1);
+        // Relaxed: a reading with one writer, compared against the clock by scrapes.
+        self.shedding_until.store(until, Ordering::Relaxed);
+    }
+
+    /// A handler's section: a request whose client left before the app ran.
+    #[inline]
+    pub fn count_abandoned(&self) {
+        bump(&self.abandoned, 1);
     }
 
     /// The loop's section: the open connections now.
@@ -217,7 +245,7 @@ const MAGIC: u64 = u64::from_le_bytes(*b"m0smetrx");
 /// What a section looks like: a version to bump when fields change meaning, the
 /// section's size and the bucket count.
 fn layout() -> u64 {
-    const VERSION: u64 = 2;
+    const VERSION: u64 = 3;
     (VERSION << 48) | ((NB as u64) << 32) | std::mem::size_of::<Section>() as u64
 }
 
@@ -388,9 +416,24 @@ impl Region {
         self.slot_header(slot).pid.store(0, Ordering::Relaxed);
         self.section(slot, 0).set_connections(0);
         self.section(slot, 0).set_threads(0);
+        self.section(slot, 0)
+            .shedding_until
+            .store(0, Ordering::Relaxed);
         if replaced {
             bump(&self.header().restarts, 1);
         }
+    }
+
+    /// Workers running that shed a request lately (`Section::count_shed`), by `now`
+    /// (`stats::mono_ns`).
+    pub fn shedding(&self, now: u64) -> u64 {
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (0..self.slots)
+            .filter(|&slot| {
+                load(&self.slot_header(slot).pid) != 0
+                    && load(&self.section(slot, 0).shedding_until) > now
+            })
+            .count() as u64
     }
 
     /// The text exposition of every slot's counters, added up.
@@ -402,6 +445,7 @@ impl Region {
         let mut connections = 0;
         let mut threads = 0;
         let mut refused = [0u64; Refused::ALL.len()];
+        let (mut shed, mut abandoned) = (0, 0);
         let mut workers = 0;
         let mut busy = Vec::new();
         for slot in 0..self.slots {
@@ -423,8 +467,10 @@ impl Region {
                     }
                     sums[k] += load(&h.sum_ns);
                 }
+                abandoned += load(&s.abandoned);
                 if i == 0 {
                     connections += load(&s.connections);
+                    shed += load(&s.shed);
                     for (acc, r) in refused.iter_mut().zip(&s.refused) {
                         *acc += load(r);
                     }
@@ -511,10 +557,20 @@ impl Region {
              (TLS handshakes that failed, plain HTTP to a TLS port, PROXY protocol refusals).\n\
              # TYPE m0serve_connections_refused_total counter\n\
              {refused_lines}\
+             # HELP m0serve_requests_shed_total Requests answered 503 by the loop for waiting \
+             longer than --max-queue-wait (or being about to).\n\
+             # TYPE m0serve_requests_shed_total counter\nm0serve_requests_shed_total {shed}\n\
+             # HELP m0serve_requests_abandoned_total Requests whose client left before the \
+             app was called (not run).\n\
+             # TYPE m0serve_requests_abandoned_total counter\n\
+             m0serve_requests_abandoned_total {abandoned}\n\
+             # HELP m0serve_workers_shedding Workers that shed a request within the last second.\n\
+             # TYPE m0serve_workers_shedding gauge\nm0serve_workers_shedding {}\n\
              # HELP m0serve_workers Worker processes running.\n\
              # TYPE m0serve_workers gauge\nm0serve_workers {workers}\n\
              # HELP m0serve_worker_restarts_total Workers that exited and were replaced.\n\
              # TYPE m0serve_worker_restarts_total counter\nm0serve_worker_restarts_total {}\n",
+            self.shedding(crate::pipeline::stats::mono_ns()),
             load(&self.header().restarts)
         ));
     }
@@ -561,7 +617,8 @@ impl Recorder {
 }
 
 /// The answer to a scrape: `/metrics` (200, the text format; 503 from a worker that could
-/// not map the counters), `/healthz` (200 "ok"), anything else 404. `keep_alive`: the
+/// not map the counters), `/healthz` or `/livez` (200 "ok": liveness), `/readyz` (503 while
+/// a worker sheds, else 200: readiness), anything else 404. `keep_alive`: the
 /// client did not ask to close. `head`: no body.
 pub fn http_answer(
     region: Option<&Region>,
@@ -585,12 +642,24 @@ pub fn http_answer(
                 b"this worker cannot read the shared metrics (see its log)\n".to_vec(),
             ),
         },
-        b"/healthz" | b"/health" => (200, "OK", "text/plain", b"ok\n".to_vec()),
+        // Liveness: the loop that answers is alive.
+        b"/healthz" | b"/health" | b"/livez" => (200, "OK", "text/plain", b"ok\n".to_vec()),
+        // Readiness: no worker is shedding requests (`--max-queue-wait`).
+        b"/readyz" => match region.map(|r| r.shedding(crate::pipeline::stats::mono_ns())) {
+            Some(n) if n > 0 => (
+                503,
+                "Service Unavailable",
+                "text/plain",
+                format!("shedding: {n} worker(s) answered 503 for queue wait in the last second\n")
+                    .into_bytes(),
+            ),
+            _ => (200, "OK", "text/plain", b"ready\n".to_vec()),
+        },
         _ => (
             404,
             "Not Found",
             "text/plain",
-            b"not found: try /metrics or /healthz\n".to_vec(),
+            b"not found: try /metrics, /healthz or /readyz\n".to_vec(),
         ),
     };
     crate::http::encode::simple_response(status, reason, ctype, &body, keep_alive, head, date)

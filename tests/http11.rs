@@ -603,7 +603,11 @@ fn a_full_request_ring_holds_requests_back_and_loses_none() {
     // More concurrent requests than the handler's request ring has slots (256): the loop
     // must stop taking requests off sockets while the ring is full, then go on.
     const CLIENTS: usize = 320;
-    let s = Server::start("pep3333:app", &["--blocking-threads", "1"]);
+    // (1.3 s of work at once: past the default queue-wait budget, which would shed some.)
+    let s = Server::start(
+        "pep3333:app",
+        &["--blocking-threads", "1", "--max-queue-wait", "0"],
+    );
     let mut conns: Vec<_> = (0..CLIENTS).map(|_| s.connect()).collect();
     for (i, c) in conns.iter_mut().enumerate() {
         c.send(&get(&format!("/slow?secs=0.004&i={i}")));

@@ -210,7 +210,16 @@ fn counters_move_with_traffic_across_workers() {
 
 #[test]
 fn answers_while_every_handler_is_busy() {
-    let (server, metrics) = start(&["--blocking-threads", "1", "--max-blocking-threads", "1"]);
+    // No queue-wait budget: the queued request waits the slow one out (and its wait is
+    // measured).
+    let (server, metrics) = start(&[
+        "--blocking-threads",
+        "1",
+        "--max-blocking-threads",
+        "1",
+        "--max-queue-wait",
+        "0",
+    ]);
     let mut slow = server.connect();
     slow.send(b"GET /slow?secs=3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let mut queued = server.connect();

@@ -299,7 +299,33 @@ pub fn simple_response(
     head_only: bool,
     date: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(160 + reason.len() + content_type.len() + body.len());
+    simple_response_with(
+        status,
+        reason,
+        content_type,
+        b"",
+        body,
+        keep_alive,
+        head_only,
+        date,
+    )
+}
+
+/// `simple_response` with `extra`: header lines, each ending in CRLF, written before the
+/// blank line.
+#[allow(clippy::too_many_arguments)]
+pub fn simple_response_with(
+    status: u16,
+    reason: &str,
+    content_type: &str,
+    extra: &[u8],
+    body: &[u8],
+    keep_alive: bool,
+    head_only: bool,
+    date: &[u8],
+) -> Vec<u8> {
+    let mut out =
+        Vec::with_capacity(160 + reason.len() + content_type.len() + extra.len() + body.len());
     out.extend_from_slice(b"HTTP/1.1 ");
     push_decimal(&mut out, u64::from(status));
     out.push(b' ');
@@ -315,7 +341,9 @@ pub fn simple_response(
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\nServer: ");
     out.extend_from_slice(SERVER_NAME);
-    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(extra);
+    out.extend_from_slice(b"\r\n");
     if !head_only {
         out.extend_from_slice(body);
     }

@@ -56,7 +56,9 @@ pub struct Request {
     pub spooled: Option<crate::sys::spool::SpooledBody>,
     pub peer: Peer,
     /// When the loop had read it whole (the pass's clock): its wait for a handler, in the
-    /// loop or in a handler's ring, counts from here (the metrics' queue wait).
+    /// loop or in a handler's ring, counts from here (the metrics' queue wait,
+    /// `--max-queue-wait`). One pipelined behind requests of its own connection still out
+    /// counts from when the loop last found it waiting for them.
     pub queued_at: std::time::Instant,
     /// The index of the listener that accepted its connection.
     pub listener: u8,

@@ -172,6 +172,8 @@ pub struct HandlerShared {
     /// hints, nothing is published with them.
     service_ns: AtomicU64,
     work_since: AtomicU64,
+    /// Pieces of work in `service_ns` so far (its writer's count, read as a hint too).
+    service_samples: AtomicU64,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -288,6 +290,7 @@ impl HandlerShared {
                 ..BusyClock::default()
             },
             service_ns: AtomicU64::new(u64::MAX),
+            service_samples: AtomicU64::new(0),
             work_since: AtomicU64::new(0),
         }
     }
@@ -313,6 +316,15 @@ impl HandlerShared {
         };
         self.service_ns
             .store(avg.min(u64::MAX - 1), Ordering::Relaxed);
+        let n = self.service_samples.load(Ordering::Relaxed);
+        self.service_samples
+            .store(n.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Loop: how many pieces of work the average is over (`note_service`).
+    pub fn service_samples(&self) -> u64 {
+        // Relaxed: see `service_ns`.
+        self.service_samples.load(Ordering::Relaxed)
     }
 
     /// Loop: how long its pieces of work take, on average (`None` before the first).

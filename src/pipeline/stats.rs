@@ -68,6 +68,8 @@ pub struct LoopCounters {
     /// Requests held by the loop while every handler was busy on a long piece of work
     /// (counted at each try).
     pub held: u64,
+    /// Requests answered 503 for their wait (`--max-queue-wait`).
+    pub shed: u64,
     /// Handler threads the pool started past `--blocking-threads`, and those that went
     /// again (idle); and how many run now.
     pub threads_started: u64,
@@ -99,6 +101,7 @@ impl LoopCounters {
             handler_wakes: 0,
             ring_full: 0,
             held: 0,
+            shed: 0,
             threads_started: 0,
             threads_retired: 0,
             threads: 0,
@@ -163,7 +166,7 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}, held {}, handler threads {} ({} started by the pool, {} retired), \
+         ring-full {}, held {}, shed {}, handler threads {} ({} started by the pool, {} retired), \
          sendfile {} bytes, moves to its handler's CPU {}, idle polls {} found work and {} \
          ran out ({} empty epoll_waits)",
         secs(loop_cpu),
@@ -176,6 +179,7 @@ pub fn report(
         per(c.handler_wakes, c.requests),
         c.ring_full,
         c.held,
+        c.shed,
         c.threads,
         c.threads_started,
         c.threads_retired,

@@ -587,6 +587,15 @@ struct Clock {
     unsent: u64,
 }
 
+/// What the loop answers a request with itself, in place of the app.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoopAnswer {
+    /// 404: outside `--root-path`.
+    OutsideRoot,
+    /// 503 with `Retry-After`: it would wait, or has waited, past `--max-queue-wait`.
+    Busy,
+}
+
 /// One connection, owned by the loop thread. The loop routes events to it and hands its
 /// requests to handlers; the rules of HTTP/1.1 persistence, pipelining and timeouts are
 /// kept here.
@@ -611,9 +620,9 @@ pub struct Conn {
     parked: Option<Box<Request>>,
     /// It is on the loop's list of connections with a parked request (`listed`).
     listed: bool,
-    /// A request the loop answers itself (outside `--root-path`), waiting for the
-    /// responses in flight before it: the answer must not overtake them.
-    held: Option<Box<Request>>,
+    /// A request the loop answers itself, and how, waiting for the responses in flight
+    /// before it: the answer must not overtake them.
+    held: Option<(Box<Request>, LoopAnswer)>,
     /// Requests parsed on it so far.
     requests: u32,
     /// Its client's departure was reported (`Effects::client_gone`).
@@ -846,8 +855,8 @@ impl Conn {
 
     /// Keeps a request the loop will answer itself until the responses before it are done
     /// (`take_held`); reading stops meanwhile.
-    pub fn hold(&mut self, req: Box<Request>) {
-        self.held = Some(req);
+    pub fn hold(&mut self, req: Box<Request>, answer: LoopAnswer) {
+        self.held = Some((req, answer));
     }
 
     /// A request is held (`hold`).
@@ -856,7 +865,7 @@ impl Conn {
     }
 
     /// The held request, once nothing is in flight before it.
-    pub fn take_held(&mut self) -> Option<Box<Request>> {
+    pub fn take_held(&mut self) -> Option<(Box<Request>, LoopAnswer)> {
         if self.in_flight.is_none() {
             self.held.take()
         } else {

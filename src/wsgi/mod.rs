@@ -383,6 +383,9 @@ impl Bridge {
             if let Some(ctx) = self.current.as_mut() {
                 ctx.cancelled = true;
             }
+            if let Some(m) = &self.metrics {
+                m.section().count_abandoned();
+            }
             self.ex.fail(py);
             return Served::Done;
         }

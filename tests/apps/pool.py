@@ -1,6 +1,6 @@
 """For tests/pool.rs: requests that wait (`/sleep?SECS`) or compute (`/burn?SECS` of
 this thread's CPU time), each counted while it runs; `/max` answers the most that ran at
-once since the last `/max`, and starts counting again."""
+once since the last `/max`, and starts counting again; `/ran` how many ran in all."""
 
 import threading
 import time
@@ -8,12 +8,14 @@ import time
 _lock = threading.Lock()
 _running = 0
 _most = 0
+_ran = 0
 
 
 def _enter():
-    global _running, _most
+    global _running, _most, _ran
     with _lock:
         _running += 1
+        _ran += 1
         _most = max(_most, _running)
 
 
@@ -29,6 +31,9 @@ def app(environ, start_response):
     if path == "/max":
         with _lock:
             body, _most = str(_most).encode(), _running
+    elif path == "/ran":
+        with _lock:
+            body = str(_ran).encode()
     else:
         _enter()
         try:

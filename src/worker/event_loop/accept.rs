@@ -28,6 +28,14 @@ const ACCEPT_BATCH_SHARED: usize = 4;
 /// The same, for a worker alone on its socket: take all that is waiting.
 const ACCEPT_BATCH_ALONE: usize = 1024;
 
+/// A worker that would shed the next request leaves new connections this long to another
+/// worker on the same socket (every worker was woken for them) before it takes them.
+const ACCEPT_DEFER: Duration = Duration::from_millis(5);
+
+/// The same, for a worker whose every handler is on a long piece of work: it would serve
+/// nothing soon, and another worker's loop may need a moment to run on a busy host.
+const ACCEPT_DEFER_STUCK: Duration = Duration::from_millis(25);
+
 /// Most connections to the metrics port one worker holds (outside `--max-connections`).
 const METRICS_MAX_CONNECTIONS: usize = 16;
 
@@ -68,6 +76,8 @@ pub(super) struct Acceptor {
     pub blocked: bool,
     /// The last accept pass stopped at its batch, not at `WouldBlock`.
     pub more: bool,
+    /// Accepting waits until then: this worker sheds, another may take them first.
+    pub deferred: Option<Instant>,
     errors: AcceptErrors,
 }
 
@@ -102,6 +112,7 @@ impl Acceptor {
             },
             blocked: false,
             more: false,
+            deferred: None,
             errors: AcceptErrors::default(),
         })
     }
@@ -237,14 +248,48 @@ impl EventLoop {
     /// Takes new connections from every listener, a batch from each.
     pub(super) fn accept(&mut self) {
         self.acceptor.more = false;
+        let Some(batch) = self.accept_batch() else {
+            return;
+        };
         for i in 0..self.acceptor.listeners.len() {
-            self.accept_from(i);
+            self.accept_from(i, batch);
         }
     }
 
-    fn accept_from(&mut self, i: usize) {
+    /// Whether to leave the connections waiting to another worker for now: one shares the
+    /// socket, and a request read now would be shed (`Admission::admits`), or every handler
+    /// is on a long piece of work (stuck on a slow request, it would serve nothing soon).
+    /// They are taken a moment later if still there (`ACCEPT_DEFER`), all of them: no other
+    /// worker had room. So none waits while a worker has room, and none waits long when
+    /// none has. The connections to take per listener now; `None` to wait.
+    fn accept_batch(&mut self) -> Option<usize> {
+        let ahead = self.handlers.queued + self.work.stalled.len();
+        let stuck = self.handlers.all_on_long_work(self.clock.now_ns());
+        if !self.opts.shared_listener || (self.work.admission.admits(ahead) && !stuck) {
+            self.acceptor.deferred = None;
+            return Some(self.acceptor.batch);
+        }
+        match self.acceptor.deferred {
+            Some(t) if self.clock.now >= t => {
+                self.acceptor.deferred = None;
+                Some(ACCEPT_BATCH_ALONE)
+            }
+            Some(_) => None,
+            None => {
+                let wait = if stuck {
+                    ACCEPT_DEFER_STUCK
+                } else {
+                    ACCEPT_DEFER
+                };
+                self.acceptor.deferred = Some(self.clock.now + wait);
+                None
+            }
+        }
+    }
+
+    fn accept_from(&mut self, i: usize, batch: usize) {
         let mut taken = 0;
-        while taken < self.acceptor.batch {
+        while taken < batch {
             if self.conns.counts().serving() >= self.opts.max_connections || !self.conns.has_room()
             {
                 // `--max-connections`: the rest wait in the kernel's backlog until a

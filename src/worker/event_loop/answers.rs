@@ -1,5 +1,6 @@
 //! The answers the loop makes itself, without the app: `--static-response`'s hello, a
-//! scrape of `--metrics-port`, the 404 for a request outside `--root-path`. Each is
+//! scrape of `--metrics-port`, the 404 for a request outside `--root-path`, the 503 for
+//! one that waits too long (`--max-queue-wait`). Each is
 //! queued on its connection like a handler's response.
 
 use std::sync::Arc;
@@ -54,6 +55,21 @@ impl Answers {
     /// A request outside `--root-path`: 404.
     pub fn outside_root(&mut self, conn: &mut Conn, req: &Request) {
         self.plain(conn, req, 404, "Not Found", b"Not Found");
+    }
+
+    /// A request shed for its wait (`--max-queue-wait`): 503, try again in a second.
+    pub fn busy(&mut self, conn: &mut Conn, req: &Request) {
+        let out = crate::http::encode::simple_response_with(
+            503,
+            "Service Unavailable",
+            "text/plain",
+            b"Retry-After: 1\r\n",
+            b"Service Unavailable: the server is too busy to answer in time; retry shortly\n",
+            req.head.keep_alive,
+            is_head(req),
+            self.date.get(),
+        );
+        conn.answer(out);
     }
 
     /// Whether `req` is for the app under `--root-path` (always, without one; `OPTIONS *`

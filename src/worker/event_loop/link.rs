@@ -27,6 +27,12 @@ const QUICK_SERVICE: Duration = Duration::from_millis(1);
 /// nothing more queues behind it.
 const LONG_WORK: Duration = Duration::from_millis(2);
 
+/// Pieces of work the handlers finish before their pace is believed (`Handlers::pace`).
+const PACE_SAMPLES: u64 = 8;
+
+/// A piece of work this many times its handler's average is a long one (with `LONG_WORK`).
+const LONG_RUN: u32 = 4;
+
 /// While requests wait in the loop with every handler busy, how often the pool looks at
 /// whether the handlers compute or wait (their threads' CPU clocks).
 const GROW_WINDOW: Duration = Duration::from_millis(2);
@@ -117,6 +123,13 @@ impl HandlerLink {
         }
     }
 
+    /// Whether the piece of work it is on began more than `limit` before `now_ns`.
+    pub(super) fn stuck(&self, now_ns: u64, limit: Duration) -> bool {
+        self.shared
+            .work_since()
+            .is_some_and(|since| Duration::from_nanos(now_ns.saturating_sub(since)) > limit)
+    }
+
     /// Whether a request may go to it now: it is idle or waiting for the loop, or quick and
     /// not on a long piece of work (`QUICK_SERVICE`, `LONG_WORK`); always inline, where the
     /// loop is the handler.
@@ -187,6 +200,9 @@ struct Pool {
     /// which pieces of work they were on (their busy clocks' starts, added up), and their
     /// active time then (`HandlerLink::active`).
     window: Option<Window>,
+    /// The last window found the handlers computing: more threads would not serve more.
+    /// Until a window says so, the pool counts on growing (`Handlers::pace`).
+    computing: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -212,6 +228,7 @@ impl Handlers {
             max,
             idle,
             window: None,
+            computing: false,
         });
         Handlers {
             links,
@@ -242,6 +259,62 @@ impl Handlers {
             }
         }
         best
+    }
+
+    /// How fast the handlers finish requests, for admission: their pieces of work's average
+    /// length, and how many handlers take them at once. Those are the handlers not asked
+    /// to go and not on a piece of work longer than `stuck` (one stuck on a request takes
+    /// nothing until it ends), or the pool's most while it may grow and was not seen
+    /// computing (threads it starts serve the waiting). `None` before the handlers
+    /// finished `PACE_SAMPLES` pieces of work (one slow request says little of the next).
+    /// `now`: the pass's `stats::mono_ns`.
+    pub fn pace(&self, stuck: Duration, now: u64) -> Option<(Duration, usize)> {
+        let (mut sum, mut known, mut able, mut samples) = (0u128, 0u32, 0usize, 0u64);
+        for h in self.links.iter().filter(|h| !h.retiring) {
+            if let Some(s) = h.shared.service() {
+                sum += s.as_nanos();
+                known += 1;
+                samples += h.shared.service_samples();
+            }
+            able += usize::from(!h.stuck(now, stuck));
+        }
+        if known == 0 || samples < PACE_SAMPLES {
+            return None;
+        }
+        let capacity = match &self.pool {
+            Some(p) if !p.computing => p.max,
+            _ => able,
+        };
+        let avg = u64::try_from(sum / u128::from(known)).unwrap_or(u64::MAX);
+        Some((Duration::from_nanos(avg), capacity))
+    }
+
+    /// Of `pinned` (the connection's handler) or else every live handler, the least loaded
+    /// that a held request may queue behind: one that has taken everything given to it
+    /// (the request is next) and whose piece of work has not run `limit` (it is not on a
+    /// slow request). `None` when none may: the request waits in the loop.
+    pub fn next_in_line(&self, pinned: Option<usize>, limit: Duration, now: u64) -> Option<usize> {
+        let may = |h: &HandlerLink| !h.retiring && h.tx.is_drained() && !h.stuck(now, limit);
+        match pinned {
+            Some(h) => may(&self.links[h]).then_some(h),
+            None => (self.links.iter().enumerate())
+                .filter(|(_, h)| may(h))
+                .min_by_key(|(_, h)| h.queued)
+                .map(|(i, _)| i),
+        }
+    }
+
+    /// Whether every live handler thread is on a long piece of work: longer than
+    /// `LONG_WORK` and than `LONG_RUN` times its average (a request that may run for a
+    /// while yet: another worker would serve a new connection sooner). Never inline.
+    pub fn all_on_long_work(&self, now: u64) -> bool {
+        self.links.iter().filter(|h| !h.retiring).all(|h| {
+            let limit = h
+                .shared
+                .service()
+                .map_or(LONG_WORK, |s| (s * LONG_RUN).max(LONG_WORK));
+            h.join.is_some() && h.stuck(now, limit)
+        })
     }
 
     /// Handler threads running (or starting), not counting those asked to go.
@@ -293,7 +366,8 @@ impl Handlers {
         let wall = now.saturating_duration_since(last.at).as_secs_f64();
         let share = active.saturating_sub(last.active).as_secs_f64() / wall.max(1e-9);
         // One that is ready to run computes (its wait for a CPU shows only once it runs).
-        if share >= WAITING_SHARE || runnable {
+        pool.computing = share >= WAITING_SHARE || runnable;
+        if pool.computing {
             return 0;
         }
         let n = held.min(pool.max - busy).min(GROW_STEP);
@@ -556,6 +630,8 @@ pub struct LoopOptions {
     pub max_handlers: usize,
     /// `--blocking-threads-idle-timeout`: how long a thread above the floor may idle.
     pub handler_idle: Duration,
+    /// `--max-queue-wait` (`None`: off).
+    pub max_queue_wait: Option<Duration>,
     /// `--idle-poll`.
     pub idle_poll: Option<Duration>,
 }

@@ -19,8 +19,10 @@
 #![warn(clippy::too_many_lines, clippy::excessive_nesting)]
 
 mod accept;
+mod admission;
 mod answers;
 mod conns;
+mod dispatch;
 mod drain;
 mod link;
 mod outlets;
@@ -41,14 +43,14 @@ use pyo3::Python;
 use crate::pipeline::msg::{ConnRef, Request};
 use crate::pipeline::shared::LoopShared;
 use crate::pipeline::stats::{self, LoopCounters};
-use crate::sys::ipc::Status;
 use crate::sys::listen::Listener;
 use crate::sys::signals::SignalPipe;
-use crate::worker::conn::{Conn, Effects, Next, ReadCtx};
+use crate::worker::conn::{Conn, Effects, LoopAnswer, Next, ReadCtx};
 use crate::worker::inline::{Inline, InlineSetup};
 use crate::worker::placer::{self, Placer, Tick};
 use crate::{access_log::AccessLog, log};
 use accept::Acceptor;
+use admission::Admission;
 use answers::Answers;
 use conns::{ConnTable, METRICS, SIGNALS, WAKER};
 use drain::Drain;
@@ -57,7 +59,7 @@ pub use link::{HandlerLink, LoopOptions, Responses};
 pub use outlets::MetricsPort;
 use outlets::Outlets;
 use poller::Poller;
-use timeouts::{Clock, HOLD_MAX};
+use timeouts::Clock;
 
 /// Readiness events taken per `epoll_wait` (the rest stay ready for the next pass). A
 /// pass reads its requests, serves them, then writes their responses; inline, at 256
@@ -86,11 +88,13 @@ pub struct LoopWiring {
     pub metrics: Option<MetricsPort>,
 }
 
-/// The connections with work the pass has yet to do.
-#[derive(Default)]
+/// The connections with work the pass has yet to do, and the rule for those waiting.
 struct Work {
-    /// Connections with a parsed request that found every ring full.
+    /// Connections with a parsed request waiting for a handler (held: none was free to
+    /// take it, or every ring was full).
     stalled: VecDeque<ConnRef>,
+    /// Which requests may wait for a handler, and for how long (`--max-queue-wait`).
+    admission: Admission,
     /// Connections whose last in-flight response completed: parse what they buffered.
     resume: Vec<u32>,
     /// Connections with new bytes to write, flushed once per pass (batching pipelined
@@ -158,7 +162,12 @@ impl EventLoop {
             acceptor,
             clock: Clock::new(&opts),
             drain: None,
-            work: Work::default(),
+            work: Work {
+                stalled: VecDeque::new(),
+                admission: Admission::new(opts.max_queue_wait),
+                resume: Vec::new(),
+                dirty: Vec::new(),
+            },
             answers,
             outlets,
             counters: LoopCounters::new(),
@@ -265,12 +274,15 @@ impl EventLoop {
         if self.conns.next_linger_deadline().is_some() {
             self.expire_lingering();
         }
-        if self.acceptor.more {
+        if self.acceptor.more || self.acceptor.deferred.is_some_and(|t| now >= t) {
             self.accept();
         }
         if self.drain_check_due() {
             self.close_drained_idle();
         }
+        self.work
+            .admission
+            .refresh(&self.handlers, self.clock.now_ns());
         self.service_rings(py);
     }
 
@@ -496,19 +508,38 @@ impl EventLoop {
     fn hand_on(&mut self, conn: &mut Conn) -> bool {
         if conn.holds() {
             // Responses before it are still to come; `on_response` resumes it.
-            let Some(req) = conn.take_held() else {
+            let Some((req, answer)) = conn.take_held() else {
                 return false;
             };
-            self.outlets.count_loop_answer(false, 404);
-            self.answers.outside_root(conn, &req);
+            match answer {
+                LoopAnswer::OutsideRoot => {
+                    self.outlets.count_loop_answer(false, 404);
+                    self.answers.outside_root(conn, &req);
+                }
+                LoopAnswer::Busy => {
+                    self.counters.shed += 1;
+                    let hold = admission::SHEDDING_HOLD.as_nanos() as u64;
+                    self.outlets.count_shed(self.clock.now_ns() + hold);
+                    self.answers.busy(conn, &req);
+                }
+            }
             self.work.dirty.push(conn.me().slot);
         }
         if let Some(req) = conn.take_abandoned() {
             self.abandon(conn.me(), req);
         }
-        let Some(req) = conn.take_parked() else {
+        let Some(mut req) = conn.take_parked() else {
             return true;
         };
+        if conn.handler().is_some() {
+            // Pipelined behind a request of its own connection, it waits for that one, not
+            // for a handler: its wait counts from when it was last found doing so.
+            req.queued_at = self.clock.now;
+        } else if self.work.admission.expired(req.queued_at, self.clock.now) {
+            // Waited past its budget: answered 503 now (after any response before it).
+            conn.hold(req, LoopAnswer::Busy);
+            return self.hand_on(conn);
+        }
         let Err(req) = self.dispatch(conn, req) else {
             return true;
         };
@@ -558,7 +589,15 @@ impl EventLoop {
             self.answers.metrics(conn, &req);
         } else if !self.answers.within_root(&req) {
             // Answered at the top of the loop, after the responses before it.
-            conn.hold(req);
+            conn.hold(req, LoopAnswer::OutsideRoot);
+            return;
+        } else if !self
+            .work
+            .admission
+            .admits(self.handlers.queued + self.work.stalled.len())
+        {
+            // It would wait for a handler past its budget: 503, the same way.
+            conn.hold(req, LoopAnswer::Busy);
             return;
         } else {
             // Handed on at the top of the loop (or kept, if every ring is full).
@@ -566,64 +605,6 @@ impl EventLoop {
             return;
         }
         self.work.dirty.push(conn.me().slot);
-    }
-
-    /// Pushes a request into a handler's ring; `Err` gives it back when the ring is full.
-    fn dispatch(&mut self, conn: &mut Conn, mut req: Box<Request>) -> Result<(), Box<Request>> {
-        // Requests of one connection stay on one handler so responses come back in order;
-        // none may be free for it now (`Handlers::choose`): held, it waits in the loop.
-        let h = match self.handlers.choose(conn.handler(), self.clock.now_ns()) {
-            Some(h) => h,
-            // Held long enough for a handler to free up or the pool to grow: it queues
-            // behind a busy one after all (whose steps may never leave a gap for it).
-            None if self.clock.now.saturating_duration_since(req.queued_at) >= HOLD_MAX => conn
-                .handler()
-                .unwrap_or_else(|| self.handlers.least_loaded()),
-            None => {
-                self.counters.held += 1;
-                return Err(req);
-            }
-        };
-        // A handler thread may write the response itself (inline, the loop writes it in
-        // this same pass anyway).
-        let threaded = self.handlers.links[h].join.is_some();
-        req.socket = threaded.then(|| conn.socket_to_lend()).flatten();
-        let lent = req.socket.is_some();
-        match self.handlers.push(h, req) {
-            Ok(woke) => self.counters.handler_wakes += u64::from(woke),
-            Err(req) => {
-                self.counters.ring_full += 1;
-                return Err(req);
-            }
-        }
-        conn.dispatched(h, lent);
-        self.counters.requests += 1;
-        if self.counters.requests == self.opts.max_requests {
-            // `--max-requests` reached: the master starts a replacement, then stops this
-            // worker gracefully; until then it serves on.
-            self.outlets.tell(Status::Recycle);
-        }
-        Ok(())
-    }
-
-    /// A parked request whose connection closed or whose client left: a handler takes it
-    /// anyway, sees the departure, and logs it (499) without running the app; dropped only
-    /// if every ring is full.
-    fn abandon(&mut self, r: ConnRef, req: Box<Request>) {
-        self.shared.departures.depart(r);
-        match self.handlers.push_anywhere(req) {
-            Some(woke) => self.counters.handler_wakes += u64::from(woke),
-            None => self.counters.ring_full += 1,
-        }
-    }
-
-    /// Connection `r`, with requests on handler `h`, lost its client (a reset, an end of
-    /// stream, a close) or will answer nothing more: the handler skips its requests not
-    /// yet started, `m0serve.client_disconnected()` says so for the one running, and a
-    /// thread waiting in `write()` for its credit wakes and stops.
-    fn depart(&mut self, h: usize, r: ConnRef) {
-        self.shared.departures.depart(r);
-        self.handlers.mark(h);
     }
 
     /// Closes a connection now, telling its handler if it had requests in flight.

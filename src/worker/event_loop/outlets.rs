@@ -52,6 +52,15 @@ impl Outlets {
         }
     }
 
+    /// A request shed (`--max-queue-wait`); the worker counts as shedding until `until`
+    /// (`stats::mono_ns`).
+    pub fn count_shed(&self, until: u64) {
+        if let Some(m) = self.metrics.as_ref() {
+            m.section().count_status(503);
+            m.section().count_shed(until);
+        }
+    }
+
     /// A connection closed before any request, and why.
     pub fn count_refused(&self, why: Refused) {
         if let Some(m) = &self.metrics {

@@ -72,9 +72,18 @@ impl EventLoop {
             return;
         };
         inline.begin_run();
+        let mut began = self.clock.now;
         while self.inline.as_mut().is_some_and(|i| i.step(py)) {
             // The app may have run for a while: stamps from here on use the time now.
-            self.clock.tick();
+            let now = self.clock.tick();
+            // How long its pieces of work take, as a handler thread keeps it (admission).
+            if let Some(inline) = self.inline.as_ref() {
+                let took = now.saturating_duration_since(began).as_nanos();
+                inline
+                    .shared()
+                    .note_service(u64::try_from(took).unwrap_or(u64::MAX));
+            }
+            began = now;
             // Written, and nothing more: connections its response lets go on are resumed
             // after the run (`settle`), so that a client pipelining without end cannot keep
             // the run, and the loop's polling, from ending.

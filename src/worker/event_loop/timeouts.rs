@@ -226,7 +226,8 @@ impl EventLoop {
     }
 
     /// The loop's next timer: the stop's deadline, the sweep, a stop's idle check, the
-    /// first lingering close.
+    /// first lingering close, the pool's next look, a held request's next try, a deferred
+    /// accept.
     pub(super) fn next_timeout(&self) -> Option<Duration> {
         let now = Instant::now();
         let drain = self.drain.as_ref();
@@ -240,6 +241,8 @@ impl EventLoop {
                 .next_look()
                 .filter(|_| !self.work.stalled.is_empty()),
             (!self.work.stalled.is_empty()).then(|| self.clock.now + HOLD_MAX),
+            // Connections left to another worker for a moment.
+            self.acceptor.deferred,
         ]
         .into_iter()
         .flatten()

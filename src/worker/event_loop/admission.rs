@@ -1,0 +1,107 @@
+//! Admission (`--max-queue-wait`): how long a request may wait in the worker for a handler.
+//!
+//! Every request is timed from the moment the loop had read it whole (`queued_at`). One
+//! that would wait longer than the budget, at the pace the handlers have been finishing
+//! requests, is answered `503` with `Retry-After` by the loop as soon as it is read; one
+//! that has waited twice as long (the pace changed, a handler got stuck) is answered so
+//! when the loop next looks at it. Neither reaches the app. A burst whose work fits in the budget is
+//! served whole; under sustained overload the queue stays one budget deep, so what is
+//! served waits at most the budget and what is not is told at once, where it can go
+//! elsewhere (a sibling worker first: `accept.rs` defers taking connections meanwhile).
+
+use std::time::{Duration, Instant};
+
+use super::link::Handlers;
+
+/// After a request was shed, how long the worker counts as shedding (`/readyz` answers
+/// 503, `m0serve_workers_shedding` counts it).
+pub(super) const SHEDDING_HOLD: Duration = Duration::from_secs(1);
+
+/// A request waiting this many budgets is answered 503 from the queue.
+const EXPIRY_BUDGETS: u32 = 2;
+
+pub(super) struct Admission {
+    /// `--max-queue-wait`; `None`: off, requests wait without limit.
+    budget: Option<Duration>,
+    /// How many requests out on the handlers or waiting in the loop a new one may find
+    /// ahead of it and still be taken within the budget (`refresh`).
+    room: usize,
+}
+
+impl Admission {
+    pub fn new(budget: Option<Duration>) -> Admission {
+        Admission {
+            budget,
+            room: usize::MAX,
+        }
+    }
+
+    /// The room for waiting requests, from the handlers' pace now: the budget's worth of
+    /// their pieces of work, over the handlers that can take one (never less than finds
+    /// one of those handlers free). Unbounded before the pace is known, and when off.
+    /// `now`: the pass's `stats::mono_ns`.
+    pub fn refresh(&mut self, handlers: &Handlers, now: u64) {
+        let Some(budget) = self.budget else {
+            return;
+        };
+        self.room = match handlers.pace(budget, now) {
+            Some((service, capacity)) => {
+                let worth = budget.as_nanos() * capacity as u128 / service.as_nanos().max(1);
+                usize::try_from(worth)
+                    .unwrap_or(usize::MAX)
+                    .max(capacity.saturating_sub(1))
+            }
+            None => usize::MAX,
+        };
+    }
+
+    /// Whether a request read now, with `ahead` requests before it (out on the handlers or
+    /// waiting in the loop), may wait for a handler.
+    pub fn admits(&self, ahead: usize) -> bool {
+        ahead <= self.room
+    }
+
+    /// Whether a request read at `queued_at` has waited past twice the budget by `now`:
+    /// admitted, it was expected to wait less than the budget, and the handlers' pace
+    /// changed (one got stuck, the host got busy). The slack spares a burst admitted whole
+    /// whose work runs a little slower than its pace said.
+    pub fn expired(&self, queued_at: Instant, now: Instant) -> bool {
+        self.budget
+            .is_some_and(|b| now.saturating_duration_since(queued_at) > b * EXPIRY_BUDGETS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_room(budget: Option<Duration>, room: usize) -> Admission {
+        let mut a = Admission::new(budget);
+        a.room = room;
+        a
+    }
+
+    #[test]
+    fn a_request_is_admitted_while_the_queue_fits_the_budget() {
+        let a = with_room(Some(Duration::from_millis(500)), 50);
+        assert!(a.admits(0));
+        assert!(a.admits(50));
+        assert!(!a.admits(51));
+    }
+
+    #[test]
+    fn off_admits_everything_and_nothing_expires() {
+        let a = Admission::new(None);
+        assert!(a.admits(usize::MAX - 1));
+        let t = Instant::now();
+        assert!(!a.expired(t, t + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn a_request_expires_past_twice_the_budget() {
+        let a = Admission::new(Some(Duration::from_millis(500)));
+        let t = Instant::now();
+        assert!(!a.expired(t, t + Duration::from_millis(1000)));
+        assert!(a.expired(t, t + Duration::from_millis(1001)));
+    }
+}
