@@ -212,8 +212,9 @@ pub struct Cli {
     /// Seconds a request may wait in a worker for a handler. One that would wait longer, at
     /// the pace the handlers finish requests, is answered 503 with Retry-After by the loop
     /// as soon as it is read, and so is one that has waited twice as long; neither runs
-    /// the app. A worker that sheds leaves new connections to another worker first. 0
-    /// turns it off (requests queue without limit, as in gunicorn and Granian).
+    /// the app. For a second after it refused one, a worker admits only what would wait a
+    /// fifth of this, and leaves new connections to another worker first. 0 turns it off
+    /// (requests queue without limit, as in gunicorn and Granian).
     #[arg(
         long,
         env = "M0SERVE_MAX_QUEUE_WAIT",

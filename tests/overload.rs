@@ -132,6 +132,34 @@ fn a_request_that_waited_twice_its_budget_is_answered_503_when_looked_at() {
 }
 
 #[test]
+fn after_refusing_at_the_door_a_worker_admits_a_fifth_of_its_budget_for_a_second() {
+    let (s, _) = start(&["--max-blocking-threads", "1", "--max-queue-wait", "0.1"]);
+    // A pace of 2 ms a request: 50 fit in the budget, 10 in a fifth of it.
+    for _ in 0..12 {
+        assert_eq!(s.get("/burn?0.002").status, 200);
+    }
+    let count = |answers: &[(u16, Option<String>, Duration)], code| {
+        answers.iter().filter(|a| a.0 == code).count()
+    };
+    // Past the budget: some are refused at the door...
+    let first = burst(s.addr(), 90, "/burn?0.002");
+    assert!(count(&first, 503) >= 20, "{first:?}");
+    // ...and just after, with the queue empty again, a burst that the whole budget would
+    // take is cut to a fifth of it.
+    let next = burst(s.addr(), 30, "/burn?0.002");
+    assert!(
+        count(&next, 503) >= 10,
+        "{} of 30 refused just after shedding",
+        count(&next, 503)
+    );
+    // A second later the worker takes its whole budget again.
+    std::thread::sleep(Duration::from_millis(1500));
+    let later = burst(s.addr(), 20, "/burn?0.002");
+    assert_eq!(count(&later, 200), 20, "{later:?}");
+    s.assert_no_panic();
+}
+
+#[test]
 fn max_queue_wait_0_sheds_nothing() {
     let (s, m) = start(&["--max-blocking-threads", "1", "--max-queue-wait", "0"]);
     for _ in 0..10 {

@@ -4,10 +4,13 @@
 //! that would wait longer than the budget, at the pace the handlers have been finishing
 //! requests, is answered `503` with `Retry-After` by the loop as soon as it is read; one
 //! that has waited twice as long (the pace changed, a handler got stuck) is answered so
-//! when the loop next looks at it. Neither reaches the app. A burst whose work fits in the budget is
-//! served whole; under sustained overload the queue stays one budget deep, so what is
-//! served waits at most the budget and what is not is told at once, where it can go
-//! elsewhere (a sibling worker first: `accept.rs` defers taking connections meanwhile).
+//! when the loop next looks at it. Neither reaches the app. A burst whose work fits in the
+//! budget is served whole. Once the worker has refused a request at the door, it is
+//! overloaded for a second after (each refusal starts the second again), and admits only
+//! what would wait a fifth of the budget: under sustained overload the queue stays short,
+//! so what is served is fresh (CoDel's standing queue, as "Fail at Scale" applies it to
+//! requests), and what is not is told at once, where it can go elsewhere (a sibling worker
+//! first: `accept.rs` defers taking connections meanwhile).
 
 use std::time::{Duration, Instant};
 
@@ -20,12 +23,19 @@ pub(super) const SHEDDING_HOLD: Duration = Duration::from_secs(1);
 /// A request waiting this many budgets is answered 503 from the queue.
 const EXPIRY_BUDGETS: u32 = 2;
 
+/// Overloaded (a request refused at the door within `SHEDDING_HOLD`), a worker admits what
+/// would wait this share of the budget.
+const OVERLOADED_SHARE: u32 = 5;
+
 pub(super) struct Admission {
     /// `--max-queue-wait`; `None`: off, requests wait without limit.
     budget: Option<Duration>,
     /// How many requests out on the handlers or waiting in the loop a new one may find
     /// ahead of it and still be taken within the budget (`refresh`).
     room: usize,
+    /// Until when the worker counts as overloaded (the last refusal at the door, plus
+    /// `SHEDDING_HOLD`).
+    overloaded_until: Option<Instant>,
 }
 
 impl Admission {
@@ -33,18 +43,24 @@ impl Admission {
         Admission {
             budget,
             room: usize::MAX,
+            overloaded_until: None,
         }
     }
 
     /// The room for waiting requests, from the handlers' pace now: the budget's worth of
     /// their pieces of work, over the handlers that can take one (never less than finds
-    /// one of those handlers free). Unbounded before the pace is known, and when off.
-    /// `now`: the pass's `stats::mono_ns`.
-    pub fn refresh(&mut self, handlers: &Handlers, now: u64) {
-        let Some(budget) = self.budget else {
+    /// one of those handlers free); overloaded, of `OVERLOADED_SHARE` of the budget.
+    /// Unbounded before the pace is known, and when off. `now`, `now_ns`: the pass's
+    /// clock, and as `stats::mono_ns`.
+    pub fn refresh(&mut self, handlers: &Handlers, now: Instant, now_ns: u64) {
+        let Some(mut budget) = self.budget else {
             return;
         };
-        self.room = match handlers.pace(budget, now) {
+        let stuck = budget;
+        if self.overloaded_until.is_some_and(|t| now < t) {
+            budget /= OVERLOADED_SHARE;
+        }
+        self.room = match handlers.pace(stuck, now_ns) {
             Some((service, capacity)) => {
                 let worth = budget.as_nanos() * capacity as u128 / service.as_nanos().max(1);
                 usize::try_from(worth)
@@ -59,6 +75,12 @@ impl Admission {
     /// waiting in the loop), may wait for a handler.
     pub fn admits(&self, ahead: usize) -> bool {
         ahead <= self.room
+    }
+
+    /// A request was refused at the door at `now` (`admits` said no): the worker is
+    /// overloaded for `SHEDDING_HOLD`.
+    pub fn refused(&mut self, now: Instant) {
+        self.overloaded_until = Some(now + SHEDDING_HOLD);
     }
 
     /// Whether a request read at `queued_at` has waited past twice the budget by `now`:

@@ -280,9 +280,8 @@ impl EventLoop {
         if self.drain_check_due() {
             self.close_drained_idle();
         }
-        self.work
-            .admission
-            .refresh(&self.handlers, self.clock.now_ns());
+        let now_ns = self.clock.now_ns();
+        self.work.admission.refresh(&self.handlers, now, now_ns);
         self.service_rings(py);
     }
 
@@ -597,6 +596,7 @@ impl EventLoop {
             .admits(self.handlers.queued + self.work.stalled.len())
         {
             // It would wait for a handler past its budget: 503, the same way.
+            self.work.admission.refused(self.clock.now);
             conn.hold(req, LoopAnswer::Busy);
             return;
         } else {
