@@ -9,7 +9,9 @@
 //! here): pip for the image's Python picks the manylinux wheel from the wheels
 //! scripts/test.sh built (M0S_WHEELS), and the image's entrypoint, command and environment
 //! pass `--check-config` from a virtualenv of that version (M0S_PACKAGE_VENVS). The systemd
-//! unit: a virtualenv's `m0serve`, arguments the real program accepts.
+//! unit: a virtualenv's `m0serve`, arguments the real program accepts. The autoscaler
+//! (kubernetes-autoscaling.yaml): it scales that Deployment on the metric its
+//! prometheus-adapter rule makes, from series a real scrape has.
 
 mod common;
 mod venvs;
@@ -260,12 +262,8 @@ fn kubernetes_manifest_fits_together_and_its_arguments_parse() {
         "behind a Service the proxy is not on localhost: set --forwarded-allow-ips"
     );
 
-    // Readiness on the app port (the Service sends to it); liveness on the metrics
-    // port's /healthz, which the loop answers without the app.
-    assert_eq!(
-        probe_port(&c["readinessProbe"], &named, "readinessProbe"),
-        app_port
-    );
+    // Readiness on the metrics port's /readyz (503 while the pod sheds), liveness on its
+    // /healthz: the loop answers both without the app.
     let metrics_port: u16 = config["--metrics-port"]
         .parse()
         .expect("--metrics-port is set");
@@ -284,6 +282,14 @@ fn kubernetes_manifest_fits_together_and_its_arguments_parse() {
     assert_eq!(
         c["livenessProbe"]["httpGet"]["path"].as_str(),
         Some("/healthz")
+    );
+    assert_eq!(
+        probe_port(&c["readinessProbe"], &named, "readinessProbe"),
+        metrics_port
+    );
+    assert_eq!(
+        c["readinessProbe"]["httpGet"]["path"].as_str(),
+        Some("/readyz")
     );
     let ann = &pod["metadata"]["annotations"];
     assert_eq!(
@@ -328,6 +334,105 @@ fn kubernetes_manifest_fits_together_and_its_arguments_parse() {
                 "resources.{kind}.{r} is not set"
             );
         }
+    }
+}
+
+#[test]
+fn the_autoscaler_scales_the_deployment_on_a_metric_the_adapter_makes_from_real_series() {
+    let Some(venv) = test_venv() else { return };
+    let docs = load_yaml_all(
+        &venv,
+        &repo().join("docs/deploy/kubernetes-autoscaling.yaml"),
+    );
+    let of_kind = |kind: &str| -> Vec<&Json> {
+        docs.iter()
+            .filter(|d| d["kind"].as_str() == Some(kind))
+            .collect()
+    };
+    let (hpas, maps) = (of_kind("HorizontalPodAutoscaler"), of_kind("ConfigMap"));
+    assert_eq!(
+        (hpas.len(), maps.len()),
+        (1, 1),
+        "one HPA and the adapter's ConfigMap"
+    );
+    let hpa = hpas[0];
+    assert_eq!(hpa["apiVersion"].as_str(), Some("autoscaling/v2"));
+
+    // It scales the Deployment of kubernetes.yaml.
+    let manifest = load_yaml_all(&venv, &repo().join("docs/deploy/kubernetes.yaml"));
+    let dep = manifest
+        .iter()
+        .find(|d| d["kind"].as_str() == Some("Deployment"))
+        .expect("the Deployment");
+    let target = &hpa["spec"]["scaleTargetRef"];
+    assert_eq!(target["kind"].as_str(), Some("Deployment"));
+    assert_eq!(target["apiVersion"], dep["apiVersion"]);
+    assert_eq!(target["name"], dep["metadata"]["name"]);
+    let (min, max) = (
+        hpa["spec"]["minReplicas"].as_f64().unwrap(),
+        hpa["spec"]["maxReplicas"].as_f64().unwrap(),
+    );
+    assert!(1.0 <= min && min < max, "replicas {min}..{max}");
+
+    // On a per-pod custom metric, which the adapter's one rule names.
+    let metrics = hpa["spec"]["metrics"].as_array().expect("metrics");
+    assert_eq!(metrics.len(), 1);
+    assert_eq!(metrics[0]["type"].as_str(), Some("Pods"));
+    let wanted = metrics[0]["pods"]["metric"]["name"].as_str().unwrap();
+    let target = metrics[0]["pods"]["target"]["averageValue"]
+        .as_str()
+        .unwrap();
+    assert_eq!(target, "50m", "a quantity in seconds: 50 ms");
+    let config = maps[0]["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml");
+    let file = std::env::temp_dir().join(format!("m0s-adapter-{}.yaml", std::process::id()));
+    std::fs::write(&file, config).unwrap();
+    let adapter = load_yaml_all(&venv, &file);
+    let _ = std::fs::remove_file(&file);
+    let rules = adapter[0]["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 1);
+    let rule = &rules[0];
+    assert_eq!(rule["name"]["as"].as_str(), Some(wanted));
+    for (what, label) in [("namespace", "namespace"), ("pod", "pod")] {
+        assert_eq!(
+            rule["resources"]["overrides"][label]["resource"].as_str(),
+            Some(what)
+        );
+    }
+
+    // The series the rule reads are ones m0serve exports.
+    let query = format!(
+        "{} {}",
+        rule["seriesQuery"].as_str().unwrap(),
+        rule["metricsQuery"].as_str().unwrap()
+    );
+    let named: Vec<&str> = query
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("m0serve_"))
+        .collect();
+    assert!(named.len() >= 3, "{query}");
+    let s = Server::builder("hello:app")
+        .args(&["--metrics-port", "0"])
+        .start();
+    const LINE: &str = "metrics on http://";
+    assert!(
+        s.wait_for_log(LINE, Duration::from_secs(10)),
+        "{}",
+        s.log_text()
+    );
+    let log = s.log_text();
+    let at = &log[log.find(LINE).unwrap() + LINE.len()..];
+    let addr: std::net::SocketAddr = at[..at.find("/metrics").unwrap()].parse().unwrap();
+    assert_eq!(s.get("/").status, 200);
+    let mut c = Conn::connect(addr);
+    c.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let text = c.read_response().body_text();
+    for series in named {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("{series} "))),
+            "the adapter reads {series}, which m0serve does not export:\n{text}"
+        );
     }
 }
 
