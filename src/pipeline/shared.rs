@@ -174,6 +174,9 @@ pub struct HandlerShared {
     work_since: AtomicU64,
     /// Pieces of work in `service_ns` so far (its writer's count, read as a hint too).
     service_samples: AtomicU64,
+    /// Streamed bodies it has set aside, waiting for their slow clients (its requests out
+    /// that take none of its time).
+    aside: AtomicU64,
 }
 
 /// When a handler began its current piece of work (a request, or a body it resumed) and
@@ -291,6 +294,7 @@ impl HandlerShared {
             },
             service_ns: AtomicU64::new(u64::MAX),
             service_samples: AtomicU64::new(0),
+            aside: AtomicU64::new(0),
             work_since: AtomicU64::new(0),
         }
     }
@@ -319,6 +323,18 @@ impl HandlerShared {
         let n = self.service_samples.load(Ordering::Relaxed);
         self.service_samples
             .store(n.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// Handler: it holds `n` bodies set aside.
+    pub fn set_aside(&self, n: usize) {
+        // Relaxed: see `service_ns`.
+        self.aside.store(n as u64, Ordering::Relaxed);
+    }
+
+    /// Loop: the bodies it holds set aside (`set_aside`).
+    pub fn aside(&self) -> usize {
+        // Relaxed: see `service_ns`.
+        usize::try_from(self.aside.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
     /// Loop: how many pieces of work the average is over (`note_service`).

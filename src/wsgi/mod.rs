@@ -426,6 +426,7 @@ impl Bridge {
     fn resume(&mut self, py: Python<'_>, i: usize) -> Served {
         let p = self.suspended.remove(i);
         self.credits.remove(i);
+        self.ex.shared.set_aside(self.suspended.len());
         self.ex.resume(py, p.id);
         self.current = p.log;
         self.timing = p.timing;
@@ -490,6 +491,7 @@ impl Bridge {
                 log: self.current.take(),
                 timing: self.timing.take(),
             });
+            self.ex.shared.set_aside(self.suspended.len());
             return Served::Suspended;
         }
         let what = || errors::describe_environ(&environ);

@@ -33,6 +33,9 @@ pub(super) struct Admission {
     /// How many requests out on the handlers or waiting in the loop a new one may find
     /// ahead of it and still be taken within the budget (`refresh`).
     room: usize,
+    /// Requests out that are bodies set aside for slow clients (`Handlers::aside`), at
+    /// the last `refresh`: not ahead of anyone.
+    aside: usize,
     /// Until when the worker counts as overloaded (the last refusal at the door, plus
     /// `SHEDDING_HOLD`).
     overloaded_until: Option<Instant>,
@@ -43,6 +46,7 @@ impl Admission {
         Admission {
             budget,
             room: usize::MAX,
+            aside: 0,
             overloaded_until: None,
         }
     }
@@ -57,6 +61,7 @@ impl Admission {
             return;
         };
         let stuck = budget;
+        self.aside = handlers.aside();
         if self.overloaded_until.is_some_and(|t| now < t) {
             budget /= OVERLOADED_SHARE;
         }
@@ -72,9 +77,9 @@ impl Admission {
     }
 
     /// Whether a request read now, with `ahead` requests before it (out on the handlers or
-    /// waiting in the loop), may wait for a handler.
+    /// waiting in the loop, bodies set aside among them), may wait for a handler.
     pub fn admits(&self, ahead: usize) -> bool {
-        ahead <= self.room
+        ahead.saturating_sub(self.aside) <= self.room
     }
 
     /// A request was refused at the door at `now` (`admits` said no): the worker is

@@ -317,6 +317,12 @@ impl Handlers {
         })
     }
 
+    /// Requests out on the handlers that are streamed bodies set aside for slow clients:
+    /// they take none of the handlers' time.
+    pub fn aside(&self) -> usize {
+        self.links.iter().map(|h| h.shared.aside()).sum()
+    }
+
     /// Handler threads running (or starting), not counting those asked to go.
     pub fn live(&self) -> usize {
         self.links.iter().filter(|h| !h.retiring).count()
