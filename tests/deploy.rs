@@ -415,15 +415,7 @@ fn the_autoscaler_scales_the_deployment_on_a_metric_the_adapter_makes_from_real_
     let s = Server::builder("hello:app")
         .args(&["--metrics-port", "0"])
         .start();
-    const LINE: &str = "metrics on http://";
-    assert!(
-        s.wait_for_log(LINE, Duration::from_secs(10)),
-        "{}",
-        s.log_text()
-    );
-    let log = s.log_text();
-    let at = &log[log.find(LINE).unwrap() + LINE.len()..];
-    let addr: std::net::SocketAddr = at[..at.find("/metrics").unwrap()].parse().unwrap();
+    let addr = s.metrics_addr();
     assert_eq!(s.get("/").status, 200);
     let mut c = Conn::connect(addr);
     c.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");

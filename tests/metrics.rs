@@ -17,15 +17,7 @@ fn start(extra: &[&str]) -> (Server, SocketAddr) {
         .args(&["--metrics-port", "0"])
         .args(extra)
         .start();
-    const LINE: &str = "metrics on http://";
-    assert!(
-        server.wait_for_log(LINE, Duration::from_secs(10)),
-        "{}",
-        server.log_text()
-    );
-    let log = server.log_text();
-    let at = &log[log.find(LINE).unwrap() + LINE.len()..];
-    let addr = at[..at.find("/metrics").unwrap()].parse().unwrap();
+    let addr = server.metrics_addr();
     (server, addr)
 }
 

@@ -20,15 +20,7 @@ fn start(extra: &[&str]) -> (Server, SocketAddr) {
         .args(&["--metrics-port", "0"])
         .args(extra)
         .start();
-    const LINE: &str = "metrics on http://";
-    assert!(
-        s.wait_for_log(LINE, Duration::from_secs(10)),
-        "{}",
-        s.log_text()
-    );
-    let log = s.log_text();
-    let at = &log[log.find(LINE).unwrap() + LINE.len()..];
-    let addr = at[..at.find("/metrics").unwrap()].parse().unwrap();
+    let addr = s.metrics_addr();
     (s, addr)
 }
 

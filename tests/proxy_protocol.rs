@@ -131,11 +131,7 @@ fn remote(r: &Response) -> (String, String) {
 
 /// The server's `m0serve_connections_refused_total` for `reason`.
 fn refused(s: &Server, reason: &str) -> String {
-    assert!(s.wait_for_log("metrics on http://", PROMPT));
-    let log = s.log_text();
-    let at = &log[log.find("metrics on http://").unwrap() + "metrics on http://".len()..];
-    let addr = at[..at.find("/metrics").unwrap()].parse().unwrap();
-    let mut c = Conn::connect(addr);
+    let mut c = Conn::connect(s.metrics_addr());
     c.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     let text = c.read_response().body_text();
     let key = format!("m0serve_connections_refused_total{{reason=\"{reason}\"}} ");

@@ -318,6 +318,19 @@ impl Server {
         Conn::connect(self.addr)
     }
 
+    /// The address `--metrics-port` listens on, from the line that says so (waited for).
+    pub fn metrics_addr(&self) -> SocketAddr {
+        const LINE: &str = "metrics on http://";
+        assert!(
+            self.wait_for_log(LINE, Duration::from_secs(10)),
+            "no metrics port: {}",
+            self.log_text()
+        );
+        let log = self.log_text();
+        let at = &log[log.find(LINE).unwrap() + LINE.len()..];
+        at[..at.find("/metrics").unwrap()].parse().unwrap()
+    }
+
     /// One request on a fresh connection, the response read and returned.
     pub fn request(&self, raw: &[u8]) -> Response {
         let mut c = self.connect();
