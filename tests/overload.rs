@@ -152,24 +152,24 @@ fn after_refusing_at_the_door_a_worker_admits_a_fifth_of_its_budget_for_a_second
 }
 
 #[test]
-fn bodies_set_aside_for_clients_that_do_not_read_are_not_counted_as_a_queue() {
+fn many_bodies_set_aside_for_clients_that_do_not_read_make_no_request_shed() {
     // 40 endless streams whose clients read nothing: their bodies are set aside, out on the
-    // handler but taking none of its time. With a pace of 20 ms a request and a budget of
-    // 0.1 s (5 requests' worth), they must not make the worker shed.
+    // handler but taking none of its time. With a pace of 50 ms a request and a budget of
+    // 0.3 s (6 requests' worth), they must not make the worker shed.
     let s = Server::start(
         "regress:app",
-        &["--max-blocking-threads", "1", "--max-queue-wait", "0.1"],
+        &["--max-blocking-threads", "1", "--max-queue-wait", "0.3"],
     );
     let idle: Vec<Conn> = (0..40)
         .map(|_| {
-            let mut c = s.connect();
+            let mut c = Conn::connect_small(s.addr(), 4096);
             c.send(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n");
             c
         })
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    for i in 0..20 {
-        let r = s.get("/slow?secs=0.02");
+    std::thread::sleep(Duration::from_millis(500));
+    for i in 0..24 {
+        let r = s.get("/slow?secs=0.05");
         assert_eq!(r.status, 200, "request {i}: {}", r.status_line());
     }
     drop(idle);

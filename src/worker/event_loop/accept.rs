@@ -34,7 +34,7 @@ const ACCEPT_DEFER: Duration = Duration::from_millis(5);
 
 /// The same, for a worker whose every handler is on a long piece of work: it would serve
 /// nothing soon, and another worker's loop may need a moment to run on a busy host.
-const ACCEPT_DEFER_STUCK: Duration = Duration::from_millis(25);
+const ACCEPT_DEFER_STUCK: Duration = Duration::from_millis(100);
 
 /// Most connections to the metrics port one worker holds (outside `--max-connections`).
 const METRICS_MAX_CONNECTIONS: usize = 16;

@@ -23,6 +23,11 @@ pub(super) const SHEDDING_HOLD: Duration = Duration::from_secs(1);
 /// A request waiting this many budgets is answered 503 from the queue.
 const EXPIRY_BUDGETS: u32 = 2;
 
+/// With no room at all (no handler can take a request within the budget: every one is
+/// stuck on a slow request, and no thread can be added), a request that waited this long
+/// is answered 503 from the queue.
+const NO_ROOM_WAIT: Duration = Duration::from_millis(100);
+
 /// Overloaded (a request refused at the door within `SHEDDING_HOLD`), a worker admits what
 /// would wait this share of the budget.
 const OVERLOADED_SHARE: u32 = 5;
@@ -91,10 +96,13 @@ impl Admission {
     /// Whether a request read at `queued_at` has waited past twice the budget by `now`:
     /// admitted, it was expected to wait less than the budget, and the handlers' pace
     /// changed (one got stuck, the host got busy). The slack spares a burst admitted whole
-    /// whose work runs a little slower than its pace said.
+    /// whose work runs a little slower than its pace said. With no room at all now, past
+    /// `NO_ROOM_WAIT`.
     pub fn expired(&self, queued_at: Instant, now: Instant) -> bool {
-        self.budget
-            .is_some_and(|b| now.saturating_duration_since(queued_at) > b * EXPIRY_BUDGETS)
+        let waited = now.saturating_duration_since(queued_at);
+        self.budget.is_some_and(|b| {
+            waited > b * EXPIRY_BUDGETS || (self.room == 0 && waited > NO_ROOM_WAIT)
+        })
     }
 }
 
@@ -114,6 +122,25 @@ mod tests {
         assert!(a.admits(0));
         assert!(a.admits(50));
         assert!(!a.admits(51));
+    }
+
+    #[test]
+    fn bodies_set_aside_are_not_ahead_of_anyone() {
+        let mut a = with_room(Some(Duration::from_millis(500)), 5);
+        assert!(!a.admits(45));
+        a.aside = 40;
+        assert!(a.admits(45));
+        assert!(!a.admits(46));
+    }
+
+    #[test]
+    fn with_no_room_a_held_request_expires_after_a_moment() {
+        let mut a = with_room(Some(Duration::from_millis(500)), 1);
+        let t = Instant::now();
+        assert!(!a.expired(t, t + Duration::from_millis(300)));
+        a.room = 0;
+        assert!(!a.expired(t, t + NO_ROOM_WAIT));
+        assert!(a.expired(t, t + NO_ROOM_WAIT + Duration::from_millis(1)));
     }
 
     #[test]
