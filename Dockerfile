@@ -3,9 +3,9 @@
 # to its `module:attr` (docs/deploy/README.md, "A container").
 FROM python:3.12-slim
 # The wheel for this image's Python (cp312, manylinux2014) from dist/; nothing is compiled.
-# `--no-index`: the name m0serve on PyPI belongs to another project.
+# `--no-index`: the wheels of dist/ only (the distribution is m0serve-wsgi).
 COPY dist /tmp/dist
-RUN pip install --no-cache-dir --no-index --find-links /tmp/dist m0serve \
+RUN pip install --no-cache-dir --no-index --find-links /tmp/dist m0serve-wsgi \
     && rm -rf /tmp/dist
 COPY examples /app
 WORKDIR /app

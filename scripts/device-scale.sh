@@ -77,11 +77,11 @@ prepare)
     rm -rf "$DEV/wheels" "$DEV/m0load"
     mkdir -p "$DEV/wheels"
     if [ -n "$FROM" ]; then
-        cp "$FROM"/m0serve-*-"$tag"-*.whl "$DEV/wheels/" \
+        cp "$FROM"/m0serve_wsgi-*-"$tag"-*.whl "$DEV/wheels/" \
             || die "prepare: no m0serve wheel for $tag in $FROM"
     else
         scripts/wheels.sh --out "$DEV/build" --python "$py" || die "prepare: scripts/wheels.sh failed"
-        cp "$DEV/build"/m0serve-*-"$tag"-*.whl "$DEV/wheels/"
+        cp "$DEV/build"/m0serve_wsgi-*-"$tag"-*.whl "$DEV/wheels/"
     fi
     python3 -m pip download --quiet --only-binary=:all: --python-version "$PYV" \
         --implementation cp "${MANYLINUX[@]}" -d "$DEV/wheels" "${PEERS[@]}" \
@@ -115,7 +115,7 @@ run)
     case "$ONLY" in "" | scale | latency) ;; *) die "run: --only scale or latency" ;; esac
     [ -d "$DEV/wheels" ] && [ -x "$DEV/m0load" ] \
         || die "run: $DEV is not prepared (scripts/device-scale.sh prepare, on a machine with PyPI and Rust)"
-    wheel=$(ls "$DEV"/wheels/m0serve-*.whl)
+    wheel=$(ls "$DEV"/wheels/m0serve_wsgi-*.whl)
     tag=$(basename "$wheel" | cut -d- -f3)
     have=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])') \
         || die "run: $PY does not run"
@@ -128,7 +128,7 @@ run)
     # Outside $DEV, which travels to the device machine and should hold only the inputs.
     VENV=target/device-venv
     rm -rf "$VENV"
-    pkgs=(m0serve granian bjoern-binary fastwsgi flask setuptools)
+    pkgs=(m0serve-wsgi granian bjoern-binary fastwsgi flask setuptools)
     pipargs=(install --quiet --no-index --find-links "$DEV/wheels" "${pkgs[@]}")
     if "$PY" -m venv "$VENV" >&3 2>&1; then
         "$VENV/bin/python" -m pip "${pipargs[@]}" >&3 2>&1 || die "run: pip install failed (setup.log)"

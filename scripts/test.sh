@@ -87,7 +87,7 @@ echo "scripts/test.sh: built $(ls "$WHEELS"/*.whl | wc -l) wheel(s) and the sdis
 t0=$SECONDS
 SDIST_WHEELS=target/sdist-wheel
 rm -rf "$SDIST_WHEELS"
-sdists=("$WHEELS"/m0serve-*.tar.gz)
+sdists=("$WHEELS"/m0serve_wsgi-*.tar.gz)
 # Every file in the sdist carries the same old timestamp, so cargo would take the kept
 # build of m0serve itself for fresh after any change: its fingerprints go, the
 # dependencies' stay.
@@ -108,12 +108,12 @@ while read -r version python; do
     venv=target/package-venvs/$version
     tag=cp${version/./}
     if [ "$version" = "$BASE_VERSION" ]; then
-        wheel=$(ls "$SDIST_WHEELS"/m0serve-*-"$tag"-*.whl)
+        wheel=$(ls "$SDIST_WHEELS"/m0serve_wsgi-*-"$tag"-*.whl)
         extra=(django)
         WHEEL_VENV=$venv
-        PORTABLE_WHEEL=$(ls "$WHEELS"/m0serve-*-"$tag"-*.whl)
+        PORTABLE_WHEEL=$(ls "$WHEELS"/m0serve_wsgi-*-"$tag"-*.whl)
     else
-        wheel=$(ls "$WHEELS"/m0serve-*-"$tag"-*.whl)
+        wheel=$(ls "$WHEELS"/m0serve_wsgi-*-"$tag"-*.whl)
         extra=()
     fi
     "$python" -m venv "$venv" || die "$python -m venv $venv failed"

@@ -77,6 +77,9 @@ fi
 
 # --- build ---
 mkdir -p "$OUT"
+# This project's earlier wheels and sdists go (under the distribution's old name too), so
+# that what is there is what this run built.
+rm -f "$OUT"/m0serve_wsgi-*.whl "$OUT"/m0serve_wsgi-*.tar.gz "$OUT"/m0serve-*.whl "$OUT"/m0serve-*.tar.gz
 interpreters=()
 : >"$OUT/interpreters.txt"
 for p in "${PYTHONS[@]}"; do

@@ -35,7 +35,8 @@ pub enum SchedulingPolicy {
     after_help = "Every option can also be set through an environment variable named \
                   M0SERVE_<OPTION> (e.g. M0SERVE_PORT=9000), or in a --config file (one \
                   flag per line); the command line wins over both, the environment over \
-                  the file.",
+                  the file. Documentation: https://github.com/m0serve/m0serve/tree/main/docs \
+                  (every option: docs/configuration.md; running it: docs/operations.md).",
     args_override_self = true
 )]
 pub struct Cli {
@@ -421,7 +422,8 @@ pub struct Cli {
     #[arg(long, env = "M0SERVE_ACCESS_LOG_FILE", value_name = "PATH")]
     pub access_log_file: Option<PathBuf>,
 
-    /// The access log format: gunicorn's `%(name)s` atoms (docs/operations.md), or `json`.
+    /// The access log format: gunicorn's `%(name)s` atoms (docs/operations.md, "Access
+    /// log"), or `json`.
     #[arg(long, env = "M0SERVE_ACCESS_LOG_FORMAT", value_name = "FORMAT",
           default_value = crate::access_log::DEFAULT_FORMAT)]
     pub access_log_format: String,

@@ -279,7 +279,7 @@ impl Host {
                     "--venv {}: this m0serve is the Python package installed in {}, and runs \
                      with that environment's interpreter. To serve from {0}, install m0serve \
                      there (its wheel: `{0}/bin/python -m pip install --no-index --find-links DIST \
-                     m0serve`) and run `{0}/bin/m0serve`",
+                     m0serve-wsgi`) and run `{0}/bin/m0serve`",
                     venv.display(),
                     prefix.display()
                 )),

@@ -201,7 +201,7 @@ pub fn check_venv_version(venv: Option<&Path>) -> Result<(), String> {
         (Some(t), Some(o)) if t != o => Err(format!(
             "{dir} ({chosen}) is a virtualenv of Python {t}, but this m0serve binary embeds \
              Python {o}, which cannot use its packages. Install m0serve into that environment \
-             (its wheel: `{dir}/bin/python -m pip install --no-index --find-links DIST m0serve`) \
+             (its wheel: `{dir}/bin/python -m pip install --no-index --find-links DIST m0serve-wsgi`) \
              and run `{dir}/bin/m0serve`",
             dir = dir.display(),
             chosen = interpreter.chosen,

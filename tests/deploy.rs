@@ -540,7 +540,7 @@ fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
         .find(|r| r.contains("pip install"))
         .expect("a RUN with pip install");
     assert!(
-        run.contains("--no-index --find-links /tmp/dist m0serve"),
+        run.contains("--no-index --find-links /tmp/dist m0serve-wsgi"),
         "RUN {run}"
     );
     let report = std::env::temp_dir().join(format!("m0s-docker-pip-{}.json", std::process::id()));
@@ -555,7 +555,7 @@ fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
         ])
         .args(["--no-index", "--find-links"])
         .arg(&wheels)
-        .args(["m0serve", "--quiet", "--report"])
+        .args(["m0serve-wsgi", "--quiet", "--report"])
         .arg(&report)
         .output()
         .unwrap();

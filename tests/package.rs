@@ -194,6 +194,65 @@ fn every_python_version_installs_the_wheel_and_serves_flask_from_its_virtualenv(
 }
 
 #[test]
+fn the_distribution_is_m0serve_wsgi_with_one_version_and_metadata_that_leads_to_the_docs() {
+    let Some(venvs) = package_venvs() else { return };
+    let script = "import importlib.metadata as m, json, m0serve\n\
+                  d = m.metadata('m0serve-wsgi')\n\
+                  print(json.dumps({'name': d['Name'], 'version': d['Version'], \
+                  'module': m0serve.__version__, 'summary': d['Summary'] or '', \
+                  'license': d['License'] or d['License-Expression'] or '', \
+                  'urls': d.get_all('Project-URL') or [], \
+                  'classifiers': d.get_all('Classifier') or []}))";
+    for venv in venvs {
+        let python = venv.join("bin").join("python");
+        let out = Command::new(&python).args(["-c", script]).output().unwrap();
+        assert!(out.status.success(), "{}: {out:?}", venv.display());
+        let meta = Json::parse(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let text = |k: &str| meta[k].as_str().unwrap().to_string();
+        assert_eq!(text("name"), "m0serve-wsgi", "{}", venv.display());
+        // One version: Cargo.toml's, in the metadata, the module and `--version`.
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(text("version"), version);
+        assert_eq!(text("module"), version);
+        let said = version_output(&installed_script(&venv), &["--version"], &venv);
+        assert!(said.ends_with(version), "m0serve --version: {said}");
+        assert!(text("summary").contains("WSGI"), "{}", text("summary"));
+        assert_eq!(text("license"), "MIT");
+        let urls: Vec<String> = meta["urls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u.as_str().unwrap().to_string())
+            .collect();
+        for label in ["Homepage", "Documentation", "Changelog", "Issues"] {
+            assert!(
+                urls.iter()
+                    .any(|u| u.starts_with(&format!("{label}, https://"))),
+                "no {label} URL: {urls:?}"
+            );
+        }
+        let classifiers: Vec<&str> = meta["classifiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        let mut wanted = vec![
+            "Topic :: Internet :: WWW/HTTP :: WSGI :: Server".to_string(),
+            "Operating System :: POSIX :: Linux".to_string(),
+            "License :: OSI Approved :: MIT License".to_string(),
+        ];
+        wanted.extend((9..=13).map(|m| format!("Programming Language :: Python :: 3.{m}")));
+        for c in &wanted {
+            assert!(
+                classifiers.contains(&c.as_str()),
+                "no {c:?}: {classifiers:?}"
+            );
+        }
+    }
+}
+
+#[test]
 fn the_console_script_serves_flask_and_django_from_its_own_virtualenv() {
     let Some(venv) = wheel_venv() else { return };
 
@@ -333,7 +392,7 @@ fn the_package_serves_only_from_its_own_environment_and_says_so() {
             other.display(),
             venv.display()
         )) && stderr.contains(&format!(
-            "{}/bin/python -m pip install --no-index --find-links DIST m0serve",
+            "{}/bin/python -m pip install --no-index --find-links DIST m0serve-wsgi",
             other.display()
         )),
         "{stderr}"

@@ -218,7 +218,7 @@ fn a_virtualenv_of_another_python_version_is_refused_with_both_versions_and_the_
             "m0serve: error: {venv_s} ({why}) is a virtualenv of Python 3.99, but this m0serve \
              binary embeds Python {ours}, which cannot use its packages. Install m0serve into \
              that environment (its wheel: `{venv_s}/bin/python -m pip install --no-index \
-             --find-links DIST m0serve`) and run \
+             --find-links DIST m0serve-wsgi`) and run \
              `{venv_s}/bin/m0serve`"
         );
         assert_eq!(out.stderr.trim(), want, "{args:?}");
