@@ -106,8 +106,7 @@ fn check_as_user(config: &config::Config, host: &Host) -> Result<String, String>
     config.identity.assume()?;
     let as_them = |what: String, e: std::io::Error| format!("{what}: {who} cannot use it: {e}");
     let program = host.worker_command(&[])?.program;
-    sys::may_execute(&program)
-        .map_err(|e| as_them(format!("the workers' program {}", program.display()), e))?;
+    sys::privileges::can_start_workers(&program, who)?;
     if let Some(tls) = &config.tls_options {
         crate::tls::server_config(tls).map_err(|e| format!("as {who}: {e}"))?;
     }

@@ -383,6 +383,99 @@ fn check_as_root(script: &str, copy: &Readable, args: &[&str]) -> std::process::
         .expect("cannot run the check")
 }
 
+/// `BIN ARGS` as root with `--user nobody`, bounded; through `wrap` (a mount namespace)
+/// when given.
+fn run_as_nobody(
+    wrap: Option<&str>,
+    bin: &str,
+    apps: &Path,
+    args: &[&str],
+) -> std::process::Output {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("60");
+    if let Some(script) = wrap {
+        cmd.args(["unshare", "-m", "sh", script]);
+    }
+    cmd.arg(bin)
+        .args(["hello:app", "--port", "0", "--user", "nobody"])
+        .arg("--app-dir")
+        .arg(apps)
+        .args(args)
+        .current_dir(apps)
+        .env_remove("M0SERVE_USER")
+        .output()
+        .expect("cannot run m0serve")
+}
+
+#[test]
+fn a_program_or_a_libpython_the_user_cannot_reach_is_refused_at_start_naming_it() {
+    // Issue 43: the workers execute the program and load libpython as the user; one they
+    // could not reach made every worker exit 127 with nothing said ("worker failed to
+    // boot"), and --check-config passed.
+    needs_root!();
+    let tmp = TempDir::new("unreachable");
+    let script = open_root(&tmp);
+    let copy = readable_copy();
+    // The program in a directory only root may enter (as `cargo install` puts it under
+    // /root/.cargo/bin); the interpreter reachable (the namespace opens /root).
+    let private = dir_with_mode(&tmp, "private", 0o700);
+    let hidden = private.join("m0serve");
+    std::fs::copy(&copy.bin, &hidden).unwrap();
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hidden = hidden.to_string_lossy().into_owned();
+    for extra in [&[][..], &["--check-config"][..]] {
+        let out = run_as_nobody(Some(&script), &hidden, &copy.apps, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains(&format!(
+                    "the workers' program {hidden}: user nobody cannot run it"
+                ))
+                && !err.contains("failed to boot"),
+            "{extra:?}: {:?}\n{err}",
+            out.status
+        );
+    }
+    // The program reachable, the libpython it links under /root, which only root may
+    // enter (the real one: no namespace).
+    let lib = std::process::Command::new("ldd")
+        .arg(&copy.bin)
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let lib = lib
+        .lines()
+        .filter(|l| l.contains("libpython"))
+        .find_map(|l| {
+            l.split("=>")
+                .nth(1)?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        });
+    let lib = lib.and_then(|l| std::fs::canonicalize(l).ok());
+    let lib = lib.map(|l| l.to_string_lossy().into_owned());
+    let Some(lib) = lib.filter(|l| l.starts_with("/root/")) else {
+        require(
+            false,
+            "a standalone binary whose libpython is under /root (pyenv)",
+        );
+        return;
+    };
+    for extra in [&[][..], &["--check-config"][..]] {
+        let out = run_as_nobody(None, &copy.bin, &copy.apps, extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success()
+                && err.contains(&format!(
+                    "the workers' libpython {lib}: user nobody cannot read it"
+                )),
+            "{extra:?}: {:?}\n{err}",
+            out.status
+        );
+    }
+}
+
 #[test]
 fn check_config_with_user_checks_what_the_user_can_read() {
     // Issue 40: the check ran as root, so a key or an app directory only root can read

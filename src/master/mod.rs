@@ -353,6 +353,9 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
             }
         }
         config.identity.assume_effective()?;
+        // Each worker executes the program and loads libpython as the identity: what it
+        // cannot reach is said now, not as a worker that exits 127 with nothing above.
+        crate::sys::privileges::can_start_workers(&command.program, &config.identity.describe)?;
         log::info!(
             "running as {} (the master keeps root as its saved id, to remove its files at \
              exit; the workers hold none)",

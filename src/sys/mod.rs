@@ -170,6 +170,27 @@ pub fn may_execute(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::X_OK)
 }
 
+/// This process may read `path`, by its effective ids as `open(2)` would check them.
+pub fn may_read(path: &std::path::Path) -> std::io::Result<()> {
+    may(path, libc::R_OK)
+}
+
+/// The shared libpython this process has mapped (the standalone binary's, or a package's
+/// interpreter built with `--enable-shared`), from /proc/self/maps; `None` for a static
+/// interpreter.
+pub fn loaded_libpython() -> Option<std::path::PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            std::path::Path::new(p)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libpython") && n.contains(".so"))
+        })
+        .map(std::path::PathBuf::from)
+}
+
 /// This process may list `path` and reach what is in it (read and search permission).
 pub fn may_read_dir(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::R_OK | libc::X_OK)

@@ -337,6 +337,31 @@ impl Identity {
 }
 
 /// An octal mode or mask (`022`, `0o027`, `660`), at most 0o777.
+/// With the identity's effective ids assumed: whether it can start a worker, which executes
+/// `program` and loads the libpython this process loaded. `Err` names the path, the
+/// identity (`who`) and why.
+pub fn can_start_workers(program: &std::path::Path, who: &str) -> Result<(), String> {
+    super::may_execute(program).map_err(|e| {
+        format!(
+            "the workers' program {}: {who} cannot run it ({e}); install m0serve where \
+             {who} can reach it (every directory above it searchable), or start without \
+             --user",
+            program.display()
+        )
+    })?;
+    if let Some(lib) = super::loaded_libpython() {
+        super::may_read(&lib).map_err(|e| {
+            format!(
+                "the workers' libpython {}: {who} cannot read it ({e}); the workers run as \
+                 {who} and load it, so install Python where {who} can reach it, or start \
+                 without --user",
+                lib.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
 pub fn octal_mode(s: &str) -> Option<u32> {
     let digits = s.strip_prefix("0o").unwrap_or(s);
     if digits.is_empty() || digits.starts_with('+') {
