@@ -6,13 +6,15 @@
 # Without --dist it first builds them (scripts/wheels.sh --out target/release-dist: a wheel
 # per CPython 3.9-3.13 found, and the sdist). Then:
 #   1. `twine check` on every file: the metadata is complete and the long description (the
-#      README) renders as the index will render it;
+#      README) renders as the index will render it; and `auditwheel show` on every wheel:
+#      its symbols' glibc versions and the libraries it needs fit the manylinux tag it
+#      claims (x86_64 and aarch64 alike);
 #   2. the versions agree: Cargo.toml's (the one definition), each file's name, each
 #      wheel's METADATA, and CHANGELOG.md has a section for it (or an Unreleased one);
-#   3. every wheel installs with pip from DIR alone (`--no-index`) into a fresh virtualenv
+#   3. every wheel for this machine's architecture installs with pip from DIR alone (`--no-index`) into a fresh virtualenv
 #      of its Python (DIR/interpreters.txt, as scripts/wheels.sh writes it), and serves:
 #      `m0serve --version`, examples/hello.py answered over loopback, SIGTERM, exit 0.
-# twine comes from target/release-venv, made with pip on first use (needs PyPI). Exits
+# twine and auditwheel come from target/release-venv, made with pip on first use (needs PyPI). Exits
 # non-zero naming the first thing that failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -44,9 +46,9 @@ sdists=("$DIST"/m0serve_wsgi-*.tar.gz)
 
 # --- 1. metadata and the long description ---
 VENV=target/release-venv
-PINS=("twine>=5,<7")
+PINS=("twine>=5,<7" "auditwheel>=6,<7")
 stamp="$VENV/.m0s-pins"
-if [ "$(cat "$stamp" 2>/dev/null)" != "${PINS[*]}" ] || [ ! -x "$VENV/bin/twine" ]; then
+if [ "$(cat "$stamp" 2>/dev/null)" != "${PINS[*]}" ] || [ ! -x "$VENV/bin/auditwheel" ]; then
     rm -rf "$VENV"
     python3 -m venv "$VENV" || die "python3 -m venv $VENV failed"
     "$VENV/bin/python" -m pip install --quiet "${PINS[@]}" \
@@ -54,6 +56,13 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "${PINS[*]}" ] || [ ! -x "$VENV/bin/twine"
     echo "${PINS[*]}" >"$stamp"
 fi
 "$VENV/bin/twine" check --strict "${wheels[@]}" "${sdists[@]}" || die "twine check failed"
+for w in "${wheels[@]}"; do
+    arch=$(basename "$w" .whl)
+    arch=${arch##*_2_17_}
+    "$VENV/bin/auditwheel" show "$w" | tr -s ' \n' ' ' \
+        | grep -q "consistent with the following platform tag: \"manylinux_2_17_$arch\"" \
+        || die "$w: auditwheel does not find it consistent with manylinux_2_17_$arch"
+done
 
 # --- 2. one version everywhere ---
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
@@ -85,7 +94,7 @@ port_free() {
 }
 while read -r pyversion python; do
     tag=cp${pyversion/./}
-    wheel=("$DIST"/m0serve_wsgi-"$version"-"$tag"-*.whl)
+    wheel=("$DIST"/m0serve_wsgi-"$version"-"$tag"-*_"$(uname -m)".whl)
     [ ${#wheel[@]} -eq 1 ] || die "no single wheel for $tag in $DIST"
     venv=$(mktemp -d /tmp/m0s-release-XXXXXX)
     trap 'rm -rf "$venv"' EXIT

@@ -3,7 +3,7 @@
 # the sdist, into dist/ (or --out DIR), with interpreters.txt ("3.X /path/to/python" per
 # wheel built).
 #
-#   scripts/wheels.sh [--out DIR] [--python PATH]...
+#   scripts/wheels.sh [--out DIR] [--python PATH]... [--target aarch64-unknown-linux-gnu]
 #
 # Interpreters: each --python given, else for each of 3.9 ... 3.13 the first of pyenv's
 # installation of it (`pyenv prefix 3.X`) and `python3.X` on PATH that runs and is that
@@ -13,7 +13,10 @@
 # for that glibc (`--zig`), then checks the symbols they use. Each is built once per
 # interpreter against that interpreter's headers (cp39 ... cp313); no libpython is linked.
 # maturin and zig come from target/build-venv, made with pip on first use (needs PyPI) and
-# kept while this script's pins stay the same.
+# kept while this script's pins stay the same. `--target aarch64-unknown-linux-gnu` builds
+# the aarch64 wheels instead (cross-compiled: `rustup target add` it first; zig links them
+# for glibc 2.17 too, against each version's build configuration that maturin carries),
+# and no sdist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,11 +27,13 @@ die() {
 
 OUT=dist
 PYTHONS=()
+TARGET=
 while [ $# -gt 0 ]; do
     case "$1" in
     --out) OUT=$2; shift 2 ;;
     --python) PYTHONS+=("$2"); shift 2 ;;
-    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
+    --target) TARGET=$2; shift 2 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
     esac
 done
@@ -86,6 +91,13 @@ for p in "${PYTHONS[@]}"; do
     interpreters+=(--interpreter "$p")
     echo "$(version_of "$p") $p" >>"$OUT/interpreters.txt"
 done
+if [ -n "$TARGET" ]; then
+    echo "scripts/wheels.sh: building for ${PYTHONS[*]}, for $TARGET"
+    maturin build --release --zig --compatibility manylinux_2_17 --target "$TARGET" \
+        "${interpreters[@]}" --out "$OUT" || die "maturin build --target $TARGET failed"
+    ls -l "$OUT"
+    exit 0
+fi
 echo "scripts/wheels.sh: building for ${PYTHONS[*]}"
 maturin build --release --zig --compatibility manylinux_2_17 "${interpreters[@]}" --out "$OUT" \
     || die "maturin build failed"
