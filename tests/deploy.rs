@@ -516,13 +516,19 @@ fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
             .map(|(_, a)| a)
             .collect()
     };
-    // One stage, on the slim image of one Python version.
+    // One stage, on a base given as a build argument whose default is the slim image of
+    // one Python version.
     let from = get("FROM");
     assert_eq!(from.len(), 1, "{from:?}");
-    let version = from[0]
+    assert_eq!(from[0], "${BASE_IMAGE}", "FROM takes ARG BASE_IMAGE");
+    let base = get("ARG")
+        .into_iter()
+        .find_map(|a| a.strip_prefix("BASE_IMAGE="))
+        .expect("ARG BASE_IMAGE=... with a default");
+    let version = base
         .strip_prefix("python:")
         .and_then(|t| t.strip_suffix("-slim"))
-        .unwrap_or_else(|| panic!("FROM {}: expected python:3.X-slim", from[0]));
+        .unwrap_or_else(|| panic!("ARG BASE_IMAGE={base}: expected python:3.X-slim"));
     let venv = venvs
         .split_whitespace()
         .map(PathBuf::from)
@@ -540,7 +546,9 @@ fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
         .find(|r| r.contains("pip install"))
         .expect("a RUN with pip install");
     assert!(
-        run.contains("--no-index --find-links /tmp/dist m0serve-wsgi"),
+        run.contains("python3 -m venv /opt/m0serve")
+            && run.contains("/opt/m0serve/bin/pip install")
+            && run.contains("--no-index --find-links /tmp/dist m0serve-wsgi"),
         "RUN {run}"
     );
     let report = std::env::temp_dir().join(format!("m0s-docker-pip-{}.json", std::process::id()));
@@ -590,6 +598,14 @@ fn the_dockerfile_installs_the_wheel_for_its_python_and_its_command_checks() {
         env.iter().any(|(k, v)| k == "PYTHONUNBUFFERED" && v == "1"),
         "{env:?}"
     );
+    // The virtualenv's scripts first on PATH: the entrypoint is its m0serve (run here as
+    // the package virtualenv's).
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "PATH" && v.starts_with("/opt/m0serve/bin:")),
+        "{env:?}"
+    );
+    env.retain(|(k, _)| k != "PATH");
     for (k, v) in &mut env {
         if k == "M0SERVE_APP_DIR" {
             assert_eq!(v, "/app");
