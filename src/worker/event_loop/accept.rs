@@ -263,9 +263,11 @@ impl EventLoop {
     /// worker had room. So none waits while a worker has room, and none waits long when
     /// none has. The connections to take per listener now; `None` to wait.
     fn accept_batch(&mut self) -> Option<usize> {
-        let ahead = self.handlers.queued + self.work.stalled.len();
+        if !self.opts.shared_listener {
+            return Some(self.acceptor.batch);
+        }
         let stuck = self.handlers.all_on_long_work(self.clock.now_ns());
-        if !self.opts.shared_listener || (self.work.admission.admits(ahead) && !stuck) {
+        if self.work.admission.admits(self.waiting()) && !stuck {
             self.acceptor.deferred = None;
             return Some(self.acceptor.batch);
         }

@@ -579,6 +579,11 @@ impl EventLoop {
         next
     }
 
+    /// Requests a new one would find ahead of it: out on the handlers, or held in the loop.
+    fn waiting(&self) -> usize {
+        self.handlers.queued + self.work.stalled.len()
+    }
+
     /// A whole request: answered by the loop, or handed on.
     fn route(&mut self, conn: &mut Conn, req: Box<Request>) {
         if self.opts.static_response {
@@ -590,11 +595,7 @@ impl EventLoop {
             // Answered at the top of the loop, after the responses before it.
             conn.hold(req, LoopAnswer::OutsideRoot);
             return;
-        } else if !self
-            .work
-            .admission
-            .admits(self.handlers.queued + self.work.stalled.len())
-        {
+        } else if !self.work.admission.admits(self.waiting()) {
             // It would wait for a handler past its budget: 503, the same way.
             self.work.admission.refused(self.clock.now);
             conn.hold(req, LoopAnswer::Busy);
