@@ -103,10 +103,23 @@ fn check_as_user(config: &config::Config, host: &Host) -> Result<String, String>
         );
         return Ok(String::new());
     }
+    let program = host.worker_command(&[])?.program;
+    // Opened before the switch, as the master opens it (`master::run`).
+    let opened = sys::open_program(&program).ok();
     config.identity.assume()?;
     let as_them = |what: String, e: std::io::Error| format!("{what}: {who} cannot use it: {e}");
-    let program = host.worker_command(&[])?.program;
-    sys::privileges::can_start_workers(&program, who)?;
+    let reach = sys::privileges::can_start_workers(
+        &program,
+        opened.as_ref().map(std::os::fd::AsFd::as_fd),
+        who,
+    )?;
+    if reach == sys::privileges::ProgramReach::Opened {
+        eprintln!(
+            "m0serve: note: {who} cannot reach {} by its path: the workers will execute it \
+             as it is opened at start, so a reload does not run a new binary installed there",
+            program.display()
+        );
+    }
     if let Some(tls) = &config.tls_options {
         crate::tls::server_config(tls).map_err(|e| format!("as {who}: {e}"))?;
     }

@@ -10,6 +10,7 @@
 mod common;
 mod venvs;
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -23,7 +24,6 @@ fn installed_script(venv: &Path) -> PathBuf {
     let path = venv.join("bin").join("m0serve");
     let meta = std::fs::symlink_metadata(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (is the wheel installed?)", path.display()));
-    use std::os::unix::fs::PermissionsExt;
     assert!(
         meta.file_type().is_file() && meta.permissions().mode() & 0o111 != 0,
         "{} is not an executable file",
@@ -716,4 +716,88 @@ fn ctrl_c_while_workers_start_prints_no_python_traceback() {
         assert!(!all.contains("KeyboardInterrupt"), "{all}");
         assert_eq!(status.code(), Some(0), "{all}");
     }
+}
+
+#[test]
+fn with_user_a_virtualenv_the_user_cannot_reach_is_named_before_any_worker_starts() {
+    // Issue 43: a package worker executes the interpreter and loads the extension module
+    // as --user; a virtualenv under a directory the user cannot enter made every worker
+    // fail to boot.
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let can = root && Command::new("unshare").arg("--version").output().is_ok();
+    if !require(can, "root and unshare(1) for a mount namespace") {
+        return;
+    }
+    let (Ok(wheel), Ok(build_prefix)) = (
+        std::env::var("M0S_PORTABLE_WHEEL"),
+        std::env::var("M0S_BUILD_PYTHON_PREFIX"),
+    ) else {
+        require(
+            false,
+            "M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX (scripts/test.sh sets them)",
+        );
+        return;
+    };
+    let tmp = TempDir::new("closed-venv");
+    // In the namespace /root (where pyenv keeps the interpreter) is open to the user.
+    let script = open_root(&tmp);
+    let closed = tmp.path.join("closed");
+    std::fs::create_dir(&closed).unwrap();
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let venv = closed.join("v");
+    let python = Path::new(&build_prefix).join("bin/python3");
+    let made = Command::new(&python)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .env_remove("VIRTUAL_ENV")
+        .status()
+        .unwrap()
+        .success()
+        && Command::new(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "--quiet", "--no-index", &wheel])
+            .status()
+            .unwrap()
+            .success();
+    assert!(made, "a virtualenv with {wheel} in {}", venv.display());
+    let apps = tmp.path.join("apps");
+    std::fs::create_dir(&apps).unwrap();
+    std::fs::copy(apps_dir().join("hello.py"), apps.join("hello.py")).unwrap();
+    for p in [&apps, &apps.join("hello.py")] {
+        let mode = if p.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let run = |extra: &[&str]| {
+        Command::new("timeout")
+            .args(["60", "unshare", "-m", "sh", &script])
+            .arg(installed_script(&venv))
+            .args(["hello:app", "--port", "0", "--user", "nobody", "--app-dir"])
+            .arg(&apps)
+            .args(extra)
+            .env_remove("VIRTUAL_ENV")
+            .output()
+            .unwrap()
+    };
+    for extra in [&["--check-config"][..], &[][..]] {
+        let out = run(extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        let named = format!("the workers' shared library {}/lib/python", venv.display());
+        assert!(
+            !out.status.success()
+                && err.contains(&named)
+                && err.contains("user nobody cannot read it")
+                && !err.contains("failed to boot"),
+            "{extra:?}: {:?}\n{err}",
+            out.status
+        );
+    }
+    // Opened to the user, the same virtualenv passes the check.
+    std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&["--check-config"]);
+    assert!(
+        out.status.success(),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -46,28 +46,6 @@ macro_rules! needs_root {
     };
 }
 
-/// A script that makes /root enterable by anyone in a fresh mount namespace (a
-/// world-readable directory with the real /root's pyenv tree bound inside), then runs
-/// its arguments.
-fn open_root(tmp: &TempDir) -> String {
-    // The test's own files (a socket, a key) are for the user to reach too.
-    std::fs::set_permissions(&tmp.path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let fake = tmp.path.join("fakeroot");
-    std::fs::create_dir_all(fake.join(".pyenv")).unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let script = tmp.path.join("open-root.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "set -e\nif [ -d /root/.pyenv ]; then mount --rbind /root/.pyenv {f}/.pyenv; fi\n\
-             mount --rbind {f} /root\nexec \"$@\"\n",
-            f = fake.display()
-        ),
-    )
-    .unwrap();
-    script.to_string_lossy().into_owned()
-}
-
 /// This build's binary and the apps these tests import, where any user may read them.
 struct Readable {
     /// The binary (a hard link to this build's, or a copy).
@@ -408,20 +386,64 @@ fn run_as_nobody(
 }
 
 #[test]
-fn a_program_or_a_libpython_the_user_cannot_reach_is_refused_at_start_naming_it() {
-    // Issue 43: the workers execute the program and load libpython as the user; one they
-    // could not reach made every worker exit 127 with nothing said ("worker failed to
-    // boot"), and --check-config passed.
+fn a_program_under_a_closed_directory_runs_from_its_descriptor() {
+    // Issue 43: the workers executed the program by its path as the user; under a
+    // directory only root may enter (as `cargo install` puts it under /root/.cargo/bin)
+    // every worker exited 127 with nothing said ("worker failed to boot").
     needs_root!();
-    let tmp = TempDir::new("unreachable");
+    let tmp = TempDir::new("closed-dir");
     let script = open_root(&tmp);
     let copy = readable_copy();
-    // The program in a directory only root may enter (as `cargo install` puts it under
-    // /root/.cargo/bin); the interpreter reachable (the namespace opens /root).
     let private = dir_with_mode(&tmp, "private", 0o700);
     let hidden = private.join("m0serve");
     std::fs::copy(&copy.bin, &hidden).unwrap();
     std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hidden = hidden.to_string_lossy().into_owned();
+    let s = Server::builder("identity:application")
+        .binary(&hidden)
+        .apps_in(&copy.apps)
+        .wrapped(&["unshare", "-m", "sh", &script])
+        .args(&["--user", "nobody", "--workers", "2"])
+        .start();
+    let workers = s.wait_for_workers(2, Duration::from_secs(10));
+    for pid in workers {
+        assert_eq!(ids_of(pid).0, vec![NOBODY; 4], "worker {pid}");
+    }
+    let j = reported(&s, "/");
+    assert_eq!(num(&j, &["now", "uid"]), f64::from(NOBODY), "{j:?}");
+    assert!(
+        s.log_text()
+            .contains(&format!("user nobody cannot reach {hidden} by its path")),
+        "{}",
+        s.log_text()
+    );
+    // A reload starts its workers the same way.
+    assert!(s.sighup_until_replaced(2, Duration::from_secs(20)));
+    assert_eq!(num(&reported(&s, "/"), &["now", "uid"]), f64::from(NOBODY));
+    drop(s);
+    let out = run_as_nobody(Some(&script), &hidden, &copy.apps, &["--check-config"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && err.contains("cannot reach") && err.contains("by its path"),
+        "{:?}\n{err}",
+        out.status
+    );
+}
+
+#[test]
+fn a_program_or_a_libpython_the_user_cannot_reach_is_refused_at_start_naming_it() {
+    // The workers execute the program and load libpython as the user; one they could not
+    // reach made every worker exit 127 with nothing said ("worker failed to boot"), and
+    // --check-config passed.
+    needs_root!();
+    let tmp = TempDir::new("unreachable");
+    let script = open_root(&tmp);
+    let copy = readable_copy();
+    // The program itself only root may execute, in a directory anyone may enter.
+    let open_dir = dir_with_mode(&tmp, "open", 0o755);
+    let hidden = open_dir.join("m0serve");
+    std::fs::copy(&copy.bin, &hidden).unwrap();
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).unwrap();
     let hidden = hidden.to_string_lossy().into_owned();
     for extra in [&[][..], &["--check-config"][..]] {
         let out = run_as_nobody(Some(&script), &hidden, &copy.apps, extra);

@@ -25,7 +25,7 @@ pub mod systemd;
 
 use std::ffi::{CString, OsString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -116,6 +116,9 @@ pub struct Master {
     closed_sockets: Vec<PathBuf>,
     signals: SignalPipe,
     command: WorkerCommand,
+    /// The program, opened before the switch to `--user`, where the identity can execute
+    /// it only so (`ProgramReach::Opened`).
+    program_fd: Option<OwnedFd>,
     workers: Vec<Worker>,
     /// How many workers of the current generation should run.
     target: usize,
@@ -337,6 +340,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
     // identity's effective ids, root kept as its real and saved ones (so the app cannot
     // signal it, and it can remove its files at exit); the workers are started as the
     // identity, all their ids switched, so the app is imported as it.
+    let mut program_fd = None;
     if !config.identity.is_empty() {
         for l in &listeners {
             if let Listener::Unix {
@@ -352,10 +356,27 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
                 })?;
             }
         }
+        // Opened while root: a worker that cannot reach the program by its path (under
+        // a directory only root may enter) executes it through this descriptor.
+        program_fd = crate::sys::open_program(&command.program).ok();
         config.identity.assume_effective()?;
         // Each worker executes the program and loads libpython as the identity: what it
         // cannot reach is said now, not as a worker that exits 127 with nothing above.
-        crate::sys::privileges::can_start_workers(&command.program, &config.identity.describe)?;
+        let who = &config.identity.describe;
+        let reach = crate::sys::privileges::can_start_workers(
+            &command.program,
+            program_fd.as_ref().map(|fd| fd.as_fd()),
+            who,
+        )?;
+        if reach == crate::sys::privileges::ProgramReach::Opened {
+            log::info!(
+                "{who} cannot reach {} by its path: the workers execute it as it was opened \
+                 at start, so a reload does not run a new binary installed there",
+                command.program.display()
+            );
+        } else {
+            program_fd = None;
+        }
         log::info!(
             "running as {} (the master keeps root as its saved id, to remove its files at \
              exit; the workers hold none)",
@@ -371,6 +392,7 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         closed_sockets: Vec::new(),
         signals,
         command,
+        program_fd,
         workers: Vec::new(),
         generation: 0,
         ever_ready: false,
@@ -1029,6 +1051,7 @@ impl Master {
         envp.push(std::ptr::null());
         let master_pid = std::process::id() as libc::pid_t;
         let ids = self.config.identity.ids();
+        let opened = self.program_fd.as_ref().map(|fd| fd.as_raw_fd());
         // Signals are blocked across the fork: until its exec the child must not run the
         // master's handlers (they write into the master's self-pipe, which it shares).
         // SAFETY: zeroed sigset_t values are valid out-buffers for sigfillset and
@@ -1042,15 +1065,15 @@ impl Master {
         }
         // SAFETY: the master is single-threaded (it never starts a thread), so the child is
         // a consistent copy; the child only calls async-signal-safe functions (setresgid,
-        // setresuid, setuid, write, signal, sigprocmask, prctl, getppid, fcntl, execve,
-        // _exit) on data prepared above.
+        // setresuid, setuid, write, signal, sigprocmask, prctl, getppid, fcntl, execve or
+        // execveat, _exit) on data prepared above.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
             // SAFETY: see above; this branch ends in execve or _exit.
             unsafe {
                 become_identity(ids);
                 exec_worker(
-                    &exe,
+                    (&exe, opened),
                     &argv,
                     &envp,
                     &keep_fds,
@@ -1189,13 +1212,14 @@ unsafe fn become_identity((uid, gid): (Option<libc::uid_t>, Option<libc::gid_t>)
 }
 
 /// The child's side of `spawn`: keep the worker's descriptors across exec, die with the master,
-/// and become a worker. Never returns.
+/// and become a worker: the program by its path, or through its descriptor where one was
+/// opened (`Master::program_fd`). Never returns.
 ///
 /// # Safety
 /// Must be called in the child right after `fork` of a single-threaded process, with
 /// pointers to live, NUL-terminated data.
 unsafe fn exec_worker(
-    exe: &CString,
+    (exe, opened): (&CString, Option<RawFd>),
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
     keep_fds: &[RawFd],
@@ -1226,7 +1250,23 @@ unsafe fn exec_worker(
             libc::fcntl(fd, libc::F_SETFD, 0);
         }
         libc::fcntl(ready_fd, libc::F_SETFD, 0);
-        libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        match opened {
+            // The program through its descriptor (`Master::program_fd`); execveat is a
+            // bare system call, glibc 2.17 has no wrapper.
+            Some(fd) => {
+                libc::syscall(
+                    libc::SYS_execveat,
+                    fd,
+                    c"".as_ptr(),
+                    argv.as_ptr(),
+                    envp.as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                );
+            }
+            None => {
+                libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            }
+        }
         libc::_exit(127);
     }
 }

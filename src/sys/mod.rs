@@ -175,20 +175,67 @@ pub fn may_read(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::R_OK)
 }
 
-/// The shared libpython this process has mapped (the standalone binary's, or a package's
-/// interpreter built with `--enable-shared`), from /proc/self/maps; `None` for a static
-/// interpreter.
-pub fn loaded_libpython() -> Option<std::path::PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| {
-            std::path::Path::new(p)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libpython") && n.contains(".so"))
-        })
-        .map(std::path::PathBuf::from)
+/// The shared libraries this process has mapped, each once, from /proc/self/maps: the
+/// loader, libc, libpython where it is shared, and the extension modules a Python master
+/// imported (m0serve's own among them). A worker executing the same program loads them
+/// again by these paths.
+pub fn loaded_libraries() -> Vec<std::path::PathBuf> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Vec::new();
+    };
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    // The path is the sixth field; a path with spaces in it, or one marked " (deleted)",
+    // is not one a worker could open again and is left out.
+    for path in maps.lines().filter_map(|l| {
+        let mut f = l.split_whitespace();
+        let path = f.nth(5)?;
+        f.next().is_none().then_some(path)
+    }) {
+        let p = std::path::Path::new(path);
+        let shared = p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.ends_with(".so") || n.contains(".so."));
+        if shared && path.starts_with('/') && !out.iter().any(|o| o == p) {
+            out.push(p.to_path_buf());
+        }
+    }
+    out
+}
+
+/// Opens `path` to be executed later through the descriptor (`O_PATH`, close-on-exec):
+/// that exec checks the file's own mode, not the directories above it.
+pub fn open_program(path: &std::path::Path) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: `c` is NUL-terminated and lives across the call.
+    let fd = unsafe { syscall!(open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC)) }?;
+    // SAFETY: open just returned this descriptor; it is owned once here.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// This process may execute the file `fd` names (opened by `open_program`), by its
+/// effective ids; `None` where the kernel cannot say (faccessat2 came in Linux 5.8).
+pub fn may_execute_opened(fd: std::os::fd::BorrowedFd) -> Option<std::io::Result<()>> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: faccessat2 reads the NUL-terminated empty path, a static; AT_EMPTY_PATH makes
+    // it ask about the descriptor's own file.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::X_OK,
+            libc::AT_EACCESS | libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        return Some(Ok(()));
+    }
+    let e = std::io::Error::last_os_error();
+    (e.raw_os_error() != Some(libc::ENOSYS)).then_some(Err(e))
 }
 
 /// This process may list `path` and reach what is in it (read and search permission).

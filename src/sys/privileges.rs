@@ -336,32 +336,70 @@ impl Identity {
     }
 }
 
-/// An octal mode or mask (`022`, `0o027`, `660`), at most 0o777.
+/// How a worker reaches the program it executes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgramReach {
+    /// By its path: a reload runs whatever is installed there then.
+    Path,
+    /// Only through the descriptor opened before the switch (a directory above the
+    /// program is closed to the identity): every worker runs the file as it was at start.
+    Opened,
+}
+
 /// With the identity's effective ids assumed: whether it can start a worker, which executes
-/// `program` and loads the libpython this process loaded. `Err` names the path, the
-/// identity (`who`) and why.
-pub fn can_start_workers(program: &std::path::Path, who: &str) -> Result<(), String> {
-    super::may_execute(program).map_err(|e| {
-        format!(
-            "the workers' program {}: {who} cannot run it ({e}); install m0serve where \
-             {who} can reach it (every directory above it searchable), or start without \
-             --user",
-            program.display()
-        )
-    })?;
-    if let Some(lib) = super::loaded_libpython() {
+/// `program` (by its path, or else through `opened`, the descriptor `sys::open_program`
+/// took before the switch) and loads again the shared libraries this process loaded
+/// (libpython among them). `Err` names the path, the identity (`who`) and why.
+pub fn can_start_workers(
+    program: &std::path::Path,
+    opened: Option<std::os::fd::BorrowedFd>,
+    who: &str,
+) -> Result<ProgramReach, String> {
+    let reach = match super::may_execute(program) {
+        Ok(()) => ProgramReach::Path,
+        Err(by_path) => match opened.and_then(super::may_execute_opened) {
+            Some(Ok(())) => ProgramReach::Opened,
+            Some(Err(e)) => return Err(cannot_run(program, who, &e)),
+            None => return Err(cannot_run(program, who, &by_path)),
+        },
+    };
+    // The program itself is executed, not opened by path, so it is not asked about again.
+    let itself = std::fs::canonicalize(program).ok();
+    for lib in super::loaded_libraries() {
+        if itself.as_deref() == Some(lib.as_path()) {
+            continue;
+        }
         super::may_read(&lib).map_err(|e| {
+            let what = if lib
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libpython"))
+            {
+                "libpython"
+            } else {
+                "shared library"
+            };
             format!(
-                "the workers' libpython {}: {who} cannot read it ({e}); the workers run as \
-                 {who} and load it, so install Python where {who} can reach it, or start \
-                 without --user",
+                "the workers' {what} {}: {who} cannot read it ({e}); the workers run as \
+                 {who} and load it, so install Python and m0serve where {who} can reach \
+                 them (every directory above searchable), or start without --user",
                 lib.display()
             )
         })?;
     }
-    Ok(())
+    Ok(reach)
 }
 
+fn cannot_run(program: &std::path::Path, who: &str, e: &std::io::Error) -> String {
+    format!(
+        "the workers' program {}: {who} cannot run it ({e}); install m0serve where {who} \
+         can reach it (every directory above it searchable, the file executable by \
+         {who}), or start without --user",
+        program.display()
+    )
+}
+
+/// An octal mode or mask (`022`, `0o027`, `660`), at most 0o777.
 pub fn octal_mode(s: &str) -> Option<u32> {
     let digits = s.strip_prefix("0o").unwrap_or(s);
     if digits.is_empty() || digits.starts_with('+') {

@@ -98,3 +98,26 @@ pub fn unix_now() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
+
+/// A script that makes /root enterable by anyone in a fresh mount namespace (a
+/// world-readable directory with the real /root's pyenv tree bound inside), then runs
+/// its arguments.
+pub fn open_root(tmp: &TempDir) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    // The test's own files (a socket, a key) are for the user to reach too.
+    std::fs::set_permissions(&tmp.path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake = tmp.path.join("fakeroot");
+    std::fs::create_dir_all(fake.join(".pyenv")).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = tmp.path.join("open-root.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "set -e\nif [ -d /root/.pyenv ]; then mount --rbind /root/.pyenv {f}/.pyenv; fi\n\
+             mount --rbind {f} /root\nexec \"$@\"\n",
+            f = fake.display()
+        ),
+    )
+    .unwrap();
+    script.to_string_lossy().into_owned()
+}
