@@ -37,6 +37,19 @@ fn a_forged_address_left_of_the_proxy_is_not_believed() {
 }
 
 #[test]
+fn behind_any_proxy_the_client_cannot_choose_its_address() {
+    // `*` (the usual container setting) trusts whichever peer connects, not the addresses
+    // in the header: a client's own X-Forwarded-For, with the proxy's entry appended,
+    // gives the entry the proxy wrote (it took every one as a proxy, so the forged
+    // leftmost address won).
+    let s = Server::start("echo:app", &["--forwarded-allow-ips", "*"]);
+    let e = echo_with(&s, "X-Forwarded-For: 6.6.6.6, 203.0.113.7\r\n");
+    assert_eq!(e.must("REMOTE_ADDR"), "203.0.113.7");
+    let e = echo_with(&s, "Forwarded: for=6.6.6.6, for=198.51.100.4\r\n");
+    assert_eq!(e.must("REMOTE_ADDR"), "198.51.100.4");
+}
+
+#[test]
 fn the_forwarded_header_is_parsed_per_rfc_7239_when_x_forwarded_is_absent() {
     let s = Server::start("echo:app", &[]);
     let e = echo_with(

@@ -56,9 +56,12 @@ impl Trusted {
     }
 
     pub fn contains(&self, ip: IpAddr) -> bool {
-        if self.any {
-            return true;
-        }
+        self.any || self.names(ip)
+    }
+
+    /// `ip` is in a listed address or network: `*` trusts whichever peer connects, not
+    /// the addresses a forwarding header names (any client can write those).
+    pub fn names(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.nets
             .iter()

@@ -7,10 +7,12 @@
 //! usual configuration): a proxy that sets them but passes `Forwarded` through untouched
 //! would otherwise let the client choose its own address with `Forwarded`.
 //!
-//! The client is the rightmost address in the chain that is not itself a trusted proxy: a
+//! The client is the rightmost address in the chain that is not itself a listed proxy: a
 //! proxy appends the address it received from, so everything to the left of that was
-//! written by the client and may be forged. When every address is trusted, the leftmost is
-//! taken.
+//! written by the client and may be forged. `*` trusts the peer that connects, whoever it
+//! is, but names no address in the chain, so behind `*` the client is the rightmost
+//! address, the one the peer wrote (Werkzeug's `ProxyFix` with one hop). When every
+//! address is a listed proxy, the leftmost is taken.
 
 use std::net::IpAddr;
 
@@ -114,7 +116,7 @@ fn pick_client(trusted: &Trusted, chain: &[String]) -> Option<String> {
     let parsed: Vec<Option<IpAddr>> = chain.iter().map(|s| s.parse().ok()).collect();
     for (s, ip) in chain.iter().zip(&parsed).rev() {
         match ip {
-            Some(ip) if trusted.contains(*ip) => continue,
+            Some(ip) if trusted.names(*ip) => continue,
             // An address that is not a trusted proxy: the client as far as we can tell.
             Some(_) => return Some(s.clone()),
             // "unknown", an obfuscated identifier: nothing to trust beyond it.
@@ -168,6 +170,18 @@ mod tests {
         let f = resolve(&tr, &[], &[b"10.0.0.3, 10.0.0.2"], &[]);
         assert_eq!(f.client.as_deref(), Some("10.0.0.3"));
         assert_eq!(f.https, None);
+    }
+
+    #[test]
+    fn behind_any_proxy_the_client_is_the_hop_the_proxy_wrote() {
+        // A client's own X-Forwarded-For, with the proxy's entry appended: behind `*` the
+        // forged left part is not believed.
+        let f = resolve(&t("*"), &[], &[b"6.6.6.6, 203.0.113.7"], &[]);
+        assert_eq!(f.client.as_deref(), Some("203.0.113.7"));
+        let f = resolve(&t("*,10.0.0.0/8"), &[], &[b"6.6.6.6, 203.0.113.7, 10.1.1.1"], &[]);
+        assert_eq!(f.client.as_deref(), Some("203.0.113.7"));
+        let f = resolve(&t("*"), &[b"for=6.6.6.6, for=198.51.100.4"], &[], &[]);
+        assert_eq!(f.client.as_deref(), Some("198.51.100.4"));
     }
 
     #[test]
