@@ -10,10 +10,12 @@
 //! The format is gunicorn's: `%(name)s` atoms in literal text. `h` client address, `t` time
 //! (`[30/Nov/2026:04:52:06 +0000]`), `r` request line, `m` method, `U` path, `q` query,
 //! `H` protocol, `s` status, `B` response body bytes, `b` the same or `-` for none, `f`
-//! referer, `a` user agent, `T` seconds, `L` seconds with six decimals, `M` milliseconds,
-//! `D` microseconds, `p` the worker's `<PID>`, `{name}i` any request header, `{name}o` any
-//! response header, `{NAME}e` an environment variable (read at start), `l` and `u` a `-`. `--access-log-format json` writes one JSON object per
-//! line with the same facts, every string escaped.
+//! referer, `a` user agent, `T` whole seconds, `L` seconds with six decimals, `M` whole
+//! milliseconds, `D` microseconds, `p` the worker's `<PID>`, `{name}i` any request header,
+//! `{name}o` any response header, `{KEY}e` a key of the request's WSGI environ as the app
+//! left it (its name in any case, as gunicorn looks it up), `l` and `u` a `-`.
+//! `--access-log-format json` writes one JSON object per line with the same facts, every
+//! string escaped, its time in ISO 8601 (`2026-11-30T04:52:06.250+00:00`).
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -67,14 +69,22 @@ pub enum Atom {
     SecondsFraction,
     /// `%(p)s`: `<PID>` of the worker.
     Pid,
+    /// `%({KEY}e)s`: a key of the request's environ; the index into
+    /// `Entry::environ_values` (the keys are `Format::environ_keys`).
+    Environ(usize),
     Dash,
 }
 
 /// A parsed `--access-log-format`.
 #[derive(Clone, Debug)]
 pub enum Format {
-    /// The atoms, and the response headers they name (`%({name}o)s`, lowercase).
-    Atoms(Vec<Atom>, Vec<String>),
+    /// The atoms, the response headers they name (`%({name}o)s`, lowercase) and the
+    /// environ keys (`%({KEY}e)s`, as written).
+    Atoms {
+        atoms: Vec<Atom>,
+        response: Vec<String>,
+        environ: Vec<String>,
+    },
     Json,
 }
 
@@ -84,6 +94,7 @@ impl Format {
             return Ok(Format::Json);
         }
         let mut response_names = Vec::new();
+        let mut environ = Vec::new();
         let mut atoms = Vec::new();
         let mut lit = String::new();
         let mut rest = s;
@@ -127,12 +138,16 @@ impl Format {
                     };
                     Atom::ResponseHeader(idx)
                 }
-                // An environment variable, as the process has it: read once, here.
                 n if n.starts_with('{') && n.ends_with("}e") && n.len() > 3 => {
-                    let value = std::env::var(&n[1..n.len() - 2]).unwrap_or_else(|_| "-".into());
-                    let mut text = String::new();
-                    push_text(&mut text, value.as_bytes());
-                    Atom::Lit(text)
+                    let key = n[1..n.len() - 2].to_string();
+                    let idx = match environ.iter().position(|x| *x == key) {
+                        Some(i) => i,
+                        None => {
+                            environ.push(key);
+                            environ.len() - 1
+                        }
+                    };
+                    Atom::Environ(idx)
                 }
                 other => {
                     return Err(format!(
@@ -150,13 +165,25 @@ impl Format {
         if !lit.is_empty() {
             atoms.push(Atom::Lit(lit));
         }
-        Ok(Format::Atoms(atoms, response_names))
+        Ok(Format::Atoms {
+            atoms,
+            response: response_names,
+            environ,
+        })
+    }
+
+    /// The environ keys the format shows, in `Environ` order.
+    pub fn environ_keys(&self) -> &[String] {
+        match self {
+            Format::Atoms { environ, .. } => environ,
+            Format::Json => &[],
+        }
     }
 
     /// The response headers the format shows (lowercase), in `ResponseHeader` order.
     pub fn response_header_names(&self) -> &[String] {
         match self {
-            Format::Atoms(_, names) => names,
+            Format::Atoms { response, .. } => response,
             Format::Json => &[],
         }
     }
@@ -293,6 +320,8 @@ pub struct Entry<'a> {
     pub duration: Duration,
     /// The values of `AccessLog::response_header_names`, in order (`None`: not sent).
     pub response_headers: &'a [Option<Vec<u8>>],
+    /// The values of `Format::environ_keys`, in order (`None`: not in the environ).
+    pub environ_values: &'a [Option<String>],
 }
 
 /// A worker's access log: the format and where lines go, shared by its handlers.
@@ -330,12 +359,17 @@ impl AccessLogger {
         self.shared.format.response_header_names()
     }
 
+    /// The environ keys the format shows (`Entry::environ_values` follows them).
+    pub fn environ_keys(&self) -> &[String] {
+        self.shared.format.environ_keys()
+    }
+
     pub fn record(&mut self, e: &Entry<'_>) {
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         match &self.shared.format {
-            Format::Json => json(&mut self.time, &mut line, e),
-            Format::Atoms(atoms, _) => {
+            Format::Json => json(&mut line, e),
+            Format::Atoms { atoms, .. } => {
                 for atom in atoms {
                     render(&mut self.time, &mut line, atom, e);
                 }
@@ -417,7 +451,7 @@ fn render(time: &mut TimeCache, out: &mut String, atom: &Atom, e: &Entry<'_>) {
                 let _ = write!(out, "{}", e.duration.as_secs());
             }
             Atom::Millis => {
-                let _ = write!(out, "{:.3}", e.duration.as_secs_f64() * 1e3);
+                let _ = write!(out, "{}", e.duration.as_millis());
             }
             Atom::Micros => {
                 let _ = write!(out, "{}", e.duration.as_micros());
@@ -433,22 +467,27 @@ fn render(time: &mut TimeCache, out: &mut String, atom: &Atom, e: &Entry<'_>) {
             Atom::Pid => {
                 let _ = write!(out, "<{}>", std::process::id());
             }
+            Atom::Environ(i) => match e.environ_values.get(*i) {
+                Some(Some(v)) => push_text(out, v.as_bytes()),
+                _ => out.push('-'),
+            },
             Atom::Dash => out.push('-'),
         }
     }
 }
 
-fn json(time: &mut TimeCache, out: &mut String, e: &Entry<'_>) {
+fn json(out: &mut String, e: &Entry<'_>) {
     {
         let data = e.head_bytes;
         let (path, query) = split_target(e.head.target.get(data));
         let mut peer = String::new();
         push_remote(&mut peer, e);
+        // ISO 8601 with milliseconds, as the error log's JSON lines have it.
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         out.push_str("{\"time\":");
-        json_str(
-            out,
-            time.get().trim_matches(|c| c == '[' || c == ']').as_bytes(),
-        );
+        json_str(out, crate::log::iso8601(now).as_bytes());
         out.push_str(",\"remote_addr\":");
         json_str(out, peer.as_bytes());
         out.push_str(",\"method\":");
@@ -582,7 +621,7 @@ mod tests {
 
     #[test]
     fn parses_gunicorns_default_format() {
-        let Format::Atoms(atoms, _) = Format::parse(DEFAULT_FORMAT).unwrap() else {
+        let Format::Atoms { atoms, .. } = Format::parse(DEFAULT_FORMAT).unwrap() else {
             panic!("not atoms");
         };
         assert_eq!(atoms[0], Atom::Remote);
@@ -590,12 +629,17 @@ mod tests {
         assert!(Format::parse("%(zz)s").is_err());
         assert!(Format::parse("%(h").is_err());
         assert!(matches!(Format::parse("json"), Ok(Format::Json)));
-        let Format::Atoms(a, _) = Format::parse("x %({X-Request-Id}i)s y").unwrap() else {
+        let Format::Atoms { atoms: a, .. } = Format::parse("x %({X-Request-Id}i)s y").unwrap()
+        else {
             panic!("not atoms");
         };
         assert_eq!(a[1], Atom::Header("x-request-id".into()));
         // Response headers are numbered by first mention, one slot per name.
-        let Format::Atoms(a, names) =
+        let Format::Atoms {
+            atoms: a,
+            response: names,
+            ..
+        } =
             Format::parse("%({Content-Type}o)s %({ETag}o)s %({content-type}o)s %(L)s %(p)s")
                 .unwrap()
         else {

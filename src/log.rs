@@ -117,7 +117,7 @@ fn text_time(secs: u64) -> String {
 }
 
 /// ISO 8601 with milliseconds and the zone: `YYYY-MM-DDTHH:MM:SS.mmm+00:00`.
-fn iso8601(since_epoch: std::time::Duration) -> String {
+pub(crate) fn iso8601(since_epoch: std::time::Duration) -> String {
     let secs = since_epoch.as_secs();
     let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
     let s = secs % 86_400;

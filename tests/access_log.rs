@@ -85,6 +85,18 @@ fn json_lines_to_a_file_parse_back() {
     assert_eq!(lines[0]["remote_addr"].as_str(), Some("127.0.0.1"));
     assert_eq!(lines[1]["status"].as_f64(), Some(404.0));
     assert_eq!(lines[1]["user_agent"].as_str(), Some("caf\u{e9}"));
+    // ISO 8601 with milliseconds and the zone, as the error log's JSON has it.
+    let time = lines[0]["time"].as_str().unwrap();
+    let b = time.as_bytes();
+    assert!(
+        time.len() == 29
+            && b[4] == b'-'
+            && b[10] == b'T'
+            && b[19] == b'.'
+            && time.ends_with("+00:00")
+            && time.starts_with("20"),
+        "{time}"
+    );
 }
 
 #[test]
@@ -230,12 +242,12 @@ fn a_request_whose_client_left_before_the_app_ran_is_logged_as_499() {
 }
 
 #[test]
-fn gunicorns_other_atoms_response_headers_environment_pid_and_fractional_seconds() {
+fn gunicorns_other_atoms_response_headers_environ_pid_and_fractional_seconds() {
     let s = Server::builder("regress:app")
         .args(&[
             "--access-log",
             "--access-log-format",
-            "m0test L=%(L)s p=%(p)s ct=%({Content-Type}o)s none=%({X-Not-Sent}o)s env=%({M0TEST_LOG_ENV}e)s unset=%({M0TEST_UNSET_ENV}e)s",
+            "m0test L=%(L)s M=%(M)s p=%(p)s ct=%({Content-Type}o)s none=%({X-Not-Sent}o)s env=%({M0TEST_LOG_ENV}e)s path=%({PATH_INFO}e)s method=%({request_method}e)s unset=%({M0TEST_UNSET_ENV}e)s",
         ])
         .env("M0TEST_LOG_ENV", "from-env")
         .start();
@@ -259,6 +271,11 @@ fn gunicorns_other_atoms_response_headers_environment_pid_and_fractional_seconds
     );
     assert_eq!(field("ct"), "text/plain", "{line}");
     assert_eq!(field("none"), "-");
-    assert_eq!(field("env"), "from-env");
+    // gunicorn's {KEY}e is the request's environ (any case), not the process's.
+    assert_eq!(field("env"), "-", "{line}");
+    assert_eq!(field("path"), "/hello", "{line}");
+    assert_eq!(field("method"), "GET", "{line}");
     assert_eq!(field("unset"), "-");
+    // Whole milliseconds, as gunicorn's %(M)s.
+    assert!(field("M").parse::<u64>().is_ok(), "{line}");
 }

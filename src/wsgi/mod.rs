@@ -43,6 +43,8 @@ struct LogCtx {
     /// Its client left before the app ran: logged as 499 (nginx's "client closed
     /// request"), not as the 500 that closes the exchange.
     cancelled: bool,
+    /// The environ's values the log format shows (`%({KEY}e)s`), as the app left them.
+    environ_values: Vec<Option<String>>,
 }
 
 /// What watches a bridge's requests: the access log and the metrics (each optional).
@@ -287,6 +289,7 @@ impl Bridge {
                 started: now,
                 client: None,
                 cancelled: false,
+                environ_values: Vec::new(),
             });
         }
         if let (Some(_), Some(now)) = (&self.metrics, now) {
@@ -353,6 +356,7 @@ impl Bridge {
             body_bytes,
             duration: now.saturating_duration_since(ctx.started),
             response_headers,
+            environ_values: &ctx.environ_values,
         });
     }
 
@@ -494,6 +498,7 @@ impl Bridge {
             self.ex.shared.set_aside(self.suspended.len());
             return Served::Suspended;
         }
+        self.note_environ(&environ);
         let what = || errors::describe_environ(&environ);
         // PEP 3333: "If the iterable returned by the application has a close() method,
         // the server or gateway must call that method upon completion of the current
@@ -531,6 +536,33 @@ impl Bridge {
             }
         }
         Served::Done
+    }
+
+    /// Keeps the environ's values the access log shows (`%({KEY}e)s`), once the app is done
+    /// with it: each key as written, else in any case (gunicorn's lookup), as `str()` makes
+    /// it.
+    fn note_environ(&mut self, environ: &Bound<'_, PyDict>) {
+        let Some(ctx) = self.current.as_mut() else {
+            return;
+        };
+        let keys = match &self.log {
+            Some(log) if !log.environ_keys().is_empty() => log.environ_keys(),
+            _ => return,
+        };
+        ctx.environ_values = keys
+            .iter()
+            .map(|k| {
+                let v = environ.get_item(k).ok().flatten().or_else(|| {
+                    environ.iter().find_map(|(name, v)| {
+                        name.extract::<&str>()
+                            .ok()
+                            .filter(|n| n.eq_ignore_ascii_case(k))
+                            .map(|_| v)
+                    })
+                })?;
+                v.str().ok().map(|s| s.to_string_lossy().into_owned())
+            })
+            .collect();
     }
 
     /// Logs what the app raised: with its traceback, unless its client had left (then the
