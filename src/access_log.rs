@@ -639,9 +639,8 @@ mod tests {
             atoms: a,
             response: names,
             ..
-        } =
-            Format::parse("%({Content-Type}o)s %({ETag}o)s %({content-type}o)s %(L)s %(p)s")
-                .unwrap()
+        } = Format::parse("%({Content-Type}o)s %({ETag}o)s %({content-type}o)s %(L)s %(p)s")
+            .unwrap()
         else {
             panic!("not atoms");
         };

@@ -11,6 +11,10 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::log::{Format as LogFormat, Level};
 
+pub mod foreign;
+
+use foreign::Rewritten;
+
 /// `--root-path-outside`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Outside {
@@ -119,9 +123,9 @@ pub struct Cli {
     #[arg(short = 'w', long, env = "M0SERVE_WORKERS", default_value_t = 1)]
     pub workers: usize,
 
-    /// gunicorn's worker class, for command lines brought over: `sync` and `gthread` are
-    /// accepted with a warning (m0serve's workers are its own: a loop thread and
-    /// --blocking-threads handler threads); any other is refused.
+    /// gunicorn's worker class, for command lines brought over: `gthread` is what m0serve's
+    /// workers are (a loop thread and --blocking-threads handler threads), `sync` is
+    /// accepted with a warning; any other is refused.
     #[arg(short = 'k', long, env = "M0SERVE_WORKER_CLASS", value_name = "CLASS")]
     pub worker_class: Option<String>,
 
@@ -140,7 +144,8 @@ pub struct Cli {
     /// Seconds a worker's loop thread may go without its heartbeat to the master (one a
     /// second while it runs) before the master kills it (SIGKILL) and starts another: a
     /// worker stopped (SIGSTOP) or frozen. In inline mode the app runs on that thread, so
-    /// this is also the longest one request may take there. Must be longer than --timeout.
+    /// this is also the longest one request may take there. Must be longer than --timeout;
+    /// not given, it is --timeout plus 30 where --timeout is 60 or more.
     #[arg(
         long,
         env = "M0SERVE_SILENT_TIMEOUT",
@@ -609,23 +614,89 @@ pub struct Cli {
     /// Of `given`, those the environment set (an image's `M0SERVE_HOST`, say).
     #[arg(skip)]
     pub from_env: std::collections::BTreeSet<String>,
+
+    /// What the foreign spellings in the command line, `GUNICORN_CMD_ARGS` and the
+    /// `--config` file did (`foreign::rewrite`), to log at start.
+    #[arg(skip)]
+    pub foreign_warnings: Vec<String>,
+
+    /// Granian's `--factory`: the app is a factory to call (`module:factory()`).
+    #[arg(long, hide = true)]
+    pub factory: bool,
 }
 
 /// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the
 /// version or an error naming the flag at fault.
 pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
     let fail = |e: clap::Error| {
-        // clap's message names the flag and suggests the right one; exit 2 for usage errors,
-        // 0 for --help/--version.
+        // An unknown flag gets m0serve's own message (clap's "similar argument" may be a
+        // flag of another meaning: --threads was offered --reload); the rest name the flag
+        // at fault. Exit 2 for usage errors, 0 for --help/--version.
+        if e.kind() == clap::error::ErrorKind::UnknownArgument {
+            if let Some(clap::error::ContextValue::String(flag)) =
+                e.get(clap::error::ContextKind::InvalidArg)
+            {
+                eprintln!(
+                    "m0serve: error: {}",
+                    foreign::unknown_flag(flag, &long_flags())
+                );
+                return 2;
+            }
+        }
         let _ = e.print();
         e.exit_code()
+    };
+    let usage = |e: String| {
+        eprintln!("m0serve: error: {e}");
+        2
     };
     if argv.iter().any(|a| a == "--print-flags-markdown") {
         print!("{}", flags_markdown());
         return Err(0);
     }
-    let first = Cli::command().try_get_matches_from(argv).map_err(fail)?;
-    let file_args = match first.get_one::<PathBuf>("config") {
+    let program = argv.first().cloned().unwrap_or_else(|| "m0serve".into());
+    let given = foreign_rewritten(argv.get(1..).unwrap_or_default()).map_err(usage)?;
+    // GUNICORN_CMD_ARGS, read as gunicorn reads it: over the --config file, under the
+    // command line (and under M0SERVE_ variables, as the file is).
+    let gunicorn_env = match std::env::var_os("GUNICORN_CMD_ARGS") {
+        Some(v) if !v.is_empty() => {
+            let text = v.to_string_lossy();
+            let words = shlex::split(&text).ok_or_else(|| {
+                usage(format!(
+                    "GUNICORN_CMD_ARGS {text:?}: unbalanced quotes (it is split as a shell \
+                     would)"
+                ))
+            })?;
+            let words: Vec<OsString> = words.into_iter().map(Into::into).collect();
+            let mut r =
+                foreign_rewritten(&words).map_err(|e| usage(format!("GUNICORN_CMD_ARGS: {e}")))?;
+            r.warnings.insert(
+                0,
+                format!(
+                    "GUNICORN_CMD_ARGS is set: read as gunicorn reads it ({text}); \
+                     M0SERVE_<FLAG> variables are m0serve's own"
+                ),
+            );
+            Some(r)
+        }
+        _ => None,
+    };
+    let with = |parts: &[&[OsString]]| {
+        let mut all = vec![program.clone()];
+        for p in parts {
+            all.extend(p.iter().cloned());
+        }
+        all
+    };
+    let first = Cli::command()
+        .try_get_matches_from(with(&[&given.args]))
+        .map_err(fail)?;
+    // What GUNICORN_CMD_ARGS holds, less what the environment or the command line set.
+    let gunicorn_args = match &gunicorn_env {
+        Some(r) => not_set_in(&r.args, &first),
+        None => Vec::new(),
+    };
+    let file = match first.get_one::<PathBuf>("config") {
         Some(path) => match file_flags(path, &first) {
             Ok(a) => a,
             Err(e) => {
@@ -633,15 +704,19 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
                 return Err(2);
             }
         },
-        None => Vec::new(),
+        None => Rewritten::default(),
     };
-    // The file's flags go first, so the command line's override them; a flag the
-    // environment sets was left out of them, so the environment wins over the file.
-    let mut all = vec![argv.first().cloned().unwrap_or_else(|| "m0serve".into())];
-    all.extend(file_args.iter().map(OsString::from));
-    all.extend(argv.iter().skip(1).cloned());
-    let matches = Cli::command().try_get_matches_from(&all).map_err(fail)?;
+    // The file's flags go first, then GUNICORN_CMD_ARGS's, so the command line's override
+    // them; a flag the environment sets was left out of both, so the environment wins.
+    let matches = Cli::command()
+        .try_get_matches_from(with(&[&file.args, &gunicorn_args, &given.args]))
+        .map_err(fail)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(fail)?;
+    cli.foreign_warnings = file.warnings;
+    if let Some(r) = gunicorn_env {
+        cli.foreign_warnings.extend(r.warnings);
+    }
+    cli.foreign_warnings.extend(given.warnings);
     cli.given = matches
         .ids()
         .filter(|id| {
@@ -659,10 +734,96 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
         .cloned()
         .collect();
     if cli.print_config {
-        print_config(&matches, &first);
+        // Which of them GUNICORN_CMD_ARGS set (its words alone, the app not required).
+        let from_gunicorn_env = Cli::command()
+            .ignore_errors(true)
+            .try_get_matches_from(with(&[&gunicorn_args]))
+            .ok();
+        print_config(&matches, &first, from_gunicorn_env.as_ref());
         return Err(0);
     }
     Ok(cli)
+}
+
+/// `args` with foreign spellings rewritten (`foreign::rewrite`).
+fn foreign_rewritten(args: &[OsString]) -> Result<Rewritten, String> {
+    let cmd = Cli::command();
+    foreign::rewrite(args, &|flag: &str| {
+        cmd.get_arguments().any(|a| {
+            let named = if flag.len() == 1 {
+                a.get_short().is_some_and(|c| flag.starts_with(c))
+            } else {
+                a.get_long() == Some(flag)
+            };
+            named && a.get_action().takes_values()
+        })
+    })
+}
+
+/// The long flags m0serve takes, its own and the foreign spellings, for a typo's
+/// correction.
+fn long_flags() -> Vec<String> {
+    Cli::command()
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long().map(str::to_string))
+        .chain(
+            foreign::SPELLINGS
+                .iter()
+                .filter(|s| !matches!(s.becomes, foreign::Becomes::Refused(_)))
+                .map(|s| s.name.to_string()),
+        )
+        .collect()
+}
+
+/// The words of `args` (flags as m0serve spells them) whose option the environment or the
+/// command line did not set, per `first`: those lower in precedence drop out whole, so
+/// that a list set above replaces theirs rather than adding to it.
+fn not_set_in(args: &[OsString], first: &ArgMatches) -> Vec<OsString> {
+    let cmd = Cli::command();
+    let set_above = |id: &str| {
+        matches!(
+            first.value_source(id),
+            Some(ValueSource::EnvVariable | ValueSource::CommandLine)
+        )
+    };
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let word = args[i].to_string_lossy().into_owned();
+        i += 1;
+        let (arg, attached) = if let Some(long) = word.strip_prefix("--") {
+            let (name, v) = match long.split_once('=') {
+                Some((n, _)) => (n, true),
+                None => (long, false),
+            };
+            (cmd.get_arguments().find(|a| a.get_long() == Some(name)), v)
+        } else if let Some(short) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            let c = short.chars().next().unwrap_or('-');
+            (
+                cmd.get_arguments().find(|a| a.get_short() == Some(c)),
+                short.len() > 1,
+            )
+        } else {
+            // The app: dropped when the command line names one.
+            if !set_above("app") {
+                out.push(args[i - 1].clone());
+            }
+            continue;
+        };
+        let mut group = vec![args[i - 1].clone()];
+        if let Some(a) = arg {
+            if a.get_action().takes_values() && !attached && i < args.len() {
+                group.push(args[i].clone());
+                i += 1;
+            }
+            if set_above(a.get_id().as_str()) {
+                continue;
+            }
+        }
+        out.extend(group);
+    }
+    out
 }
 
 /// gunicorn's settings (`gunicorn.conf.py`) and the m0serve flag for each; `None` where
@@ -747,13 +908,13 @@ fn gunicorn_config_advice(text: &str) -> String {
 
 /// The flags in a `--config` file, without those the environment or the command line set
 /// (per `first`, the matches without the file).
-fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>, String> {
+fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Rewritten, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     if path.extension().is_some_and(|e| e == "py") {
         return Err(gunicorn_config_advice(&text));
     }
     let cmd = Cli::command();
-    let mut out = Vec::new();
+    let mut out = Rewritten::default();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -767,7 +928,17 @@ fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>,
             return Err(format!("line {}: {line:?} is not a --flag", n + 1));
         };
         let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(long)) else {
-            return Err(format!("line {}: unknown flag --{long}", n + 1));
+            if foreign::find(long).is_none() {
+                return Err(format!("line {}: unknown flag --{long}", n + 1));
+            }
+            let words: Vec<OsString> = match value {
+                Some(v) => vec![format!("--{long}={v}").into()],
+                None => vec![format!("--{long}").into()],
+            };
+            let r = foreign_rewritten(&words).map_err(|e| format!("line {}: {e}", n + 1))?;
+            out.args.extend(not_set_in(&r.args, first));
+            out.warnings.extend(r.warnings);
+            continue;
         };
         if long == "config" {
             return Err(format!("line {}: --config cannot be nested", n + 1));
@@ -782,8 +953,8 @@ fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Vec<String>,
         // One `--flag=VALUE` word: an empty value stays a value, and a value never becomes
         // the next word (the APP argument).
         match (value, arg.get_action().takes_values()) {
-            (Some(v), true) => out.push(format!("--{long}={v}")),
-            (None, false) => out.push(format!("--{long}")),
+            (Some(v), true) => out.args.push(format!("--{long}={v}").into()),
+            (None, false) => out.args.push(format!("--{long}").into()),
             (Some(_), false) => {
                 return Err(format!(
                     "line {}: --{long} takes no value (the flag alone turns it on)",
@@ -867,7 +1038,7 @@ pub fn flags_markdown() -> String {
 }
 
 /// `--print-config`: every option's value and where it came from.
-fn print_config(matches: &ArgMatches, first: &ArgMatches) {
+fn print_config(matches: &ArgMatches, first: &ArgMatches, gunicorn_env: Option<&ArgMatches>) {
     let cmd = Cli::command();
     for arg in cmd.get_arguments() {
         let id = arg.get_id().as_str();
@@ -895,6 +1066,10 @@ fn print_config(matches: &ArgMatches, first: &ArgMatches) {
             Some(ValueSource::CommandLine) => {
                 if first.value_source(id) == Some(ValueSource::CommandLine) {
                     "flag".to_string()
+                } else if gunicorn_env
+                    .is_some_and(|g| g.value_source(id) == Some(ValueSource::CommandLine))
+                {
+                    "GUNICORN_CMD_ARGS".to_string()
                 } else {
                     "file".to_string()
                 }

@@ -311,8 +311,9 @@ impl Config {
         self.tls.is_some() && tcp && !(i >= self.secure_listeners && i < self.listen.len())
     }
 
-    pub fn from_cli(cli: Cli) -> Result<Config, String> {
+    pub fn from_cli(mut cli: Cli) -> Result<Config, String> {
         let app = AppSpec::parse(&cli.app)?;
+        let app = if cli.factory { app.called() } else { app };
         let listen = if !cli.bind.is_empty() {
             if cli.bind.len() > MAX_LISTENERS {
                 return Err(format!("--bind: at most {} addresses", MAX_LISTENERS));
@@ -478,12 +479,26 @@ impl Config {
         // Checked even when the access log is off, so a typo is found before it is needed.
         let access_log_format = crate::access_log::Format::parse(&cli.access_log_format)?;
         const DAY: f64 = 86_400.0;
+        /// How far past a long --timeout the derived silent timeout is.
+        const SILENT_PAST_TIMEOUT: f64 = 30.0;
         let timeout = if cli.timeout == 0.0 {
             None
         } else {
             Some(seconds("--timeout", cli.timeout, 0.05, DAY)?)
         };
-        let silent_timeout = seconds("--silent-timeout", cli.silent_timeout, 1.0, DAY)?;
+        // A --timeout at or past the silent timeout's default (Django's 120, say) moves it
+        // along, unless it was given: a request past --timeout is reported before its
+        // worker could be killed as silent.
+        let silent = match timeout {
+            Some(t)
+                if !cli.given.contains("silent_timeout")
+                    && t.as_secs_f64() >= cli.silent_timeout =>
+            {
+                t.as_secs_f64() + SILENT_PAST_TIMEOUT
+            }
+            _ => cli.silent_timeout,
+        };
+        let silent_timeout = seconds("--silent-timeout", silent, 1.0, 2.0 * DAY)?;
         if let Some(t) = timeout.filter(|t| *t >= silent_timeout) {
             return Err(format!(
                 "--silent-timeout {}: must be longer than --timeout {} (a worker is silent \
@@ -550,7 +565,7 @@ impl Config {
         if !app_dir.is_dir() {
             return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
         }
-        let mut warnings = Vec::new();
+        let mut warnings = std::mem::take(&mut cli.foreign_warnings);
         // `adaptive` is the default; said, it warns where it does nothing.
         let adaptive_affinity = cli.cpu_affinity.trim() == "adaptive";
         if adaptive_affinity && cli.given.contains("cpu_affinity") && cli.blocking_threads != 1 {
@@ -591,7 +606,10 @@ impl Config {
         }
         if let Some(class) = &cli.worker_class {
             match class.trim() {
-                "sync" | "gthread" => warnings.push(format!(
+                // gunicorn's threaded worker is what m0serve's are: a pool of threads,
+                // its size --threads (read as --blocking-threads).
+                "gthread" => {}
+                "sync" => warnings.push(format!(
                     "--worker-class {class}: ignored; m0serve's workers each run a loop \
                      thread and --blocking-threads handler threads (--workers and \
                      --blocking-threads set their numbers)"

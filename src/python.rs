@@ -18,12 +18,15 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-/// `module:attr` or `module:factory()`.
+/// `module:attr`, or `module:factory(ARGS)` with ARGS Python literals (`"prod"`,
+/// `debug=True`), as gunicorn takes them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppSpec {
     pub module: String,
     pub attr: String,
-    pub factory: bool,
+    /// A factory's arguments as written between its parentheses (empty for `()`); `None`
+    /// for an app that is not called.
+    pub call: Option<String>,
 }
 
 impl AppSpec {
@@ -32,9 +35,17 @@ impl AppSpec {
             Some((m, a)) => (m.trim(), a.trim()),
             None => (s.trim(), "application"),
         };
-        let (attr, factory) = match attr.strip_suffix("()") {
-            Some(a) => (a, true),
-            None => (attr, false),
+        let (attr, call) = match attr.split_once('(') {
+            Some((name, rest)) => match rest.strip_suffix(')') {
+                Some(args) => (name.trim(), Some(args.trim().to_string())),
+                None => {
+                    return Err(format!(
+                        "APP {s:?}: a factory's call ends with ')' (`module:factory()`, or \
+                         with literal arguments `module:factory(\"prod\")`)"
+                    ))
+                }
+            },
+            None => (attr, None),
         };
         let is_ident = |p: &str| {
             let mut chars = p.chars();
@@ -54,15 +65,25 @@ impl AppSpec {
         Ok(AppSpec {
             module: module.to_string(),
             attr: attr.to_string(),
-            factory,
+            call,
         })
+    }
+
+    /// Granian's `--factory`: the attribute is a factory, called without arguments unless
+    /// the spec gave some.
+    pub fn called(mut self) -> AppSpec {
+        self.call.get_or_insert_with(String::new);
+        self
     }
 }
 
 impl fmt::Display for AppSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let call = if self.factory { "()" } else { "" };
-        write!(f, "{}:{}{}", self.module, self.attr, call)
+        write!(f, "{}:{}", self.module, self.attr)?;
+        match &self.call {
+            Some(args) => write!(f, "({args})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -348,10 +369,8 @@ pub fn load_app(
             ))
         }
     };
-    if spec.factory {
-        app = app
-            .call0()
-            .map_err(|e| fail(format!("the app factory '{spec}' raised"), e))?;
+    if let Some(args) = &spec.call {
+        app = call_factory(py, &app, args, spec, &fail)?;
     }
     if !app.is_callable() {
         let ty = app
@@ -362,6 +381,54 @@ pub fn load_app(
         return Err(format!("app '{spec}' is not callable (it is a {ty})"));
     }
     Ok(app.unbind())
+}
+
+/// Calls the factory `f` with `args`, the text between its parentheses in the app spec:
+/// Python literals, positional then by keyword (`"prod", debug=True`), read with `ast` as
+/// gunicorn reads them; anything else (a name, a call, `*args`) is refused by name.
+fn call_factory<'py>(
+    py: Python<'py>,
+    f: &Bound<'py, PyAny>,
+    args: &str,
+    spec: &AppSpec,
+    fail: &dyn Fn(String, PyErr) -> String,
+) -> Result<Bound<'py, PyAny>, String> {
+    if args.is_empty() {
+        return f
+            .call0()
+            .map_err(|e| fail(format!("the app factory '{spec}' raised"), e));
+    }
+    let parse = || -> PyResult<(Bound<'py, pyo3::types::PyTuple>, Bound<'py, pyo3::types::PyDict>)> {
+        let ast = py.import("ast")?;
+        let call = ast
+            .call_method1("parse", (format!("f({args})"), "<app>", "eval"))?
+            .getattr("body")?;
+        let literal = |node: Bound<'py, PyAny>| ast.call_method1("literal_eval", (node,));
+        let mut positional = Vec::new();
+        for a in call.getattr("args")?.try_iter()? {
+            positional.push(literal(a?)?);
+        }
+        let named = pyo3::types::PyDict::new(py);
+        for k in call.getattr("keywords")?.try_iter()? {
+            let k = k?;
+            let name = k.getattr("arg")?;
+            if name.is_none() {
+                return Err(pyo3::exceptions::PyValueError::new_err("**kwargs"));
+            }
+            named.set_item(name, literal(k.getattr("value")?)?)?;
+        }
+        Ok((pyo3::types::PyTuple::new(py, positional)?, named))
+    };
+    let (positional, named) = parse().map_err(|e| {
+        format!(
+            "APP '{spec}': the factory's arguments must be Python literals (strings, numbers, \
+             True, False, None, and lists, tuples and dicts of them), positional or by \
+             keyword; {args:?} is not ({})",
+            e.value(py)
+        )
+    })?;
+    f.call(positional, Some(&named))
+        .map_err(|e| fail(format!("the app factory '{spec}' raised"), e))
 }
 
 /// The app spec the user most likely meant, when `spec.attr` is missing from `module`: the
@@ -385,6 +452,7 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
     let form = |name: &str, factory: bool| {
         format!("{}:{name}{}", spec.module, if factory { "()" } else { "" })
     };
+    let called = spec.call.is_some();
     // A typo first, then the names apps are usually given.
     if let Some((_, name)) = apps
         .iter()
@@ -392,7 +460,7 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
         .filter(|(d, _)| *d <= 2)
         .min()
     {
-        return Some(form(name, spec.factory));
+        return Some(form(name, called));
     }
     for known in ["application", "app"] {
         if apps.iter().any(|(n, _)| n == known) {
@@ -406,7 +474,7 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
 }
 
 /// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -548,10 +616,22 @@ mod tests {
             AppSpec {
                 module: "pkg.mod".into(),
                 attr: "app".into(),
-                factory: false
+                call: None
             }
         );
-        assert!(AppSpec::parse("mod:make()").unwrap().factory);
+        assert_eq!(
+            AppSpec::parse("mod:make()").unwrap().call.as_deref(),
+            Some("")
+        );
+        let with = AppSpec::parse("mod:make(\"prod\", debug=True)").unwrap();
+        assert_eq!(with.attr, "make");
+        assert_eq!(with.call.as_deref(), Some("\"prod\", debug=True"));
+        assert_eq!(with.to_string(), "mod:make(\"prod\", debug=True)");
+        assert!(AppSpec::parse("mod:make(").is_err());
+        assert_eq!(
+            AppSpec::parse("mod:app").unwrap().called().to_string(),
+            "mod:app()"
+        );
         assert_eq!(AppSpec::parse("mod").unwrap().attr, "application");
         assert!(AppSpec::parse("mod:").is_err());
         assert!(AppSpec::parse(":app").is_err());

@@ -53,7 +53,10 @@ fn the_check_fails_a_chart_whose_series_share_a_colour() {
     let hello = root().join("docs/bench-hello.svg");
     let svg = std::fs::read_to_string(&hello).expect("docs/bench-hello.svg");
     // FastWSGI drawn in m0serve's colour (the palette's blue, the vermillion).
-    assert!(svg.contains("#0072B2") && svg.contains("#D55E00"), "{hello:?}: another palette");
+    assert!(
+        svg.contains("#0072B2") && svg.contains("#D55E00"),
+        "{hello:?}: another palette"
+    );
     let bad = std::env::temp_dir().join(format!("m0s-charts-{}.svg", std::process::id()));
     std::fs::write(&bad, svg.replace("#0072B2", "#D55E00")).expect("write the altered chart");
     let out = check(std::slice::from_ref(&bad));

@@ -1,7 +1,9 @@
 //! docs/migration.md says what to type instead of gunicorn's and Granian's flags: every
 //! m0serve flag its tables name must be one the real program accepts. Each is run through
 //! `--print-config` (with a sample value for its kind, from docs/configuration.md) and must
-//! come back as set on the command line.
+//! come back as set on the command line. Every gunicorn and Granian spelling in the first
+//! column is run through the program too: taken, or refused with the m0serve way, never
+//! unknown.
 
 mod common;
 
@@ -16,10 +18,19 @@ fn repo_file(path: &str) -> String {
 
 /// The flags in backticks in the second column of every table row of `doc`.
 fn flags_in_second_column(doc: &str) -> Vec<String> {
+    flags_in_column(doc, 2)
+}
+
+/// The flags in backticks in column `n` (1 is the first) of every row of `doc`'s
+/// three-column tables (theirs, m0serve's, a note; the defaults table has four).
+fn flags_in_column(doc: &str, n: usize) -> Vec<String> {
     let mut out = Vec::new();
     for line in doc.lines().filter(|l| l.starts_with('|')) {
         let cells: Vec<&str> = line.split('|').collect();
-        let Some(cell) = cells.get(2) else { continue };
+        if cells.len() != 5 {
+            continue;
+        }
+        let Some(cell) = cells.get(n) else { continue };
         for (i, span) in cell.split('`').enumerate() {
             if i % 2 == 0 {
                 continue;
@@ -153,6 +164,63 @@ fn every_m0serve_flag_docs_migration_md_names_is_accepted() {
         checked.push(flag.as_str());
     }
     eprintln!("{} flags checked: {checked:?}", checked.len());
+}
+
+/// A value a foreign flag takes, for the check below.
+fn foreign_sample(flag: &str, tmp: &TempDir) -> String {
+    match flag {
+        "--interface" => "wsgi".into(),
+        "--cert-reqs" | "--http" => "1".into(),
+        "--http1-header-read-timeout" => "2500".into(),
+        "--access-logfile" | "--error-logfile" | "--log-file" => "-".into(),
+        "--url-path-prefix" => "/prefix".into(),
+        "--limit-request-field_size" | "--limit-request-field-size" => "4096".into(),
+        "--working-dir" | "--worker-tmp-dir" => tmp.path.display().to_string(),
+        "--env-files" | "--ssl-ca" | "--pid" | "--ssl-certificate" | "--ssl-keyfile" => {
+            let p = tmp.path.join("a.file");
+            std::fs::write(&p, "M0TEST_Z=1\n").unwrap();
+            p.display().to_string()
+        }
+        _ => "2".into(),
+    }
+}
+
+#[test]
+fn every_gunicorn_and_granian_spelling_docs_migration_md_names_is_taken_or_refused_with_a_way() {
+    let flags = flags_in_column(&repo_file("docs/migration.md"), 1);
+    let known = configuration();
+    let tmp = TempDir::new("migration-foreign");
+    let mut checked = Vec::new();
+    for flag in flags.iter().filter(|f| !known.contains_key(*f)) {
+        let run = |extra: Option<String>| {
+            let mut args = vec!["hello:app".to_string(), flag.clone()];
+            args.extend(extra);
+            args.push("--print-config".into());
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            (
+                run_to_exit(&argv, &[], Duration::from_secs(10)),
+                argv.join(" "),
+            )
+        };
+        let (mut out, mut line) = run(None);
+        if out.stderr.contains("needs a value") || out.stderr.contains("a value is required") {
+            (out, line) = run(Some(foreign_sample(flag, &tmp)));
+        }
+        let taken = out.status.success() && out.stdout.contains("APP = ");
+        let refused = out.status.code() == Some(2) && out.stderr.contains("is not supported: ");
+        assert!(taken || refused, "{line}: {:?}\n{}", out.status, out.stderr);
+        assert!(
+            !out.stderr.contains("unknown option"),
+            "{line}: {}",
+            out.stderr
+        );
+        checked.push(flag.as_str());
+    }
+    assert!(
+        checked.len() > 40,
+        "too few foreign flags found: {checked:?}"
+    );
+    eprintln!("{} foreign flags checked: {checked:?}", checked.len());
 }
 
 #[test]

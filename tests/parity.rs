@@ -54,19 +54,20 @@ fn gunicorns_short_flags_mean_what_they_mean_there() {
 }
 
 #[test]
-fn worker_class_sync_and_gthread_warn_and_others_are_refused() {
-    for class in ["sync", "gthread"] {
-        let s = Server::start("hello:app", &["-k", class]);
-        assert_eq!(s.get("/").status, 200);
-        assert!(
-            s.stderr_text()
-                .lines()
-                .any(|l| l.contains("[WARN]")
-                    && l.contains(&format!("--worker-class {class}: ignored"))),
-            "{}",
-            s.stderr_text()
-        );
-    }
+fn worker_class_sync_warns_gthread_is_taken_and_others_are_refused() {
+    let s = Server::start("hello:app", &["-k", "sync"]);
+    assert_eq!(s.get("/").status, 200);
+    assert!(
+        s.stderr_text()
+            .lines()
+            .any(|l| l.contains("[WARN]") && l.contains("--worker-class sync: ignored")),
+        "{}",
+        s.stderr_text()
+    );
+    // gunicorn's threaded worker is what m0serve's workers are.
+    let s = Server::start("hello:app", &["-k", "gthread"]);
+    assert_eq!(s.get("/").status, 200);
+    assert!(!s.stderr_text().contains("[WARN]"), "{}", s.stderr_text());
     for class in ["gevent", "uvicorn.workers.UvicornWorker"] {
         let out = run_to_exit(&["hello:app", "-k", class], &[], PROMPT);
         assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
@@ -418,5 +419,265 @@ fn flask_url_for_and_django_reverse_carry_the_root_path() {
     assert_eq!(
         json(&s.get("/shop/items/7/"))["double"].as_f64(),
         Some(14.0)
+    );
+}
+
+/// A production gunicorn command line (issue 44), `PORT` where the port goes.
+const GUNICORN_LINE: &[&str] = &[
+    "-w",
+    "2",
+    "-k",
+    "gthread",
+    "--threads",
+    "8",
+    "-b",
+    "127.0.0.1:PORT",
+    "--access-logfile",
+    "-",
+    "--error-logfile",
+    "-",
+    "--timeout",
+    "30",
+    "--graceful-timeout",
+    "30",
+    "--keep-alive",
+    "5",
+    "--max-requests",
+    "1000",
+    "--max-requests-jitter",
+    "50",
+    "--forwarded-allow-ips",
+    "*",
+    "environ_dump:app",
+];
+
+fn line_with_port(port: u16) -> Vec<String> {
+    GUNICORN_LINE
+        .iter()
+        .map(|a| a.replace("PORT", &port.to_string()))
+        .collect()
+}
+
+/// The request both servers get, and what they answer (the app's environ as JSON).
+fn ask_environ(addr: std::net::SocketAddr) -> Json {
+    let mut c = Conn::connect(addr);
+    c.send(
+        b"POST /a/b?x=1&y=%20 HTTP/1.1\r\nHost: example.test\r\nUser-Agent: ua/1\r\n\
+          Referer: http://r/\r\nX-Forwarded-Proto: https\r\n\
+          Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 3\r\n\r\nk=v",
+    );
+    let r = c.read_response();
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    Json::parse(&r.body_text()).unwrap()
+}
+
+/// The access line of the POST, its time and size (the environ's length) taken out.
+fn access_line(out: &str) -> String {
+    let line = out
+        .lines()
+        .find(|l| l.contains("POST /a/b"))
+        .unwrap_or_else(|| panic!("no access line in {out:?}"));
+    let (before, rest) = line.split_once(" [").unwrap();
+    let (_, after) = rest.split_once("] ").unwrap();
+    let mut words: Vec<&str> = after.split(' ').collect();
+    // "POST /a/b?x=1&y=%20 HTTP/1.1" 200 SIZE "referer" "agent"
+    words[4] = "SIZE";
+    format!("{before} [TIME] {}", words.join(" "))
+}
+
+#[test]
+fn the_gunicorn_production_command_line_runs_unchanged_and_answers_as_gunicorn_does() {
+    let Some(venv) = test_venv() else { return };
+    let gunicorn = venv.join("bin/gunicorn");
+    // gunicorn, from the test virtualenv.
+    let port = free_port();
+    let g = Command::new(&gunicorn)
+        .args(line_with_port(port))
+        .current_dir(apps_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = wait_until(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    assert!(up, "gunicorn did not listen on {addr}");
+    let theirs = ask_environ(addr);
+    // SIGTERM: gunicorn flushes its access log and exits.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(g.id() as i32, libc::SIGTERM) };
+    let out = g.wait_with_output().unwrap();
+    let their_line = access_line(&String::from_utf8_lossy(&out.stdout));
+    // m0serve, the same words.
+    let port = free_port();
+    let line = line_with_port(port);
+    let args: Vec<&str> = line.iter().map(String::as_str).collect();
+    let mut s = Server::builder("environ_dump:app")
+        .without_port_flag()
+        .args(&args[..args.len() - 1])
+        .start();
+    assert_eq!(s.port(), port);
+    assert!(
+        !s.stderr_text().contains("[WARN]"),
+        "a production gunicorn line gets no warning:\n{}",
+        s.stderr_text()
+    );
+    let ours = ask_environ(s.addr());
+    assert_eq!(s.stop().code(), Some(0));
+    let our_line = access_line(&s.stdout_text());
+    assert_eq!(our_line, their_line);
+    // The environ: every key gunicorn sets, with its value, but for what names the server
+    // (its port, its software) or is gunicorn's own (RAW_URI), and the client's port.
+    let (Some(theirs), Some(ours)) = (theirs.as_object(), ours.as_object()) else {
+        panic!("not objects")
+    };
+    assert!(theirs.len() > 15, "{theirs:?}");
+    for (k, v) in theirs {
+        if ["SERVER_PORT", "SERVER_SOFTWARE", "REMOTE_PORT", "RAW_URI"].contains(&k.as_str()) {
+            continue;
+        }
+        assert_eq!(ours.get(k), Some(v), "{k}");
+    }
+}
+
+#[test]
+fn granians_command_line_runs_unchanged() {
+    let port = free_port().to_string();
+    let s = Server::builder("hello:app")
+        .without_port_flag()
+        .args(&[
+            "--interface",
+            "wsgi",
+            "--workers",
+            "2",
+            "--blocking-threads",
+            "4",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port,
+        ])
+        .start();
+    assert_eq!(s.port().to_string(), port);
+    assert_eq!(s.get("/").status, 200);
+    assert!(!s.stderr_text().contains("[WARN]"), "{}", s.stderr_text());
+    // --factory calls the attribute, as `module:factory()` does.
+    let f = Server::start("factory_args:make", &["--factory", "--interface=wsgi"]);
+    assert_eq!(f.get("/").body_text(), "made False None");
+}
+
+#[test]
+fn foreign_spellings_map_warn_or_are_refused_with_the_m0serve_way() {
+    let p = printed(&[
+        "hello:app",
+        "--threads",
+        "8",
+        "--access-logfile=-",
+        "--keep-alive",
+        "7",
+        "--pid",
+        "/tmp/x.pid",
+        "--working-dir",
+        "/tmp",
+        "--http1-header-read-timeout",
+        "2500",
+        "--print-config",
+    ]);
+    for (k, v) in [
+        ("--blocking-threads", "8"),
+        ("--max-blocking-threads", "8"),
+        ("--access-log-file", "-"),
+        ("--keep-alive-timeout", "7"),
+        ("--pid-file", "/tmp/x.pid"),
+        ("--chdir", "/tmp"),
+        ("--header-timeout", "2.5"),
+    ] {
+        assert_eq!(p.get(k).map(String::as_str), Some(v), "{k}: {p:?}");
+    }
+    // Refused, with the way; no guess at a flag of another meaning.
+    for (args, says) in [
+        (
+            &["--preload"][..],
+            "--preload (gunicorn's) is not supported",
+        ),
+        (&["--interface", "asgi"][..], "WSGI (PEP 3333) apps only"),
+        (&["--static-path-mount", "x"][..], "WhiteNoise"),
+        (&["--thread", "4"][..], "did you mean --threads?"),
+        (&["--no-such-flag"][..], "migration.md"),
+    ] {
+        let mut all = vec!["hello:app"];
+        all.extend(args);
+        let out = run_to_exit(&all, &[], PROMPT);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("--reload"), "{args:?}: {}", out.stderr);
+    }
+    // Where the meaning differs: served, with one warning that says how.
+    let s = Server::start("hello:app", &["--limit-request-field_size", "4096"]);
+    assert_eq!(s.get("/").status, 200);
+    let text = s.stderr_text();
+    let warned: Vec<&str> = text.lines().filter(|l| l.contains("[WARN]")).collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("whole request head"), "{warned:?}");
+}
+
+#[test]
+fn gunicorn_cmd_args_is_read_under_the_command_line() {
+    let port = free_port();
+    let s = Server::builder("hello:app")
+        .without_port_flag()
+        .env(
+            "GUNICORN_CMD_ARGS",
+            &format!("--bind 127.0.0.1:{port} --workers 3 --access-logfile -"),
+        )
+        .args(&["--workers", "1"])
+        .start();
+    assert_eq!(s.port(), port, "--bind from GUNICORN_CMD_ARGS");
+    assert_eq!(
+        s.wait_for_workers(1, PROMPT).len(),
+        1,
+        "the command line wins"
+    );
+    assert_eq!(s.get("/").status, 200);
+    assert!(
+        s.stderr_text().contains("GUNICORN_CMD_ARGS is set"),
+        "{}",
+        s.stderr_text()
+    );
+    let out = run_to_exit(
+        &["hello:app", "--check-config"],
+        &[("GUNICORN_CMD_ARGS", "--preload")],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("GUNICORN_CMD_ARGS: --preload"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn a_factory_takes_literal_arguments_and_a_long_timeout_moves_the_silent_one() {
+    let s = Server::start(
+        "factory_args:create_app(\"prod\", debug=True, n=[1, 2])",
+        &["--timeout", "120"],
+    );
+    let r = s.get("/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_text(), "prod True [1, 2]");
+    // Not a literal: refused, naming what is allowed.
+    let out = run_to_exit(
+        &["factory_args:create_app(open('x'))", "--check-config"],
+        &[],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the factory's arguments must be Python literals"),
+        "{}",
+        out.stderr
     );
 }

@@ -178,7 +178,12 @@ mod tests {
         // forged left part is not believed.
         let f = resolve(&t("*"), &[], &[b"6.6.6.6, 203.0.113.7"], &[]);
         assert_eq!(f.client.as_deref(), Some("203.0.113.7"));
-        let f = resolve(&t("*,10.0.0.0/8"), &[], &[b"6.6.6.6, 203.0.113.7, 10.1.1.1"], &[]);
+        let f = resolve(
+            &t("*,10.0.0.0/8"),
+            &[],
+            &[b"6.6.6.6, 203.0.113.7, 10.1.1.1"],
+            &[],
+        );
         assert_eq!(f.client.as_deref(), Some("203.0.113.7"));
         let f = resolve(&t("*"), &[b"for=6.6.6.6, for=198.51.100.4"], &[], &[]);
         assert_eq!(f.client.as_deref(), Some("198.51.100.4"));

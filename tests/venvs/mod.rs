@@ -36,11 +36,11 @@ fn venv_from(var: &str, what: &str) -> Option<PathBuf> {
     }
 }
 
-/// target/test-venv: Flask, Django, Werkzeug, PyYAML (tests/requirements.txt).
+/// target/test-venv: Flask, Django, Werkzeug, PyYAML, gunicorn (tests/requirements.txt).
 pub fn test_venv() -> Option<PathBuf> {
     venv_from(
         "M0S_TEST_VENV",
-        "target/test-venv (Flask, Django, Werkzeug, PyYAML)",
+        "target/test-venv (Flask, Django, Werkzeug, PyYAML, gunicorn)",
     )
 }
 
