@@ -151,7 +151,8 @@ impl Format {
                 }
                 other => {
                     return Err(format!(
-                        "--access-log-format: unknown atom %({other})s (see docs/operations.md)"
+                        "--access-log-format: unknown atom %({other})s (the atoms: \
+                         https://github.com/m0serve/m0serve/blob/main/docs/operations.md#access-log)"
                     ))
                 }
             };

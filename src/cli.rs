@@ -36,31 +36,53 @@ pub enum SchedulingPolicy {
     version,
     about = "A WSGI (PEP 3333) application server: a Rust event loop, the app on CPython \
              handler threads",
-    after_help = "Every option can also be set through an environment variable named \
+    after_help = "`m0serve --help` lists every option, by topic. Documentation: \
+                  https://github.com/m0serve/m0serve/tree/main/docs",
+    after_long_help = "Every option can also be set through an environment variable named \
                   M0SERVE_<OPTION> (e.g. M0SERVE_PORT=9000), or in a --config file (one \
                   flag per line); the command line wins over both, the environment over \
-                  the file. Documentation: https://github.com/m0serve/m0serve/tree/main/docs \
-                  (every option: docs/configuration.md; running it: docs/operations.md).",
+                  the file. gunicorn's and Granian's spellings of these options are taken \
+                  too. Every option: \
+                  https://github.com/m0serve/m0serve/blob/main/docs/configuration.md; \
+                  running it: https://github.com/m0serve/m0serve/blob/main/docs/operations.md; \
+                  coming from gunicorn or Granian: \
+                  https://github.com/m0serve/m0serve/blob/main/docs/migration.md",
     args_override_self = true
 )]
 pub struct Cli {
     /// The WSGI application: `module:attr`, or `module:factory()` to call a factory.
-    #[arg(env = "M0SERVE_APP", value_name = "APP")]
+    #[arg(env = "M0SERVE_APP", value_name = "APP", hide_env = true)]
     pub app: String,
 
     /// Host address (or name) to bind.
-    #[arg(long, env = "M0SERVE_HOST", default_value = "127.0.0.1")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        long,
+        env = "M0SERVE_HOST",
+        default_value = "127.0.0.1"
+    )]
     pub host: String,
 
     /// Port to bind (0 picks a free port; the startup log line names it).
-    #[arg(long, env = "M0SERVE_PORT", default_value_t = 8000)]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        long,
+        env = "M0SERVE_PORT",
+        default_value_t = 8000
+    )]
     pub port: u16,
 
-    /// Where to listen, repeatable (instead of --host/--port/--uds): `HOST:PORT` (HOST an
+    /// Where to listen, repeatable: HOST:PORT, [V6]:PORT, :PORT, unix:PATH, fd://N.
+    ///
+    /// Instead of --host/--port/--uds: `HOST:PORT` (HOST an
     /// address or a name: every address it resolves to), `[V6]:PORT`, `:PORT` (every IPv4
     /// interface), `HOST` (port 8000), `unix:PATH`, or `fd://N` for a socket already open as
     /// descriptor N.
     #[arg(
+        hide_env = true,
+        help_heading = "Serving",
         short = 'b',
         long,
         env = "M0SERVE_BIND",
@@ -69,10 +91,14 @@ pub struct Cli {
     )]
     pub bind: Vec<String>,
 
-    /// Serve HTTPS with this certificate chain (PEM, the server's certificate first) on
+    /// Serve HTTPS with this certificate chain (PEM).
+    ///
+    /// The server's certificate first. HTTPS is served on
     /// every TCP address of --bind/--host (Unix sockets, and --insecure-bind, stay plain).
     /// Re-read by the new workers at each SIGHUP.
     #[arg(
+        hide_env = true,
+        help_heading = "TLS",
         long,
         env = "M0SERVE_CERTFILE",
         value_name = "FILE",
@@ -80,8 +106,12 @@ pub struct Cli {
     )]
     pub certfile: Option<PathBuf>,
 
-    /// The private key of --certfile (PEM: PKCS #8, RSA or EC; not encrypted).
+    /// The private key of --certfile (PEM).
+    ///
+    /// PKCS #8, RSA or EC; not encrypted.
     #[arg(
+        hide_env = true,
+        help_heading = "TLS",
         long,
         env = "M0SERVE_KEYFILE",
         value_name = "FILE",
@@ -91,18 +121,36 @@ pub struct Cli {
 
     /// Certificate authorities (PEM) that sign the clients' certificates: asks clients for
     /// one (mutual TLS); see --client-cert.
-    #[arg(long, env = "M0SERVE_CA_CERTS", value_name = "FILE")]
+    #[arg(
+        hide_env = true,
+        help_heading = "TLS",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_CA_CERTS",
+        value_name = "FILE"
+    )]
     pub ca_certs: Option<PathBuf>,
 
     /// With --ca-certs: `required` (the default) refuses a client without a valid
     /// certificate at the handshake; `optional` serves it too. A verified certificate's
     /// subject is the environ's SSL_CLIENT_S_DN.
-    #[arg(long, env = "M0SERVE_CLIENT_CERT", value_name = "MODE", value_enum)]
+    #[arg(
+        hide_env = true,
+        help_heading = "TLS",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_CLIENT_CERT",
+        value_name = "MODE",
+        value_enum
+    )]
     pub client_cert: Option<crate::tls::ClientCert>,
 
     /// Also listen, without TLS, here (repeatable; the --bind forms): a plain port beside
     /// the HTTPS ones, for a health check or a redirect.
     #[arg(
+        hide_env = true,
+        help_heading = "TLS",
+        hide_short_help = true,
         long,
         env = "M0SERVE_INSECURE_BIND",
         value_name = "ADDRESS",
@@ -111,28 +159,63 @@ pub struct Cli {
     pub insecure_bind: Vec<String>,
 
     /// Permissions of the Unix sockets m0serve binds, in octal (e.g. 660).
-    #[arg(long, env = "M0SERVE_UDS_PERMISSIONS", value_name = "MODE")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_UDS_PERMISSIONS",
+        value_name = "MODE"
+    )]
     pub uds_permissions: Option<String>,
 
     /// Bind a Unix domain socket at PATH instead of TCP.
-    #[arg(long, env = "M0SERVE_UDS", value_name = "PATH")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_UDS",
+        value_name = "PATH"
+    )]
     pub uds: Option<PathBuf>,
 
-    /// Worker processes, each with its own Python interpreter, loop and handler threads,
+    /// Worker processes, each with its own Python interpreter.
+    ///
+    /// Each has its own loop and handler threads,
     /// sharing the listening socket; a master process supervises them.
-    #[arg(short = 'w', long, env = "M0SERVE_WORKERS", default_value_t = 1)]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        short = 'w',
+        long,
+        env = "M0SERVE_WORKERS",
+        default_value_t = 1
+    )]
     pub workers: usize,
 
     /// gunicorn's worker class, for command lines brought over: `gthread` is what m0serve's
     /// workers are (a loop thread and --blocking-threads handler threads), `sync` is
     /// accepted with a warning; any other is refused.
-    #[arg(short = 'k', long, env = "M0SERVE_WORKER_CLASS", value_name = "CLASS")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
+        short = 'k',
+        long,
+        env = "M0SERVE_WORKER_CLASS",
+        value_name = "CLASS"
+    )]
     pub worker_class: Option<String>,
 
-    /// Seconds a request may run in the app; past it, its handler thread's Python stack is
+    /// Seconds a request may run before its stack is logged and its worker recycled.
+    ///
+    /// Past it, the request's handler thread's Python stack is
     /// written to the log and the worker is recycled gracefully (0: no limit). Not in
     /// inline mode.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
         short = 't',
         long,
         env = "M0SERVE_TIMEOUT",
@@ -147,6 +230,9 @@ pub struct Cli {
     /// this is also the longest one request may take there. Must be longer than --timeout;
     /// not given, it is --timeout plus 30 where --timeout is 60 or more.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_SILENT_TIMEOUT",
         default_value_t = 60.0,
@@ -157,6 +243,9 @@ pub struct Cli {
     /// Recycle a worker after it has served this many requests (0: never); its
     /// replacement is ready before it drains.
     #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
         long,
         env = "M0SERVE_MAX_REQUESTS",
         default_value_t = 0,
@@ -167,6 +256,9 @@ pub struct Cli {
     /// Add a random 0..=J to each worker's --max-requests, so workers do not all recycle
     /// at once.
     #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
         long,
         env = "M0SERVE_MAX_REQUESTS_JITTER",
         default_value_t = 0,
@@ -176,6 +268,9 @@ pub struct Cli {
 
     /// Recycle a worker whose resident memory passes this many MiB (0: never).
     #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
         long,
         env = "M0SERVE_WORKERS_MAX_RSS",
         default_value_t = 0,
@@ -186,6 +281,9 @@ pub struct Cli {
     /// Seconds a graceful stop (SIGTERM, SIGINT, a reload) waits for requests in flight
     /// before it closes their connections.
     #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
         long,
         env = "M0SERVE_GRACEFUL_TIMEOUT",
         default_value_t = 30.0,
@@ -193,21 +291,40 @@ pub struct Cli {
     )]
     pub graceful_timeout: f64,
 
-    /// Handler threads per worker that run the app (each holds the GIL while it works); 0 runs
+    /// Handler threads per worker at start (0: the app runs on the loop thread).
+    ///
+    /// These run the app (each holds the GIL while it works); 0 runs
     /// the app inline on the loop thread.
-    #[arg(long, env = "M0SERVE_BLOCKING_THREADS", default_value_t = 1)]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        long,
+        env = "M0SERVE_BLOCKING_THREADS",
+        default_value_t = 1
+    )]
     pub blocking_threads: usize,
 
-    /// Most handler threads per worker. Past --blocking-threads, a worker starts another
+    /// Most handler threads per worker, added while all wait on I/O (default 64).
+    ///
+    /// Past --blocking-threads, a worker starts another
     /// when requests wait while every handler holds one without using the CPU (waiting on
     /// a database or a service); one idle for --blocking-threads-idle-timeout goes. Default: 64, or
     /// --blocking-threads if more; equal to --blocking-threads for a fixed pool.
-    #[arg(long, env = "M0SERVE_MAX_BLOCKING_THREADS", value_name = "N")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        long,
+        env = "M0SERVE_MAX_BLOCKING_THREADS",
+        value_name = "N"
+    )]
     pub max_blocking_threads: Option<usize>,
 
     /// Seconds a handler thread above --blocking-threads may stay idle before it goes
     /// (Granian's flag of the same name).
     #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
         long,
         env = "M0SERVE_BLOCKING_THREADS_IDLE_TIMEOUT",
         default_value_t = 30.0,
@@ -215,13 +332,17 @@ pub struct Cli {
     )]
     pub blocking_threads_idle_timeout: f64,
 
-    /// Seconds a request may wait in a worker for a handler. One that would wait longer, at
+    /// Seconds a request may wait for a handler; past it, 503 (0: no limit).
+    ///
+    /// A request that would wait longer, at
     /// the pace the handlers finish requests, is answered 503 with Retry-After by the loop
     /// as soon as it is read, and so is one that has waited twice as long; neither runs
     /// the app. For a second after it refused one, a worker admits only what would wait a
     /// fifth of this, and leaves new connections to another worker first. 0 turns it off
     /// (requests queue without limit, as in gunicorn and Granian).
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
         long,
         env = "M0SERVE_MAX_QUEUE_WAIT",
         default_value_t = 0.5,
@@ -231,6 +352,9 @@ pub struct Cli {
 
     /// Kernel accept queue length for the listening socket.
     #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
         long,
         env = "M0SERVE_BACKLOG",
         default_value_t = 1024,
@@ -239,47 +363,104 @@ pub struct Cli {
     pub backlog: u32,
 
     /// Write the master's process id to PATH (removed at exit).
-    #[arg(short = 'p', long, env = "M0SERVE_PID_FILE", value_name = "PATH")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
+        short = 'p',
+        long,
+        env = "M0SERVE_PID_FILE",
+        value_name = "PATH"
+    )]
     pub pid_file: Option<PathBuf>,
 
     /// The standalone binary's virtualenv, whose site-packages the app imports from
     /// (default: VIRTUAL_ENV, else the virtualenv the binary lies in, else the interpreter it
     /// was built with); one of another Python version is refused. The pip-installed
     /// `m0serve` always runs in the environment it is installed in.
-    #[arg(long, env = "M0SERVE_VENV", value_name = "PATH")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_VENV",
+        value_name = "PATH"
+    )]
     pub venv: Option<PathBuf>,
 
-    /// After binding, run as this user (a name or a numeric id): the workers wholly, so the
-    /// app is imported as it; the master with it as its effective id, root kept as its
+    /// Run as this user after binding (started as root).
+    ///
+    /// A name or a numeric id: the workers wholly, so the app is imported as it; the master with it as its effective id, root kept as its
     /// saved one (the app cannot signal it, and it removes its pid file and Unix sockets at
     /// exit). The Unix sockets are given to it; its supplementary groups come with it.
     /// Needs m0serve started as root; a switch that fails stops the start.
-    #[arg(short = 'u', long, env = "M0SERVE_USER", value_name = "USER")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        short = 'u',
+        long,
+        env = "M0SERVE_USER",
+        value_name = "USER"
+    )]
     pub user: Option<String>,
 
     /// After binding, run as this group (a name or a numeric id); the default with --user
     /// is that user's primary group.
-    #[arg(short = 'g', long, env = "M0SERVE_GROUP", value_name = "GROUP")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
+        short = 'g',
+        long,
+        env = "M0SERVE_GROUP",
+        value_name = "GROUP"
+    )]
     pub group: Option<String>,
 
     /// File mode creation mask, in octal (e.g. 027), set before anything is bound or
     /// written: Unix sockets (unless --uds-permissions), the pid file, and files the app
     /// creates.
-    #[arg(short = 'm', long, env = "M0SERVE_UMASK", value_name = "MASK")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
+        short = 'm',
+        long,
+        env = "M0SERVE_UMASK",
+        value_name = "MASK"
+    )]
     pub umask: Option<String>,
 
     /// Directory put first on `sys.path` before the app is imported.
-    #[arg(long, env = "M0SERVE_APP_DIR", default_value = ".", value_name = "DIR")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_APP_DIR",
+        default_value = ".",
+        value_name = "DIR"
+    )]
     pub app_dir: PathBuf,
 
     /// Change to DIR before anything else (the app's relative paths, and a relative
     /// --app-dir, start there).
-    #[arg(long, env = "M0SERVE_CHDIR", value_name = "DIR")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_CHDIR",
+        value_name = "DIR"
+    )]
     pub chdir: Option<PathBuf>,
 
     /// More directories for `sys.path`, after --app-dir, in order; comma-separated or
     /// repeated.
     #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
         long,
         env = "M0SERVE_PYTHONPATH",
         value_name = "DIRS",
@@ -290,6 +471,9 @@ pub struct Cli {
     /// Set an environment variable for the app, `KEY=VALUE`; repeatable (one from the
     /// environment variable).
     #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
         short = 'e',
         long = "env",
         env = "M0SERVE_ENV",
@@ -299,18 +483,35 @@ pub struct Cli {
 
     /// Set the app's environment variables from FILE: `KEY=VALUE` lines (`export ` and
     /// quotes allowed, `#` comments); --env wins over it.
-    #[arg(long, env = "M0SERVE_ENV_FILE", value_name = "FILE")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_ENV_FILE",
+        value_name = "FILE"
+    )]
     pub env_file: Option<PathBuf>,
 
     /// Serve the app under this URL prefix (a proxy passes `/prefix/...` on unchanged): a
     /// request under it gets SCRIPT_NAME=PREFIX and PATH_INFO the rest. Default: the
     /// SCRIPT_NAME environment variable, as gunicorn reads it.
-    #[arg(long, env = "M0SERVE_ROOT_PATH", value_name = "PREFIX")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_ROOT_PATH",
+        value_name = "PREFIX"
+    )]
     pub root_path: Option<String>,
 
     /// With --root-path, a request outside the prefix: `404` (answered by the server) or
     /// `app` (passed on as it is, with SCRIPT_NAME empty).
     #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        hide_short_help = true,
         long,
         env = "M0SERVE_ROOT_PATH_OUTSIDE",
         value_enum,
@@ -320,6 +521,9 @@ pub struct Cli {
 
     /// Longest request line, in bytes (longer: 414).
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_MAX_REQUEST_LINE",
         default_value_t = 8190,
@@ -329,6 +533,9 @@ pub struct Cli {
 
     /// Largest request head (request line and headers), in bytes (larger: 431).
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_MAX_HEADER_SIZE",
         default_value_t = 65536,
@@ -338,6 +545,9 @@ pub struct Cli {
 
     /// Most header lines in a request (more: 431).
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_MAX_HEADERS",
         default_value_t = 100,
@@ -348,19 +558,22 @@ pub struct Cli {
     /// Largest request body, in bytes, or with a K, M or G suffix (larger: 413, answered
     /// before `100 Continue` and before the app runs when the length is declared). 0 is a
     /// limit, not none: every request with a body gets 413.
-    #[arg(long, env = "M0SERVE_MAX_BODY_SIZE", default_value = "100M", value_name = "SIZE",
+    #[arg(hide_env = true, help_heading = "Limits and timeouts", hide_short_help = true, long, env = "M0SERVE_MAX_BODY_SIZE", default_value = "100M", value_name = "SIZE",
           value_parser = parse_size)]
     pub max_body_size: u64,
 
     /// Request bodies larger than this (bytes, or K, M, G) are spooled to a temporary file
     /// instead of being held in memory; `wsgi.input` reads them back from it.
-    #[arg(long, env = "M0SERVE_BODY_BUFFER_SIZE", default_value = "1M", value_name = "SIZE",
+    #[arg(hide_env = true, help_heading = "Limits and timeouts", hide_short_help = true, long, env = "M0SERVE_BODY_BUFFER_SIZE", default_value = "1M", value_name = "SIZE",
           value_parser = parse_size)]
     pub body_buffer_size: u64,
 
     /// Most connections one worker holds open; past it the worker stops accepting and the
     /// kernel's backlog holds the rest.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_MAX_CONNECTIONS",
         default_value_t = 10_000,
@@ -372,6 +585,9 @@ pub struct Cli {
     /// (from the accept for a new connection's first) and never restarted by later bytes;
     /// then it is closed (with 408 if it had sent part of one).
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_HEADER_TIMEOUT",
         default_value_t = 10.0,
@@ -381,6 +597,9 @@ pub struct Cli {
 
     /// Seconds an idle keep-alive connection stays open.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_KEEP_ALIVE_TIMEOUT",
         default_value_t = 5.0,
@@ -391,6 +610,9 @@ pub struct Cli {
     /// Seconds a request body may go without new bytes; then 408 and the connection
     /// closes.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_BODY_TIMEOUT",
         default_value_t = 30.0,
@@ -402,6 +624,9 @@ pub struct Cli {
     /// first --body-timeout seconds are over (each BYTES received buy one more second); a
     /// slower body gets 408 and the connection closes. 0: no minimum rate.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_BODY_MIN_RATE",
         default_value_t = 1024,
@@ -412,6 +637,9 @@ pub struct Cli {
     /// Seconds a response may wait on a client that reads none of it; then the connection
     /// is dropped.
     #[arg(
+        hide_env = true,
+        help_heading = "Limits and timeouts",
+        hide_short_help = true,
         long,
         env = "M0SERVE_WRITE_TIMEOUT",
         default_value_t = 30.0,
@@ -419,23 +647,45 @@ pub struct Cli {
     )]
     pub write_timeout: f64,
 
-    /// Write an access log line per response (to standard error, or --access-log-file).
-    #[arg(long, env = "M0SERVE_ACCESS_LOG", value_parser = clap::builder::BoolishValueParser::new())]
+    /// Write an access log line per response, to standard error.
+    ///
+    /// --access-log-file writes it elsewhere.
+    #[arg(hide_env = true, help_heading = "Logging", long, env = "M0SERVE_ACCESS_LOG", value_parser = clap::builder::BoolishValueParser::new())]
     pub access_log: bool,
 
-    /// Write the access log to PATH, appending (implies --access-log).
-    #[arg(long, env = "M0SERVE_ACCESS_LOG_FILE", value_name = "PATH")]
+    /// Write the access log to PATH (`-`: standard output).
+    ///
+    /// Appending; implies --access-log.
+    #[arg(
+        hide_env = true,
+        help_heading = "Logging",
+        long,
+        env = "M0SERVE_ACCESS_LOG_FILE",
+        value_name = "PATH"
+    )]
     pub access_log_file: Option<PathBuf>,
 
-    /// The access log format: gunicorn's `%(name)s` atoms (docs/operations.md, "Access
-    /// log"), or `json`.
-    #[arg(long, env = "M0SERVE_ACCESS_LOG_FORMAT", value_name = "FORMAT",
-          default_value = crate::access_log::DEFAULT_FORMAT)]
+    /// The access log format: gunicorn's `%(name)s` atoms
+    /// (https://github.com/m0serve/m0serve/blob/main/docs/operations.md#access-log), or
+    /// `json`.
+    #[arg(
+        hide_env = true,
+        help_heading = "Logging",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_ACCESS_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = crate::access_log::DEFAULT_FORMAT
+    )]
     pub access_log_format: String,
 
-    /// Peers whose Forwarded / X-Forwarded-For / X-Forwarded-Proto headers set REMOTE_ADDR
-    /// and wsgi.url_scheme: comma-separated addresses and CIDRs, or `*`; empty for none.
+    /// Proxies whose forwarding headers set REMOTE_ADDR and the scheme.
+    ///
+    /// Peers whose Forwarded / X-Forwarded-For / X-Forwarded-Proto headers are believed:
+    /// comma-separated addresses and CIDRs, or `*`; empty for none.
     #[arg(
+        hide_env = true,
+        help_heading = "Proxies",
         long,
         env = "M0SERVE_FORWARDED_ALLOW_IPS",
         default_value = "127.0.0.1,::1",
@@ -448,13 +698,16 @@ pub struct Cli {
     /// --proxy-allow-from may connect; others, and connections without a valid header,
     /// are closed (logged at debug, counted in the metrics). Forwarding headers are not
     /// believed on these connections (see --proxy-forwarded-headers).
-    #[arg(long, env = "M0SERVE_PROXY_PROTOCOL", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Proxies", hide_short_help = true, long, env = "M0SERVE_PROXY_PROTOCOL", value_parser = clap::builder::BoolishValueParser::new())]
     pub proxy_protocol: bool,
 
     /// With --proxy-protocol: the load balancers that may send a PROXY header, as
     /// comma-separated addresses and CIDRs, or `*`; empty for none (peers on a Unix
     /// socket are allowed unless it is empty).
     #[arg(
+        hide_env = true,
+        help_heading = "Proxies",
+        hide_short_help = true,
         long,
         env = "M0SERVE_PROXY_ALLOW_FROM",
         default_value = "127.0.0.1,::1",
@@ -466,16 +719,28 @@ pub struct Cli {
     /// Forwarded / X-Forwarded-* headers, so believe them when the address the PROXY header
     /// names is in --forwarded-allow-ips. Off by default: a TCP balancer writes no HTTP
     /// header, so any such header came from the client.
-    #[arg(long, env = "M0SERVE_PROXY_FORWARDED_HEADERS", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Proxies", hide_short_help = true, long, env = "M0SERVE_PROXY_FORWARDED_HEADERS", value_parser = clap::builder::BoolishValueParser::new())]
     pub proxy_forwarded_headers: bool,
 
-    /// Serve Prometheus metrics (`/metrics`, and `/healthz`) on this port, answered by the
-    /// workers' loops without the GIL and added up across workers (docs/operations.md).
-    #[arg(long, env = "M0SERVE_METRICS_PORT", value_name = "PORT")]
+    /// Serve Prometheus metrics and /healthz on this port.
+    ///
+    /// `/metrics`, `/healthz`, `/readyz` and `/livez`, answered by the
+    /// workers' loops without the GIL and added up across workers
+    /// (https://github.com/m0serve/m0serve/blob/main/docs/operations.md#metrics-prometheus).
+    #[arg(
+        hide_env = true,
+        help_heading = "Metrics",
+        long,
+        env = "M0SERVE_METRICS_PORT",
+        value_name = "PORT"
+    )]
     pub metrics_port: Option<u16>,
 
     /// The address the metrics port listens on.
     #[arg(
+        hide_env = true,
+        help_heading = "Metrics",
+        hide_short_help = true,
         long,
         env = "M0SERVE_METRICS_ADDRESS",
         default_value = "127.0.0.1",
@@ -484,12 +749,15 @@ pub struct Cli {
     pub metrics_address: String,
 
     /// Restart the workers when a `.py` file under --app-dir changes (development only).
-    #[arg(long, env = "M0SERVE_RELOAD", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Development and tuning", long, env = "M0SERVE_RELOAD", value_parser = clap::builder::BoolishValueParser::new())]
     pub reload: bool,
 
     /// With --reload: paths (relative to --app-dir) or file names matching these glob
     /// patterns are not watched, repeatable or comma-separated (e.g. `tests/*`).
     #[arg(
+        hide_env = true,
+        help_heading = "Development and tuning",
+        hide_short_help = true,
         long,
         env = "M0SERVE_RELOAD_IGNORE",
         value_name = "PATTERN",
@@ -497,15 +765,17 @@ pub struct Cli {
     )]
     pub reload_ignore: Vec<String>,
 
-    /// Check the configuration and import the app, then exit: 0 when both are good, else 1
+    /// Check the configuration and import the app, then exit.
+    ///
+    /// Exits 0 when both are good, else 1
     /// with a message naming the module, attribute or file at fault (2 for a bad flag).
     /// What this host lacks and the server's may not (a log file's directory, `fd://N`)
     /// is a warning. Serves nothing and creates nothing.
-    #[arg(long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Serving", long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
     pub check_config: bool,
 
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
-    #[arg(long, env = "M0SERVE_STATS", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Metrics", hide_short_help = true, long, env = "M0SERVE_STATS", value_parser = clap::builder::BoolishValueParser::new())]
     pub stats: bool,
 
     /// How the kernel schedules each worker's loop and handler threads: `batch`
@@ -515,6 +785,9 @@ pub struct Cli {
     /// (--blocking-threads 0) keeps the normal policy; threads and processes the app starts
     /// from a handler inherit its policy.
     #[arg(
+        hide_env = true,
+        help_heading = "Development and tuning",
+        hide_short_help = true,
         long,
         env = "M0SERVE_SCHEDULING_POLICY",
         value_enum,
@@ -533,8 +806,12 @@ pub struct Cli {
     /// one CPU, the Nth worker the Nth CPU this process may run on (round robin when there
     /// are more workers than CPUs), or a list such as `0,2,4-7` to take them from: for apps
     /// light on Python, since one whose Python keeps a core busy loses the other core its
-    /// loop would use (docs/operations.md). `none` pins nothing.
+    /// loop would use (https://github.com/m0serve/m0serve/blob/main/docs/operations.md).
+    /// `none` pins nothing.
     #[arg(
+        hide_env = true,
+        help_heading = "Development and tuning",
+        hide_short_help = true,
         long,
         env = "M0SERVE_CPU_AFFINITY",
         value_name = "CPUS",
@@ -548,8 +825,12 @@ pub struct Cli {
     /// core per worker: the polling counts as busy), and only while requests come closer
     /// together than this; further apart, the windows run out and cost CPU for nothing.
     /// Mostly for inline mode (`--blocking-threads 0`) on cores of its own; 0 (the
-    /// default) sleeps at once (BENCHMARKS.md, "idle poll").
+    /// default) sleeps at once (measured in
+    /// https://github.com/m0serve/m0serve/blob/main/BENCHMARKS.md).
     #[arg(
+        hide_env = true,
+        help_heading = "Development and tuning",
+        hide_short_help = true,
         long,
         env = "M0SERVE_IDLE_POLL",
         default_value_t = 0,
@@ -559,28 +840,41 @@ pub struct Cli {
 
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
-    #[arg(long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Development and tuning", hide_short_help = true, long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]
     pub static_response: bool,
 
-    /// Read more flags from FILE: one per line as on the command line (`--workers 4`,
+    /// Read more flags from FILE, one per line.
+    ///
+    /// One per line as on the command line (`--workers 4`,
     /// `--access-log`); blank lines and lines starting with `#` are skipped. The rest of a
     /// line after the flag is its value as written, less one pair of quotes around all of
     /// it (`--forwarded-allow-ips ""` is an empty value; an access log format keeps its own
     /// quotes).
-    #[arg(short = 'c', long, env = "M0SERVE_CONFIG", value_name = "FILE")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Serving",
+        short = 'c',
+        long,
+        env = "M0SERVE_CONFIG",
+        value_name = "FILE"
+    )]
     pub config: Option<PathBuf>,
 
     /// Print the resolved configuration, each value with where it came from (default,
     /// file, environment, flag), and exit.
-    #[arg(long, env = "M0SERVE_PRINT_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(hide_env = true, help_heading = "Serving", hide_short_help = true, long, env = "M0SERVE_PRINT_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
     pub print_config: bool,
 
     /// Print docs/configuration.md (every option, generated from this definition).
     #[arg(long, hide = true)]
     pub print_flags_markdown: bool,
 
-    /// Error log level (any case; `warn` and `critical` as gunicorn spells them).
+    /// Error log level.
+    ///
+    /// Any case; `warn` and `critical` as gunicorn spells them.
     #[arg(
+        hide_env = true,
+        help_heading = "Logging",
         long,
         env = "M0SERVE_LOG_LEVEL",
         value_enum,
@@ -593,6 +887,9 @@ pub struct Cli {
     /// message`) or `json` (one object a line: time in ISO 8601 with its zone, level, pid,
     /// thread, message).
     #[arg(
+        hide_env = true,
+        help_heading = "Logging",
+        hide_short_help = true,
         long,
         env = "M0SERVE_LOG_FORMAT",
         value_enum,
@@ -603,7 +900,14 @@ pub struct Cli {
 
     /// Write the error log, and everything the app writes to standard error, to PATH
     /// (appending; reopened on SIGUSR1); `-` is standard error.
-    #[arg(long, env = "M0SERVE_ERROR_LOG_FILE", value_name = "PATH")]
+    #[arg(
+        hide_env = true,
+        help_heading = "Logging",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_ERROR_LOG_FILE",
+        value_name = "PATH"
+    )]
     pub error_log_file: Option<PathBuf>,
 
     /// The options given (flag, file or environment) rather than left to their defaults,

@@ -80,6 +80,126 @@ fn help_lists_the_flags() {
 }
 
 #[test]
+fn short_help_fits_one_screen_and_long_help_is_grouped_by_topic() {
+    let short = run_to_exit(&["-h"], &[], EXIT_TIMEOUT);
+    assert!(short.status.success(), "{}", short.stderr);
+    let lines: Vec<&str> = short.stdout.lines().collect();
+    assert!(
+        lines.len() <= 60,
+        "-h has {} lines:\n{}",
+        lines.len(),
+        short.stdout
+    );
+    for l in &lines {
+        assert!(
+            l.chars().count() <= 100,
+            "-h line of {} chars: {l}",
+            l.len()
+        );
+    }
+    for flag in [
+        "--bind",
+        "--workers",
+        "--timeout",
+        "--access-log",
+        "--reload",
+        "--check-config",
+    ] {
+        assert!(short.stdout.contains(flag), "-h lacks {flag}");
+    }
+    let long = run_to_exit(&["--help"], &[], EXIT_TIMEOUT);
+    assert!(long.status.success(), "{}", long.stderr);
+    for l in long.stdout.lines() {
+        assert!(
+            l.chars().count() <= 100,
+            "--help line of {} chars: {l}",
+            l.len()
+        );
+    }
+    let headings = [
+        "Serving:",
+        "Processes and threads:",
+        "Limits and timeouts:",
+        "TLS:",
+        "Proxies:",
+        "Logging:",
+        "Metrics:",
+        "Development and tuning:",
+    ];
+    for h in headings {
+        assert!(long.stdout.lines().any(|l| l == h), "--help lacks {h}");
+    }
+    // Every option sits under a topic (only help and version under "Options:").
+    let options = long
+        .stdout
+        .split("\nOptions:\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next().map(str::to_string))
+        .unwrap_or_default();
+    let untopical: Vec<&str> = options
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .filter(|l| !l.contains("--help") && !l.contains("--version"))
+        .collect();
+    assert!(untopical.is_empty(), "{untopical:?}");
+    assert!(long.stdout.contains("[default: 0.5]"), "defaults are shown");
+}
+
+#[test]
+fn every_documentation_link_in_the_help_and_messages_resolves_in_this_repository() {
+    const HOME: &str = "https://github.com/m0serve/m0serve/";
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut text = String::new();
+    for args in [
+        &["-h"][..],
+        &["--help"],
+        &["hello:app", "--access-log-format", "%(zz)s"],
+    ] {
+        let out = run_to_exit(args, &[], EXIT_TIMEOUT);
+        text.push_str(&out.stdout);
+        text.push_str(&out.stderr);
+    }
+    // Wrapped help may break a line after a link, never inside one.
+    let links: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ';')
+        .filter(|w| w.starts_with("https://"))
+        .map(|w| w.trim_end_matches(['.', ',']))
+        .collect();
+    assert!(links.len() >= 5, "{links:?}");
+    for link in links {
+        let rest = link
+            .strip_prefix(HOME)
+            .unwrap_or_else(|| panic!("{link} is not the project's home"));
+        let rest = rest
+            .strip_prefix("blob/main/")
+            .or_else(|| rest.strip_prefix("tree/main/"))
+            .unwrap_or_else(|| panic!("{link}: not a path on main"));
+        let (path, anchor) = rest.split_once('#').unwrap_or((rest, ""));
+        let file = root.join(path);
+        assert!(
+            file.exists(),
+            "{link}: {} is not in the repository",
+            file.display()
+        );
+        if !anchor.is_empty() {
+            let doc = std::fs::read_to_string(&file).unwrap();
+            // GitHub's anchor for a heading: lower case, spaces as '-', the rest of the
+            // punctuation dropped.
+            let found = doc.lines().filter_map(|l| l.strip_prefix("## ")).any(|h| {
+                let slug: String = h
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-')
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect();
+                slug == anchor
+            });
+            assert!(found, "{link}: no heading for #{anchor} in {path}");
+        }
+    }
+}
+
+#[test]
 fn unknown_flag_exits_nonzero_naming_the_flag() {
     let out = run_to_exit(
         &["hello:app", "--port", "0", "--no-such-flag-m0test"],
