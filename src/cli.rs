@@ -12,6 +12,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 use crate::log::{Format as LogFormat, Level};
 
 pub mod foreign;
+pub mod gunicorn_conf;
 
 use foreign::Rewritten;
 
@@ -849,7 +850,8 @@ pub struct Cli {
     /// `--access-log`); blank lines and lines starting with `#` are skipped. The rest of a
     /// line after the flag is its value as written, less one pair of quotes around all of
     /// it (`--forwarded-allow-ips ""` is an empty value; an access log format keeps its own
-    /// quotes).
+    /// quotes). A file ending in `.py` is a gunicorn configuration: Python runs it, and its
+    /// settings are read as gunicorn's flags (server hooks are named, not run).
     #[arg(
         hide_env = true,
         help_heading = "Serving",
@@ -931,7 +933,7 @@ pub struct Cli {
 
 /// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the
 /// version or an error naming the flag at fault.
-pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
+pub fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i32> {
     let fail = |e: clap::Error| {
         // An unknown flag gets m0serve's own message (clap's "similar argument" may be a
         // flag of another meaning: --threads was offered --reload); the rest name the flag
@@ -992,16 +994,28 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
         }
         all
     };
-    let first = Cli::command()
-        .try_get_matches_from(with(&[&given.args]))
-        .map_err(fail)?;
+    // The command line alone: where the --config file is, and what it sets. A gunicorn
+    // configuration may name the app (`wsgi_app`), so a missing APP waits for it.
+    let first = match Cli::command().try_get_matches_from(with(&[&given.args])) {
+        Ok(m) => m,
+        Err(e) if e.kind() == clap::error::ErrorKind::MissingRequiredArgument => {
+            let tolerant = Cli::command()
+                .ignore_errors(true)
+                .try_get_matches_from(with(&[&given.args]));
+            match tolerant {
+                Ok(m) if m.get_one::<PathBuf>("config").is_some() => m,
+                _ => return Err(fail(e)),
+            }
+        }
+        Err(e) => return Err(fail(e)),
+    };
     // What GUNICORN_CMD_ARGS holds, less what the environment or the command line set.
     let gunicorn_args = match &gunicorn_env {
         Some(r) => not_set_in(&r.args, &first),
         None => Vec::new(),
     };
     let file = match first.get_one::<PathBuf>("config") {
-        Some(path) => match file_flags(path, &first) {
+        Some(path) => match file_flags(path, &first, runner) {
             Ok(a) => a,
             Err(e) => {
                 eprintln!("m0serve: error: --config {}: {e}", path.display());
@@ -1012,8 +1026,18 @@ pub fn parse(argv: &[OsString]) -> Result<Cli, i32> {
     };
     // The file's flags go first, then GUNICORN_CMD_ARGS's, so the command line's override
     // them; a flag the environment sets was left out of both, so the environment wins.
+    // The app a gunicorn configuration names (`wsgi_app`), where the command line has none.
+    let app_from_file: Vec<OsString> = match (&file.app, first.get_one::<String>("app")) {
+        (Some(app), None) => vec!["--".into(), app.into()],
+        _ => Vec::new(),
+    };
     let matches = Cli::command()
-        .try_get_matches_from(with(&[&file.args, &gunicorn_args, &given.args]))
+        .try_get_matches_from(with(&[
+            &file.args,
+            &gunicorn_args,
+            &given.args,
+            &app_from_file,
+        ]))
         .map_err(fail)?;
     let mut cli = Cli::from_arg_matches(&matches).map_err(fail)?;
     cli.foreign_warnings = file.warnings;
@@ -1130,93 +1154,25 @@ fn not_set_in(args: &[OsString], first: &ArgMatches) -> Vec<OsString> {
     out
 }
 
-/// gunicorn's settings (`gunicorn.conf.py`) and the m0serve flag for each; `None` where
-/// m0serve has none.
-const GUNICORN_SETTINGS: &[(&str, Option<&str>)] = &[
-    ("bind", Some("--bind")),
-    ("workers", Some("--workers")),
-    ("threads", Some("--blocking-threads")),
-    ("worker_class", Some("--worker-class")),
-    ("timeout", Some("--timeout")),
-    ("graceful_timeout", Some("--graceful-timeout")),
-    ("keepalive", Some("--keep-alive-timeout")),
-    ("max_requests", Some("--max-requests")),
-    ("max_requests_jitter", Some("--max-requests-jitter")),
-    ("backlog", Some("--backlog")),
-    ("worker_connections", Some("--max-connections")),
-    ("limit_request_line", Some("--max-request-line")),
-    ("limit_request_fields", Some("--max-headers")),
-    ("limit_request_field_size", Some("--max-header-size")),
-    ("accesslog", Some("--access-log-file")),
-    ("access_log_format", Some("--access-log-format")),
-    ("errorlog", Some("--error-log-file")),
-    ("loglevel", Some("--log-level")),
-    ("pidfile", Some("--pid-file")),
-    ("chdir", Some("--chdir")),
-    ("pythonpath", Some("--pythonpath")),
-    ("raw_env", Some("--env")),
-    ("forwarded_allow_ips", Some("--forwarded-allow-ips")),
-    ("proxy_protocol", Some("--proxy-protocol")),
-    ("proxy_allow_ips", Some("--proxy-allow-from")),
-    ("reload", Some("--reload")),
-    ("wsgi_app", Some("APP (the first argument)")),
-    ("daemon", None),
-    ("preload_app", None),
-    ("statsd_host", Some("--metrics-port (Prometheus, pulled)")),
-];
-
-/// The message for a gunicorn Python configuration given to `--config`: each setting it
-/// assigns at the top level, with the flag to move it to (or that m0serve has none).
-fn gunicorn_config_advice(text: &str) -> String {
-    let mut lines = Vec::new();
-    for line in text.lines() {
-        if line.starts_with(char::is_whitespace) {
-            continue;
-        }
-        let Some((name, value)) = line.split_once('=') else {
-            continue;
-        };
-        let name = name.trim();
-        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            continue;
-        }
-        let value = value.split(" #").next().unwrap_or("").trim();
-        let shown = value
-            .trim_matches(|c| c == '[' || c == ']')
-            .split(',')
-            .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
-            .filter(|v| !v.is_empty())
-            .collect::<Vec<_>>()
-            .join(",");
-        let to = match GUNICORN_SETTINGS.iter().find(|(g, _)| *g == name) {
-            Some((_, Some(flag))) if flag.starts_with("--") => format!("{flag} {shown}"),
-            Some((_, Some(other))) => other.to_string(),
-            Some((_, None)) => "no m0serve equivalent".to_string(),
-            None => "not a setting m0serve knows".to_string(),
-        };
-        lines.push(format!("  {name} = {value}  ->  {to}"));
-    }
-    let mut msg = String::from(
-        "this is a gunicorn configuration (Python), which m0serve does not run. A --config \
-         file holds m0serve flags, one per line (`--workers 4`). Its settings, moved:",
-    );
-    if lines.is_empty() {
-        msg.push_str("\n  (no top-level settings found)");
-    }
-    for l in lines {
-        msg.push('\n');
-        msg.push_str(&l);
-    }
-    msg
-}
-
 /// The flags in a `--config` file, without those the environment or the command line set
 /// (per `first`, the matches without the file).
-fn file_flags(path: &std::path::Path, first: &ArgMatches) -> Result<Rewritten, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+fn file_flags(
+    path: &std::path::Path,
+    first: &ArgMatches,
+    runner: &gunicorn_conf::Runner,
+) -> Result<Rewritten, String> {
     if path.extension().is_some_and(|e| e == "py") {
-        return Err(gunicorn_config_advice(&text));
+        let read = gunicorn_conf::read(path, runner)?;
+        let r = foreign_rewritten(&read.flags)?;
+        let mut warnings = read.warnings;
+        warnings.extend(r.warnings);
+        return Ok(Rewritten {
+            args: not_set_in(&r.args, first),
+            warnings,
+            app: read.app,
+        });
     }
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let cmd = Cli::command();
     let mut out = Rewritten::default();
     for (n, line) in text.lines().enumerate() {

@@ -334,6 +334,17 @@ fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
 #[cfg(not(loom))]
 pub fn run() -> i32 {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // A gunicorn configuration file, run in this process's Python for a master that runs
+    // none (`cli::gunicorn_conf`).
+    if argv
+        .get(1)
+        .is_some_and(|a| a == cli::gunicorn_conf::EVALUATE_FLAG)
+    {
+        return match argv.get(2) {
+            Some(path) => cli::gunicorn_conf::run_evaluator(path),
+            None => 2,
+        };
+    }
     run_with(&argv, Host::Binary)
 }
 
@@ -347,7 +358,11 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     // tool, instead of failing a print. (Rust and Python both start with it ignored.)
     // SAFETY: setting a disposition to SIG_DFL has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = match cli::parse(argv) {
+    let runner = match &host {
+        Host::Binary => cli::gunicorn_conf::Runner::Binary,
+        Host::Package { python, .. } => cli::gunicorn_conf::Runner::Python(python.clone()),
+    };
+    let cli = match cli::parse(argv, &runner) {
         Ok(cli) => cli,
         Err(code) => return code,
     };

@@ -801,3 +801,38 @@ fn with_user_a_virtualenv_the_user_cannot_reach_is_named_before_any_worker_start
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn a_gunicorn_config_is_run_by_the_packages_interpreter() {
+    // The package's master runs no Python of the file's: its own interpreter runs it in a
+    // process of its own, as the binary runs it in its embedded one.
+    let Some(venv) = wheel_venv() else { return };
+    let tmp = TempDir::new("package-gunicorn-conf");
+    let conf = tmp.path.join("gunicorn.conf.py");
+    std::fs::write(
+        &conf,
+        "import sys\nworkers = 3\nwsgi_app = 'hello:app'\nraw_env = ['M0TEST_PY=' + sys.prefix]\n",
+    )
+    .unwrap();
+    let out = Command::new(installed_script(&venv))
+        .args(["-c", conf.to_str().unwrap(), "--print-config"])
+        .env_remove("VIRTUAL_ENV")
+        .env("PATH", path_without(&venv))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("APP = \"hello:app\"  # file"), "{text}");
+    assert!(text.contains("--workers = \"3\"  # file"), "{text}");
+    // Run by the virtualenv's interpreter.
+    let prefix = std::fs::canonicalize(&venv).unwrap();
+    assert!(
+        text.contains(&format!("M0TEST_PY={}", prefix.display()))
+            || text.contains(&format!("M0TEST_PY={}", venv.display())),
+        "{text}"
+    );
+}

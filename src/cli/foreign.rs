@@ -367,6 +367,8 @@ fn http_version(v: &str) -> Result<Vec<String>, String> {
 pub struct Rewritten {
     pub args: Vec<std::ffi::OsString>,
     pub warnings: Vec<String>,
+    /// The app a gunicorn configuration file names (`wsgi_app`).
+    pub app: Option<String>,
 }
 
 /// `--name`, or `-x` with a letter: a flag, not a value (`-`, `-1` are values).

@@ -84,7 +84,10 @@ impl ServerBuilder {
             }
             None => Command::new(program),
         };
-        cmd.arg(&self.app);
+        // An empty app: the server takes it from elsewhere (a gunicorn configuration).
+        if !self.app.is_empty() {
+            cmd.arg(&self.app);
+        }
         if self.port_flag {
             cmd.args(["--port", "0"]);
         }
