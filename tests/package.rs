@@ -420,18 +420,29 @@ fn the_package_serves_only_from_its_own_environment_and_says_so() {
     );
 }
 
+/// M0S_PORTABLE_WHEEL, a wheel, and M0S_BUILD_PYTHON_PREFIX, the prefix of the Python it
+/// was built with (scripts/test.sh sets both).
+fn portable_wheel() -> Option<(String, String)> {
+    match (
+        std::env::var("M0S_PORTABLE_WHEEL"),
+        std::env::var("M0S_BUILD_PYTHON_PREFIX"),
+    ) {
+        (Ok(wheel), Ok(prefix)) => Some((wheel, prefix)),
+        _ => {
+            require(
+                false,
+                "M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX (scripts/test.sh sets them)",
+            );
+            None
+        }
+    }
+}
+
 #[test]
 fn a_wheel_serves_with_another_installation_of_its_python_and_no_libpython() {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    let (Ok(wheel), Ok(build_prefix)) = (
-        std::env::var("M0S_PORTABLE_WHEEL"),
-        std::env::var("M0S_BUILD_PYTHON_PREFIX"),
-    ) else {
-        require(
-            false,
-            "M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX (scripts/test.sh sets them)",
-        );
+    let Some((wheel, build_prefix)) = portable_wheel() else {
         return;
     };
     // cpXY in the wheel's name: the Python version it is for.
@@ -729,14 +740,7 @@ fn with_user_a_virtualenv_the_user_cannot_reach_is_named_before_any_worker_start
     if !require(can, "root and unshare(1) for a mount namespace") {
         return;
     }
-    let (Ok(wheel), Ok(build_prefix)) = (
-        std::env::var("M0S_PORTABLE_WHEEL"),
-        std::env::var("M0S_BUILD_PYTHON_PREFIX"),
-    ) else {
-        require(
-            false,
-            "M0S_PORTABLE_WHEEL and M0S_BUILD_PYTHON_PREFIX (scripts/test.sh sets them)",
-        );
+    let Some((wheel, build_prefix)) = portable_wheel() else {
         return;
     };
     let tmp = TempDir::new("closed-venv");

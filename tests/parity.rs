@@ -134,22 +134,8 @@ fn a_gunicorn_python_config_runs_and_serves_as_under_gunicorn() {
     // gunicorn, from the test virtualenv.
     let port = free_port();
     std::fs::write(&conf, gunicorn_conf(port, &tmp)).unwrap();
-    let g = Command::new(venv.join("bin/gunicorn"))
-        .args(["-c", conf.to_str().unwrap()])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let up = wait_until(Duration::from_secs(20), || {
-        std::net::TcpStream::connect(addr).is_ok()
-    });
-    assert!(up, "gunicorn did not listen on {addr}");
-    let theirs = ask_environ(addr);
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(g.id() as i32, libc::SIGTERM) };
-    let out = g.wait_with_output().unwrap();
-    let their_line = access_line(&String::from_utf8_lossy(&out.stdout));
+    let (theirs, their_line) =
+        gunicorn_answers(&venv, &["-c".to_string(), conf.display().to_string()], port);
     // m0serve, the same file: the app, the address, everything from it.
     let port = free_port();
     std::fs::write(&conf, gunicorn_conf(port, &tmp)).unwrap();
@@ -600,6 +586,29 @@ fn ask_environ(addr: std::net::SocketAddr) -> Json {
     Json::parse(&r.body_text()).unwrap()
 }
 
+/// gunicorn from the test virtualenv, run with `args` in the apps' directory until it
+/// listens on `port`: its answer to `ask_environ`, and that request's access line.
+fn gunicorn_answers(venv: &Path, args: &[String], port: u16) -> (Json, String) {
+    let g = Command::new(venv.join("bin/gunicorn"))
+        .args(args)
+        .current_dir(apps_dir())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let up = wait_until(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(addr).is_ok()
+    });
+    assert!(up, "gunicorn did not listen on {addr}");
+    let theirs = ask_environ(addr);
+    // SIGTERM: gunicorn flushes its access log and exits.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(g.id() as i32, libc::SIGTERM) };
+    let out = g.wait_with_output().unwrap();
+    (theirs, access_line(&String::from_utf8_lossy(&out.stdout)))
+}
+
 /// The access line of the POST, its time and size (the environ's length) taken out.
 fn access_line(out: &str) -> String {
     let line = out
@@ -617,27 +626,8 @@ fn access_line(out: &str) -> String {
 #[test]
 fn the_gunicorn_production_command_line_runs_unchanged_and_answers_as_gunicorn_does() {
     let Some(venv) = test_venv() else { return };
-    let gunicorn = venv.join("bin/gunicorn");
-    // gunicorn, from the test virtualenv.
     let port = free_port();
-    let g = Command::new(&gunicorn)
-        .args(line_with_port(port))
-        .current_dir(apps_dir())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let up = wait_until(Duration::from_secs(20), || {
-        std::net::TcpStream::connect(addr).is_ok()
-    });
-    assert!(up, "gunicorn did not listen on {addr}");
-    let theirs = ask_environ(addr);
-    // SIGTERM: gunicorn flushes its access log and exits.
-    // SAFETY: kill(2) on our own child.
-    unsafe { libc::kill(g.id() as i32, libc::SIGTERM) };
-    let out = g.wait_with_output().unwrap();
-    let their_line = access_line(&String::from_utf8_lossy(&out.stdout));
+    let (theirs, their_line) = gunicorn_answers(&venv, &line_with_port(port), port);
     // m0serve, the same words.
     let port = free_port();
     let line = line_with_port(port);
