@@ -31,6 +31,9 @@ pub enum SchedulingPolicy {
     Normal,
 }
 
+// The fields' doc comments are the command's help text, printed by clap as written: a
+// link there is a plain URL, and `[V6]:PORT` is an address form, not an intra-doc link.
+#[allow(rustdoc::bare_urls, rustdoc::broken_intra_doc_links)]
 #[derive(Parser, Debug)]
 #[command(
     name = "m0serve",
