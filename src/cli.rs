@@ -942,8 +942,9 @@ pub fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i
         // flag of another meaning: --threads was offered --reload); the rest name the flag
         // at fault. Exit 2 for usage errors, 0 for --help/--version.
         if e.kind() == clap::error::ErrorKind::UnknownArgument {
-            if let Some(clap::error::ContextValue::String(flag)) =
-                e.get(clap::error::ContextKind::InvalidArg)
+            if let Some(clap::error::ContextValue::String(flag)) = e
+                .get(clap::error::ContextKind::InvalidArg)
+                .filter(|v| matches!(v, clap::error::ContextValue::String(f) if f.starts_with('-')))
             {
                 eprintln!(
                     "m0serve: error: {}",
@@ -979,6 +980,14 @@ pub fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i
             let words: Vec<OsString> = words.into_iter().map(Into::into).collect();
             let mut r =
                 foreign_rewritten(&words).map_err(|e| usage(format!("GUNICORN_CMD_ARGS: {e}")))?;
+            // Its words alone, so that what is wrong in them is said to be there.
+            let alone = std::iter::once(program.clone()).chain(r.args.iter().cloned());
+            if let Err(e) = Cli::command().try_get_matches_from(alone) {
+                if e.kind() != clap::error::ErrorKind::MissingRequiredArgument {
+                    eprint!("m0serve: in GUNICORN_CMD_ARGS: ");
+                    return Err(fail(e));
+                }
+            }
             r.warnings.insert(
                 0,
                 format!(
@@ -1017,8 +1026,14 @@ pub fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i
         Some(r) => not_set_in(&r.args, &first),
         None => Vec::new(),
     };
-    let file = match first.get_one::<PathBuf>("config") {
-        Some(path) => match file_flags(path, &first, runner) {
+    // Both: the --config file (which GUNICORN_CMD_ARGS may name, as in gunicorn), and what
+    // the file's flags must leave to them.
+    let above = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(with(&[&gunicorn_args, &given.args]))
+        .unwrap_or_else(|_| first.clone());
+    let file = match above.get_one::<PathBuf>("config") {
+        Some(path) => match file_flags(path, &above, runner) {
             Ok(a) => a,
             Err(e) => {
                 eprintln!("m0serve: error: --config {}: {e}", path.display());
@@ -1030,7 +1045,8 @@ pub fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i
     // The file's flags go first, then GUNICORN_CMD_ARGS's, so the command line's override
     // them; a flag the environment sets was left out of both, so the environment wins.
     // The app a gunicorn configuration names (`wsgi_app`), where the command line has none.
-    let app_from_file: Vec<OsString> = match (&file.app, first.get_one::<String>("app")) {
+    let app_from_file: Vec<OsString> = match (&file.app, above.get_one::<String>("app")) {
+        (Some(app), None) if given.args.iter().any(|a| a == "--") => vec![app.into()],
         (Some(app), None) => vec!["--".into(), app.into()],
         _ => Vec::new(),
     };
@@ -1166,11 +1182,17 @@ fn file_flags(
 ) -> Result<Rewritten, String> {
     if path.extension().is_some_and(|e| e == "py") {
         let read = gunicorn_conf::read(path, runner)?;
-        let r = foreign_rewritten(&read.flags)?;
         let mut warnings = read.warnings;
-        warnings.extend(r.warnings);
+        let mut args = Vec::new();
+        // Each setting alone, so that what is refused is named by the setting the file
+        // wrote (`preload_app`), not only by its flag.
+        for (setting, word) in read.flags {
+            let r = foreign_rewritten(&[word]).map_err(|e| format!("{setting}: {e}"))?;
+            args.extend(r.args);
+            warnings.extend(r.warnings);
+        }
         return Ok(Rewritten {
-            args: not_set_in(&r.args, first),
+            args: not_set_in(&args, first),
             warnings,
             app: read.app,
         });

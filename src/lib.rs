@@ -30,6 +30,8 @@ pub mod python;
 #[cfg(not(loom))]
 pub mod sys;
 #[cfg(not(loom))]
+pub mod text;
+#[cfg(not(loom))]
 pub mod tls;
 #[cfg(not(loom))]
 pub mod worker;
@@ -256,6 +258,7 @@ impl Host {
                 Ok(master::WorkerCommand {
                     program,
                     argv: argv.to_vec(),
+                    on_reload: None,
                 })
             }
             Host::Package {
@@ -276,6 +279,7 @@ impl Host {
                 Ok(master::WorkerCommand {
                     program: python.clone(),
                     argv: all,
+                    on_reload: None,
                 })
             }
         }
@@ -341,7 +345,7 @@ pub fn run() -> i32 {
         .is_some_and(|a| a == cli::gunicorn_conf::EVALUATE_FLAG)
     {
         return match argv.get(2) {
-            Some(path) => cli::gunicorn_conf::run_evaluator(path),
+            Some(path) => python::run_script(cli::gunicorn_conf::EVALUATE, path),
             None => 2,
         };
     }
@@ -358,7 +362,10 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     // tool, instead of failing a print. (Rust and Python both start with it ignored.)
     // SAFETY: setting a disposition to SIG_DFL has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // A worker reads a gunicorn configuration from its master's report; the master runs it
+    // with this binary's Python or the package's interpreter.
     let runner = match &host {
+        _ if std::env::var_os(sys::ipc::WORKER_ENV).is_some() => cli::gunicorn_conf::Runner::Worker,
         Host::Binary => cli::gunicorn_conf::Runner::Binary,
         Host::Package { python, .. } => cli::gunicorn_conf::Runner::Python(python.clone()),
     };
@@ -370,6 +377,20 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     // the directory --chdir moved to: it is given the path the master read, made absolute
     // here, last on its command line (a repeated flag's last value wins).
     let mut worker_argv = argv.to_vec();
+    // A gunicorn configuration is run again by the master at each reload (its workers read
+    // the report it leaves them, `cli::gunicorn_conf::read`).
+    let config_script = cli
+        .config
+        .as_deref()
+        .filter(|p| p.extension().is_some_and(|e| e == "py"))
+        .and_then(|p| std::path::absolute(p).ok())
+        .map(|path| {
+            let runner = runner.clone();
+            master::OnReload(std::sync::Arc::new(move || {
+                cli::gunicorn_conf::refresh(&path, &runner)
+                    .map_err(|e| format!("--config {}: {e}", path.display()))
+            }))
+        });
     if let Some(path) = cli.config.as_deref().filter(|p| p.is_relative()) {
         if let Ok(abs) = std::path::absolute(path) {
             worker_argv.push("--config".into());
@@ -389,6 +410,7 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
         2
     };
     if is_worker {
+        sys::name_after_program();
         // A worker's every message is a log record in the format asked for, written
         // whole, from the first: workers failing together (a file only root can read,
         // after --user) must not interleave their words, nor break a JSON log.
@@ -432,8 +454,10 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
                 log::warning!("{w}");
             }
             host.warn_other_venv();
-            host.worker_command(&worker_argv)
-                .and_then(|command| master::run(config, command))
+            host.worker_command(&worker_argv).and_then(|mut command| {
+                command.on_reload = config_script;
+                master::run(config, command)
+            })
         }
         Err(e) => Err(e),
     };

@@ -456,7 +456,7 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
     // A typo first, then the names apps are usually given.
     if let Some((_, name)) = apps
         .iter()
-        .map(|(n, _)| (edit_distance(n, &spec.attr), n))
+        .map(|(n, _)| (crate::text::edit_distance(n, &spec.attr), n))
         .filter(|(d, _)| *d <= 2)
         .min()
     {
@@ -473,22 +473,30 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
         .map(|known| form(known, true))
 }
 
-/// Levenshtein distance, by characters.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let here = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(here + 1);
-            prev = here;
-        }
+/// Runs Python `code` in this process's embedded interpreter with `sys.argv[1]` set to
+/// `arg` (the binary's side of running a gunicorn configuration, for a master that runs no
+/// Python); the exit code: 0, or 1 after the traceback.
+pub fn run_script(code: &str, arg: &std::ffi::OsStr) -> i32 {
+    if let Err(e) = initialize(None) {
+        eprintln!("m0serve: error: {e}");
+        return 1;
     }
-    row[b.len()]
+    let ran = Python::attach(|py| -> PyResult<()> {
+        let sys = py.import("sys")?;
+        sys.setattr(
+            "argv",
+            vec![std::ffi::OsString::from("m0serve"), arg.to_owned()],
+        )?;
+        let code = std::ffi::CString::new(code)
+            .map_err(|_| pyo3::exceptions::PyValueError::new_err("a NUL in the code"))?;
+        let result = py.run(&code, None, None);
+        if let Err(e) = &result {
+            e.print(py);
+        }
+        flush_stdio(py);
+        result
+    });
+    i32::from(ran.is_err())
 }
 
 /// `err` with its traceback, as Python's `traceback.format_exception` writes it (or its
@@ -598,16 +606,6 @@ pub fn flush_stdio(py: Python<'_>) {
 #[cfg(test)]
 mod tests {
     use super::AppSpec;
-
-    #[test]
-    fn edit_distance_counts_single_character_edits() {
-        use super::edit_distance;
-        assert_eq!(edit_distance("app", "app"), 0);
-        assert_eq!(edit_distance("ap", "app"), 1);
-        assert_eq!(edit_distance("aplication", "application"), 1);
-        assert_eq!(edit_distance("wsgi", "app"), 4);
-        assert_eq!(edit_distance("", "abc"), 3);
-    }
 
     #[test]
     fn app_spec_forms() {

@@ -20,7 +20,8 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
         // Layer 1: what crosses threads.
         ("pipeline", &["http", "sys", "log"][..]),
         // Layer 2: what a worker's threads do with it.
-        ("python", &["sys", "log"][..]),
+        ("text", &[][..]),
+        ("python", &["sys", "log", "text"][..]),
         ("access_log", &["http", "pipeline", "sys", "log"][..]),
         ("metrics", &["http", "pipeline", "sys", "log"][..]),
         // The TLS settings read into a rustls configuration (the records are the loop's).
@@ -40,7 +41,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
             ][..],
         ),
         // Layer 3: the configuration, read by the entry points only.
-        ("cli", &["log", "http", "access_log", "tls"][..]),
+        ("cli", &["log", "http", "access_log", "tls", "text"][..]),
         // (Of wsgi, only `proxy`: the trusted-proxy list it parses.)
         (
             "config",
@@ -89,6 +90,7 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
                 "tls",
                 "worker",
                 "master",
+                "text",
             ][..],
         ),
         // The Python package's entry, beside main: it calls lib's and flushes Python's

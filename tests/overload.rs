@@ -80,8 +80,11 @@ fn a_request_that_would_wait_past_its_budget_is_answered_503_at_once_and_never_r
     let ok = answers.iter().filter(|a| a.0 == 200).count();
     let shed: Vec<_> = answers.iter().filter(|a| a.0 == 503).collect();
     assert_eq!(ok + shed.len(), 30, "{answers:?}");
+    // At least the one running and one waiting: once a request is refused, the worker is
+    // overloaded and admits only what would wait a fifth of the budget (60 ms, one
+    // request); the burst may arrive spread over passes on a loaded machine.
     assert!(
-        shed.len() >= 10 && ok >= 3,
+        shed.len() >= 10 && ok >= 2,
         "{ok} served, {} shed",
         shed.len()
     );

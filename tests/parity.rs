@@ -800,3 +800,91 @@ fn a_factory_takes_literal_arguments_and_a_long_timeout_moves_the_silent_one() {
         out.stderr
     );
 }
+
+#[test]
+fn a_gunicorn_config_runs_in_the_master_once_per_start_or_reload_and_may_print() {
+    let tmp = TempDir::new("gunicorn-conf-runs");
+    let runs = tmp.path.join("runs");
+    let conf = tmp.path.join("gunicorn.conf.py");
+    std::fs::write(
+        &conf,
+        format!(
+            "import os, sys\n\
+             with open({runs:?}, 'a') as f:\n    f.write(str(os.getpid()) + '\\n')\n\
+             def post_fork(server, worker):\n    pass\n\
+             print('printed by the file')\n\
+             sys.stdout.write('no newline')\n\
+             workers = 2\n\
+             wsgi_app = 'hello:app'\n",
+            runs = runs.display().to_string()
+        ),
+    )
+    .unwrap();
+    let s = Server::builder("")
+        .args(&["-c", conf.to_str().unwrap()])
+        .start();
+    s.wait_for_workers(2, PROMPT);
+    assert_eq!(s.get("/").status, 200);
+    let count = || std::fs::read_to_string(&runs).unwrap().lines().count();
+    // Once, in the master: the workers read what it found.
+    assert_eq!(count(), 1);
+    let text = s.stderr_text();
+    assert!(text.contains("printed by the file"), "{text}");
+    assert!(
+        text.contains("server hook post_fork() is not run"),
+        "{text}"
+    );
+    // A reload runs it again, once.
+    assert!(s.sighup_until_replaced(2, Duration::from_secs(20)));
+    assert_eq!(count(), 2);
+}
+
+#[test]
+fn the_config_file_gunicorn_cmd_args_and_the_command_line_each_replace_a_list() {
+    let tmp = TempDir::new("layers");
+    let conf = tmp.path.join("m0serve.conf");
+    std::fs::write(&conf, "--bind 127.0.0.1:1\n--workers 5\n").unwrap();
+    let conf = conf.to_str().unwrap();
+    let env = [("GUNICORN_CMD_ARGS", "-b 127.0.0.1:9")];
+    let out = run_to_exit(&["hello:app", "-c", conf, "--print-config"], &env, PROMPT);
+    assert!(
+        out.stdout
+            .contains("--bind = \"127.0.0.1:9\"  # GUNICORN_CMD_ARGS"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("--workers = \"5\"  # file"),
+        "{}",
+        out.stdout
+    );
+    // -c in GUNICORN_CMD_ARGS names the file, as in gunicorn.
+    let both = format!("-c {conf}");
+    let out = run_to_exit(
+        &["hello:app", "--print-config"],
+        &[("GUNICORN_CMD_ARGS", &both)],
+        PROMPT,
+    );
+    assert!(
+        out.stdout.contains("--workers = \"5\"  # file"),
+        "{}",
+        out.stdout
+    );
+    // What is wrong there is said to be there.
+    let out = run_to_exit(
+        &["hello:app", "--check-config"],
+        &[("GUNICORN_CMD_ARGS", "--bogus")],
+        PROMPT,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        out.stderr.contains("in GUNICORN_CMD_ARGS"),
+        "{}",
+        out.stderr
+    );
+    // A stray word is not called an option.
+    let out = run_to_exit(&["hello:app", "extra"], &[], PROMPT);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stderr.contains("'extra'"), "{}", out.stderr);
+    assert!(!out.stderr.contains("unknown option"), "{}", out.stderr);
+}

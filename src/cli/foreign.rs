@@ -12,8 +12,12 @@ pub enum Becomes {
     Same(&'static str),
     /// An m0serve flag that does nearly the same: rewritten, and the note said once.
     Differs(&'static str, &'static str),
-    /// Its value turned into m0serve arguments (`Err` refuses the value).
-    Converted(fn(&str) -> Result<Vec<String>, String>),
+    /// Its value turned into m0serve arguments (`Err` refuses the value), and the note
+    /// said once where the meaning differs.
+    Converted(
+        fn(&str) -> Result<Vec<String>, String>,
+        Option<&'static str>,
+    ),
     /// Nothing to do: m0serve always behaves so. Dropped without a word.
     Always,
     /// No effect in m0serve: dropped, with the note as a warning.
@@ -49,7 +53,7 @@ use Becomes::*;
 
 /// Every foreign spelling m0serve knows, gunicorn's first.
 pub const SPELLINGS: &[Spelling] = &[
-    s("threads", G, true, Converted(threads)),
+    s("threads", G, true, Converted(threads, None)),
     s("access-logfile", G, true, Same("access-log-file")),
     s("access-logformat", G, true, Same("access-log-format")),
     s("error-logfile", G, true, Same("error-log-file")),
@@ -57,27 +61,21 @@ pub const SPELLINGS: &[Spelling] = &[
     s("keep-alive", G, true, Same("keep-alive-timeout")),
     s("pid", G, true, Same("pid-file")),
     s("worker-connections", G, true, Same("max-connections")),
-    s("limit-request-line", G, true, Converted(limit_request_line)),
-    s("limit-request-fields", G, true, Converted(limit_request_fields)),
+    s("limit-request-line", G, true, Converted(limit_request_line, None)),
+    s("limit-request-fields", G, true, Converted(limit_request_fields, None)),
     s(
         "limit-request-field_size",
         G,
         true,
-        Differs(
-            "max-header-size",
-            "m0serve limits the whole request head, not each header line",
-        ),
+        Converted(limit_request_field_size, Some(WHOLE_HEAD)),
     ),
     s(
         "limit-request-field-size",
         G,
         true,
-        Differs(
-            "max-header-size",
-            "m0serve limits the whole request head, not each header line",
-        ),
+        Converted(limit_request_field_size, Some(WHOLE_HEAD)),
     ),
-    s("cert-reqs", G, true, Converted(cert_reqs)),
+    s("cert-reqs", G, true, Converted(cert_reqs, None)),
     s(
         "initgroups",
         G,
@@ -199,8 +197,8 @@ pub const SPELLINGS: &[Spelling] = &[
         Refused("m0serve uses rustls's cipher suites, which cannot be changed"),
     ),
     // Granian's.
-    s("interface", GR, true, Converted(interface)),
-    s("factory", GR, false, Converted(|_| Ok(vec!["--factory".into()]))),
+    s("interface", GR, true, Converted(interface, None)),
+    s("factory", GR, false, Converted(|_| Ok(vec!["--factory".into()]), None)),
     s("working-dir", GR, true, Same("chdir")),
     s("respawn-failed-workers", GR, false, Always),
     s("workers-kill-timeout", GR, true, Same("graceful-timeout")),
@@ -212,7 +210,7 @@ pub const SPELLINGS: &[Spelling] = &[
         Ignored("with --ca-certs, clients must present a certificate (--client-cert optional lets them not)"),
     ),
     s("url-path-prefix", GR, true, Same("root-path")),
-    s("http1-header-read-timeout", GR, true, Converted(header_read_timeout_ms)),
+    s("http1-header-read-timeout", GR, true, Converted(header_read_timeout_ms, None)),
     s("access-log-fmt", GR, true, Same("access-log-format")),
     s("env-files", GR, true, Same("env-file")),
     s(
@@ -224,9 +222,9 @@ pub const SPELLINGS: &[Spelling] = &[
             "m0serve's patterns are globs (`*.tmp`, `migrations/*`), not regular expressions",
         ),
     ),
-    s("reload-ignore-dirs", GR, true, Converted(reload_ignore_dir)),
+    s("reload-ignore-dirs", GR, true, Converted(reload_ignore_dir, None)),
     s("reload-ignore-paths", GR, true, Same("reload-ignore")),
-    s("http", GR, true, Converted(http_version)),
+    s("http", GR, true, Converted(http_version, None)),
     s(
         "backpressure",
         GR,
@@ -290,6 +288,9 @@ pub const SPELLINGS: &[Spelling] = &[
     ),
 ];
 
+/// How `--limit-request-field_size` differs.
+const WHOLE_HEAD: &str = "m0serve limits the whole request head, not each header line";
+
 /// Single-letter flags of gunicorn that m0serve does not have.
 const SHORT: &[(char, &str)] = &[
     ('D', "daemon"),
@@ -312,8 +313,13 @@ fn limit_request_line(v: &str) -> Result<Vec<String>, String> {
 }
 
 fn limit_request_fields(v: &str) -> Result<Vec<String>, String> {
-    let v = if v.trim() == "0" { "32768" } else { v };
+    let v = if v.trim() == "0" { "256" } else { v };
     Ok(vec![format!("--max-headers={v}")])
+}
+
+fn limit_request_field_size(v: &str) -> Result<Vec<String>, String> {
+    let v = if v.trim() == "0" { "1048576" } else { v };
+    Ok(vec![format!("--max-header-size={v}")])
 }
 
 fn cert_reqs(v: &str) -> Result<Vec<String>, String> {
@@ -417,6 +423,16 @@ pub fn rewrite(
                     let attached = (short.len() > 1).then(|| &short[1..]);
                     (*long, attached)
                 }
+                // A switch clustered with others (`-Dw2`): it, then the rest.
+                Some((_, long)) => {
+                    let rest: std::ffi::OsString = format!("-{}", &short[1..]).into();
+                    let mut again = vec![format!("--{long}").into(), rest];
+                    again.extend(args[i..].iter().cloned());
+                    let r = rewrite(&again, takes_value)?;
+                    out.args.extend(r.args);
+                    out.warnings.extend(r.warnings);
+                    break;
+                }
                 _ => {
                     out.args.push(arg.clone());
                     if short.len() == 1 && takes_value(short) && i < args.len() {
@@ -473,9 +489,17 @@ pub fn rewrite(
                     spelling.from
                 ));
             }
-            Converted(f) => {
+            Converted(f, note) => {
                 let v = value.as_deref().unwrap_or("");
                 out.args.extend(f(v)?.into_iter().map(Into::into));
+                if let Some(note) = note {
+                    let to = out.args.last().map(|a| a.to_string_lossy().into_owned());
+                    let to = to.as_deref().unwrap_or("").split('=').next().unwrap_or("");
+                    out.warnings.push(format!(
+                        "{shown} ({}) is read as {to}: {note}",
+                        spelling.from
+                    ));
+                }
             }
             Always => {}
             Ignored(note) => out
@@ -499,7 +523,7 @@ pub fn unknown_flag(flag: &str, known: &[String]) -> String {
     let bare = bare.split_once('=').map_or(bare, |(n, _)| n);
     let close = known
         .iter()
-        .map(|k| (crate::python::edit_distance(bare, k), k))
+        .map(|k| (crate::text::edit_distance(bare, k), k))
         .filter(|(d, k)| *d <= 2 && *d * 3 <= k.len().max(bare.len()))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k);
@@ -600,6 +624,18 @@ mod tests {
             args,
             ["--client-cert=required", "--max-request-line=65536", "x:y"]
         );
+        let (args, w) = rw("--limit-request-fields 0 --limit-request-field_size 0 x:y").unwrap();
+        assert_eq!(
+            args,
+            ["--max-headers=256", "--max-header-size=1048576", "x:y"]
+        );
+        assert_eq!(w.len(), 1, "{w:?}");
+        // A gunicorn switch clustered with m0serve's short flags.
+        let e = rw("-Dw2 x:y").unwrap_err();
+        assert!(e.contains("--daemon"), "{e}");
+        let (args, w) = rw("-Rw 3 x:y").unwrap();
+        assert_eq!(args, ["-w", "3", "x:y"]);
+        assert_eq!(w.len(), 1, "{w:?}");
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The hidden first argument that makes the binary evaluate a configuration file and
-/// exit (`run_evaluator`).
+/// The hidden first argument that makes the binary run a configuration file with
+/// `EVALUATE` and exit (`python::run_script`).
 pub const EVALUATE_FLAG: &str = "--m0serve-evaluate-gunicorn-config";
 
 /// How long a configuration file may take to run.
@@ -20,13 +20,19 @@ const EVALUATE_LIMIT: Duration = Duration::from_secs(30);
 /// Runs the file named by `sys.argv[1]` and writes one line per module-level name:
 /// `set NAME VALUE`, `list NAME V1 V2...` (tab-separated), `hook NAME` for a callable,
 /// `other NAME WHY` for a value m0serve cannot read.
-const EVALUATE: &str = r#"
-import sys, types
+pub const EVALUATE: &str = r#"
+import os, sys, types
 path = sys.argv[1]
+# What the file prints goes to standard error; the report alone to standard output.
+sys.stdout.flush()
+report = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 ns = {"__file__": path, "__name__": "__config__"}
 with open(path, "rb") as f:
     code = compile(f.read(), path, "exec")
 exec(code, ns)
+sys.stderr.flush()
 
 def text(v):
     s = str(v)
@@ -52,16 +58,17 @@ for k, v in ns.items():
             out.append("other\t%s\ta %s" % (k, type(v).__name__))
     except ValueError as e:
         out.append("other\t%s\t%s" % (k, e))
-sys.stdout.write("".join(line + "\n" for line in out))
-sys.stdout.flush()
+report.write("".join(line + "\n" for line in out))
+report.flush()
 "#;
 
 /// What runs a configuration file: this binary (its embedded Python), or the package's
-/// interpreter.
+/// interpreter; a worker runs none and reads its master's report.
 #[derive(Clone, Debug)]
 pub enum Runner {
     Binary,
     Python(std::path::PathBuf),
+    Worker,
 }
 
 /// How a gunicorn setting is written as its gunicorn flag.
@@ -227,18 +234,43 @@ const HOOKS: &[&str] = &[
     "ssl_context",
 ];
 
-/// A configuration file, read: gunicorn flags to rewrite, the app it names
+/// A configuration file, read: each setting's gunicorn flag to rewrite, the app it names
 /// (`wsgi_app`), and what is said at start.
 #[derive(Debug, Default)]
 pub struct Read {
-    pub flags: Vec<OsString>,
+    /// (the setting, its flag word).
+    pub flags: Vec<(String, OsString)>,
     pub app: Option<String>,
     pub warnings: Vec<String>,
 }
 
-/// Runs `path` (with `runner`) and reads its settings.
+/// The environment variable that carries the master's report to its workers: the file
+/// runs in the master alone (as root before `--user`, once per start or reload), never in
+/// a worker.
+pub const REPORT_ENV: &str = "M0SERVE_GUNICORN_CONF_REPORT";
+
+/// Reads the settings of `path`: a worker from the report its master left in
+/// `REPORT_ENV`; anyone else runs the file (with `runner`), and a master leaves the report
+/// there for its workers.
 pub fn read(path: &Path, runner: &Runner) -> Result<Read, String> {
-    translate(&evaluate(path, runner)?)
+    if let Runner::Worker = runner {
+        let report = std::env::var_os(REPORT_ENV)
+            .ok_or("its master left no report of it (a worker does not run the file)")?;
+        return translate(&report.to_string_lossy());
+    }
+    let report = evaluate(path, runner)?;
+    let read = translate(&report)?;
+    std::env::set_var(REPORT_ENV, &report);
+    Ok(read)
+}
+
+/// A reload: runs `path` again, so that the new workers read its settings as they are
+/// now; `Err` keeps the report read before.
+pub fn refresh(path: &Path, runner: &Runner) -> Result<(), String> {
+    let report = evaluate(path, runner)?;
+    translate(&report)?;
+    std::env::set_var(REPORT_ENV, &report);
+    Ok(())
 }
 
 /// Runs the file in a process of its own; its report (`EVALUATE`'s lines).
@@ -256,11 +288,11 @@ fn evaluate(path: &Path, runner: &Runner) -> Result<String, String> {
             c.args(["-c", EVALUATE]);
             c
         }
+        Runner::Worker => return Err("a worker does not run the file".into()),
     };
     // The file's own errors (a traceback) reach the terminal as they are.
     let child = cmd
         .arg(path)
-        .env_remove(crate::sys::ipc::WORKER_ENV)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
@@ -312,29 +344,6 @@ fn wait_bounded(
     })
 }
 
-/// The binary's side of `evaluate`: runs `path` in the embedded Python and writes the
-/// report; the exit code.
-#[cfg(not(loom))]
-pub fn run_evaluator(path: &std::ffi::OsStr) -> i32 {
-    use pyo3::prelude::*;
-    if let Err(e) = crate::python::initialize(None) {
-        eprintln!("m0serve: error: {e}");
-        return 1;
-    }
-    let ran = Python::attach(|py| -> PyResult<()> {
-        let sys = py.import("sys")?;
-        sys.setattr("argv", vec![OsString::from("m0serve"), path.to_owned()])?;
-        let code = std::ffi::CString::new(EVALUATE).expect("no NUL in the code");
-        let result = py.run(&code, None, None);
-        crate::python::flush_stdio(py);
-        if let Err(e) = &result {
-            e.print(py);
-        }
-        result
-    });
-    i32::from(ran.is_err())
-}
-
 /// The report's settings as gunicorn flags.
 fn translate(report: &str) -> Result<Read, String> {
     let mut read = Read::default();
@@ -381,31 +390,40 @@ fn translate(report: &str) -> Result<Read, String> {
                  boolean, or a list of them"
             ));
         }
+        // A boolean as gunicorn reads one: True or False, or a string of either in any
+        // case.
+        let truth = || -> Result<bool, String> {
+            let v = values.first().copied().unwrap_or("");
+            match v.trim().to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" | "none" => Ok(false),
+                _ => Err(format!("{name} = {v}: expected True or False")),
+            }
+        };
+        let mut push = |word: String| read.flags.push((name.to_string(), word.into()));
         match kind {
             Kind::Switch => {
-                if values.first() == Some(&"True") {
-                    read.flags.push(flag.into());
+                if truth()? {
+                    push(flag.to_string());
                 }
             }
             Kind::Negated => {
-                if values.first() == Some(&"False") {
-                    read.flags.push(flag.into());
+                if !truth()? {
+                    push(flag.to_string());
                 }
             }
-            Kind::Joined if !set.is_empty() => {
-                read.flags.push(format!("{flag}={}", set.join(",")).into());
-            }
+            Kind::Joined if !set.is_empty() => push(format!("{flag}={}", set.join(","))),
             Kind::Octal => {
                 for v in set {
                     let mode: u32 = v.parse().map_err(|_| {
-                        format!("umask {v}: expected an integer mode (0o022, or 18)")
+                        format!("umask = {v}: expected an integer mode (0o022, or 18)")
                     })?;
-                    read.flags.push(format!("{flag}=0o{mode:o}").into());
+                    push(format!("{flag}=0o{mode:o}"));
                 }
             }
             Kind::Value | Kind::Joined => {
                 for v in set {
-                    read.flags.push(format!("{flag}={v}").into());
+                    push(format!("{flag}={v}"));
                 }
             }
         }
@@ -420,7 +438,7 @@ mod tests {
     fn words(r: &Read) -> Vec<String> {
         r.flags
             .iter()
-            .map(|f| f.to_string_lossy().into_owned())
+            .map(|(_, f)| f.to_string_lossy().into_owned())
             .collect()
     }
 
@@ -459,5 +477,10 @@ mod tests {
             e.contains("bind: m0serve cannot read its value (a dict)"),
             "{e}"
         );
+        // Booleans as gunicorn reads them, strings of either included.
+        let r = translate("set\treload\ttrue\nset\tpreload_app\tFALSE\n").unwrap();
+        assert_eq!(words(&r), ["--reload"]);
+        let e = translate("set\treload\tyes\n").unwrap_err();
+        assert!(e.contains("reload = yes: expected True or False"), "{e}");
     }
 }

@@ -271,6 +271,20 @@ impl Drop for PidFile {
 pub struct WorkerCommand {
     pub program: PathBuf,
     pub argv: Vec<OsString>,
+    /// What the master does first at each reload: a gunicorn configuration
+    /// (`-c gunicorn.conf.py`) is run again, so that the new workers get its settings as
+    /// they are then (they find them in their environment).
+    pub on_reload: Option<OnReload>,
+}
+
+/// `WorkerCommand::on_reload`: `Err` is logged, and the new workers start as the old did.
+#[derive(Clone)]
+pub struct OnReload(pub std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+
+impl std::fmt::Debug for OnReload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnReload")
+    }
 }
 
 /// Binds, starts the workers and supervises them until a stop; the process's exit code.
@@ -646,6 +660,11 @@ impl Master {
     /// A rolling reload: a new generation of workers starts; the old ones drain as the
     /// new ones are ready.
     fn begin_reload(&mut self, why: &str) {
+        if let Some(OnReload(refresh)) = &self.command.on_reload {
+            if let Err(e) = refresh() {
+                log::error!("{e}; the new workers keep the settings read before");
+            }
+        }
         self.generation += 1;
         // New code may be smaller: its workers are measured again when ready.
         self.rss_limit_off = false;

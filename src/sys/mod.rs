@@ -203,6 +203,31 @@ pub fn loaded_libraries() -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Names the calling thread after the program it runs (`/proc/self/exe`'s file name) where
+/// its name is a number: a program executed through a descriptor (`execveat` with
+/// `AT_EMPTY_PATH`) is named after the descriptor before Linux 6.14, and `pgrep m0serve`
+/// would miss it.
+pub fn name_after_program() {
+    let named_by_fd = std::fs::read_to_string("/proc/self/comm")
+        .is_ok_and(|n| !n.trim().is_empty() && n.trim().bytes().all(|b| b.is_ascii_digit()));
+    if !named_by_fd {
+        return;
+    }
+    let Some(name) = std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.as_encoded_bytes().to_vec()))
+    else {
+        return;
+    };
+    // The kernel keeps 15 bytes and the NUL.
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the live
+    // buffer.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr()) };
+}
+
 /// Opens `path` to be executed later through the descriptor (`O_PATH`, close-on-exec):
 /// that exec checks the file's own mode, not the directories above it.
 pub fn open_program(path: &std::path::Path) -> std::io::Result<std::os::fd::OwnedFd> {
@@ -217,7 +242,8 @@ pub fn open_program(path: &std::path::Path) -> std::io::Result<std::os::fd::Owne
 }
 
 /// This process may execute the file `fd` names (opened by `open_program`), by its
-/// effective ids; `None` where the kernel cannot say (faccessat2 came in Linux 5.8).
+/// effective ids; `None` where the kernel cannot say (faccessat2 came in Linux 5.8, and a
+/// seccomp profile may refuse it with EPERM).
 pub fn may_execute_opened(fd: std::os::fd::BorrowedFd) -> Option<std::io::Result<()>> {
     use std::os::fd::AsRawFd;
     // SAFETY: faccessat2 reads the NUL-terminated empty path, a static; AT_EMPTY_PATH makes
@@ -235,7 +261,7 @@ pub fn may_execute_opened(fd: std::os::fd::BorrowedFd) -> Option<std::io::Result
         return Some(Ok(()));
     }
     let e = std::io::Error::last_os_error();
-    (e.raw_os_error() != Some(libc::ENOSYS)).then_some(Err(e))
+    (!matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM))).then_some(Err(e))
 }
 
 /// This process may list `path` and reach what is in it (read and search permission).

@@ -417,6 +417,7 @@ impl Bridge {
         let iterable = match called {
             Ok(it) => it,
             Err(e) => {
+                self.note_environ(&env_ref);
                 self.app_failed(py, &e, &env_ref);
                 self.ex.fail(py);
                 return Served::Done;
