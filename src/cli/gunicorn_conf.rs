@@ -256,6 +256,9 @@ pub fn read(path: &Path, runner: &Runner) -> Result<Read, String> {
     if let Runner::Worker = runner {
         let report = std::env::var_os(REPORT_ENV)
             .ok_or("its master left no report of it (a worker does not run the file)")?;
+        // Read once, before any thread starts: the app's environment is not the place for
+        // it.
+        std::env::remove_var(REPORT_ENV);
         return translate(&report.to_string_lossy());
     }
     let report = evaluate(path, runner)?;
