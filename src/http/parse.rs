@@ -102,6 +102,10 @@ pub struct Head {
     pub keep_alive: bool,
     /// `Expect: 100-continue` on an HTTP/1.1 request (RFC 9110 §10.1.1).
     pub expect_continue: bool,
+    /// An HTTP/1.1 GET asking to become a WebSocket (`Connection: upgrade` and `Upgrade:
+    /// websocket`, RFC 6455 §4.1): the connection's last request, since its bytes after the
+    /// head are the app's once it takes the socket (`keep_alive` is false).
+    pub websocket: bool,
     /// Index into `headers` of the Content-Type header, if any (at most one is accepted).
     pub content_type: Option<u16>,
     /// Index into `headers` of the Content-Length header, if any (at most one is accepted).
@@ -299,6 +303,8 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Head>, HeadError
     let mut te = TransferCodings::default();
     let mut conn_close = false;
     let mut conn_keep_alive = false;
+    let mut conn_upgrade = false;
+    let mut upgrade_websocket = false;
     let mut expect_continue = false;
 
     for (i, h) in req.headers.iter().enumerate() {
@@ -350,6 +356,8 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Head>, HeadError
                         conn_close = true;
                     } else if option.eq_ignore_ascii_case(b"keep-alive") {
                         conn_keep_alive = true;
+                    } else if option.eq_ignore_ascii_case(b"upgrade") {
+                        conn_upgrade = true;
                     }
                 }
             }
@@ -376,6 +384,10 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Head>, HeadError
                 }
             }
             (17, b't') if name.eq_ignore_ascii_case(b"transfer-encoding") => te.add(value)?,
+            (7, b'u') if name.eq_ignore_ascii_case(b"upgrade") => {
+                upgrade_websocket |=
+                    list_members(value).any(|p| p.eq_ignore_ascii_case(b"websocket"));
+            }
             _ => {}
         }
     }
@@ -424,8 +436,10 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Head>, HeadError
 
     // RFC 9112 §9.3: 1.1 persists unless "close"; 1.0 persists only if asked ("keep-alive",
     // RFC 9112 Appendix C.2.2) and not also told "close".
+    let websocket =
+        conn_upgrade && upgrade_websocket && version == Version::Http11 && method == b"GET";
     let keep_alive = match version {
-        Version::Http11 => !conn_close,
+        Version::Http11 => !conn_close && !websocket,
         Version::Http10 => conn_keep_alive && !conn_close,
     };
     // RFC 9110 §10.1.1: "A server that receives a 100-continue expectation in an HTTP/1.0
@@ -444,6 +458,7 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<Head>, HeadError
         framing,
         keep_alive,
         expect_continue,
+        websocket,
         content_type,
         content_length: content_length.map(|(i, _)| i),
     }))
@@ -1048,6 +1063,30 @@ mod tests {
         assert_eq!(head.version, Version::Http10);
         assert!(!head.keep_alive);
         assert_eq!(head.headers.len(), 0);
+    }
+
+    #[test]
+    fn a_websocket_upgrade_is_the_connections_last_request() {
+        let h = ok(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Upgrade\r\n\
+                     Upgrade: WebSocket\r\nSec-WebSocket-Key: a\r\n\r\n",
+        );
+        assert!(h.websocket && !h.keep_alive);
+        // Either header alone, another protocol, or another method: a plain request.
+        for req in [
+            &b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\
+              Content-Length: 0\r\n\r\n",
+        ] {
+            let h = ok(req);
+            assert!(
+                !h.websocket && h.keep_alive,
+                "{}",
+                String::from_utf8_lossy(req)
+            );
+        }
     }
 
     #[test]

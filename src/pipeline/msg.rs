@@ -111,6 +111,11 @@ pub enum Part {
     /// delimited by the close itself (HTTP/1.0 streaming), so only a reset tells the client
     /// it is incomplete.
     Abort { reset: bool },
+    /// The app took the connection's socket (a WebSocket, the environ's
+    /// `gunicorn.socket`): nothing is written for this request, and the loop forgets the
+    /// connection, closing only its own descriptor (no shutdown, no lingering read, no
+    /// reset), while the app's copy keeps the connection.
+    HandedOver,
 }
 
 /// A range of a Python `bytes` object's storage, written by the loop straight from there.

@@ -842,10 +842,16 @@ impl Conn {
 
     /// The socket, if its next request's handler may write that response itself: plain
     /// TCP or Unix (TLS records are the loop's to make), open, and quiet (nothing queued
-    /// to write, no request in flight), so no other bytes can come before or between.
-    pub fn socket_to_lend(&self) -> Option<LentSocket> {
-        let quiet =
-            self.in_flight.is_none() && self.wq.is_empty() && matches!(self.phase, Phase::Open);
+    /// to write, no request in flight), so no other bytes can come before or between. A
+    /// WebSocket upgrade (`websocket`), its connection's last request, gets it too: the
+    /// app may take the socket (`Part::HandedOver`).
+    pub fn socket_to_lend(&self, websocket: bool) -> Option<LentSocket> {
+        let open = match self.phase {
+            Phase::Open => true,
+            Phase::Last { refusal: None } => websocket,
+            _ => false,
+        };
+        let quiet = self.in_flight.is_none() && self.wq.is_empty() && open;
         match &self.sock {
             Sock::Tcp(s) if quiet => LentSocket::new(s.as_raw_fd()),
             Sock::Unix(s) if quiet => LentSocket::new(s.as_raw_fd()),
@@ -1143,6 +1149,15 @@ impl Conn {
                 self.one_done();
                 let reset = reset || matches!(self.phase, Phase::Closing { reset: true });
                 self.phase = Phase::Closing { reset };
+                false
+            }
+            Part::HandedOver => {
+                // Nothing of this connection is the loop's to write or read any more: it
+                // closes at once, without lingering (its input is the app's).
+                self.stream = None;
+                self.one_done();
+                self.phase = Phase::Closing { reset: false };
+                self.input = Input::Ended;
                 false
             }
         }

@@ -4,6 +4,7 @@
 pub mod environ;
 pub mod errors;
 pub mod file_wrapper;
+pub mod handover;
 pub mod input;
 pub mod proxy;
 pub mod pystr;
@@ -101,6 +102,9 @@ pub struct Bridge {
     /// The last piece of work resumed a body: a new request goes first next, so requests
     /// are not starved by many bodies that can always go on.
     resumed_last: bool,
+    /// The request being served asks to become a WebSocket and its socket was offered
+    /// (`handover::HandOver`): whether the app took it.
+    taken: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A streamed body set aside between two items, with everything its response needs to go
@@ -176,6 +180,7 @@ impl Bridge {
             deferred: VecDeque::new(),
             yield_each_part: inline,
             resumed_last: false,
+            taken: None,
         })
     }
 
@@ -405,6 +410,12 @@ impl Bridge {
         if let Some(ctx) = self.current.as_mut() {
             ctx.client = self.env.take_forwarded_client();
         }
+        self.taken = None;
+        if req.head.websocket {
+            if let Err(e) = self.offer_socket(py, &environ, &req) {
+                errors::log_exception(py, &e, "offering a WebSocket's socket");
+            }
+        }
         // For log lines on the error paths only: a reference, not a formatted string.
         let env_ref = environ.clone();
         let head_len = req.head.head_len;
@@ -418,13 +429,67 @@ impl Bridge {
             Ok(it) => it,
             Err(e) => {
                 self.note_environ(&env_ref);
+                if self.handed_over() {
+                    // simple-websocket's libraries end their call so under gunicorn
+                    // (StopIteration); nothing is the server's to answer.
+                    log::debug!(
+                        "the app took the socket of {}; it raised {e}",
+                        errors::describe_environ(&env_ref)
+                    );
+                    self.ex.hand_over(py);
+                    return Served::Done;
+                }
                 self.app_failed(py, &e, &env_ref);
                 self.ex.fail(py);
                 return Served::Done;
             }
         };
+        if self.handed_over() {
+            // Its body is not the server's to send on a socket the app has taken.
+            return self.conclude(py, iterable, env_ref, Ok(Outcome::Done));
+        }
         let outcome = self.drive(py, &iterable);
         self.conclude(py, iterable, env_ref, outcome)
+    }
+
+    /// Puts `gunicorn.socket` in the environ of a request that asks to become a WebSocket:
+    /// the connection's socket when it may be handed over, else a value that says why not.
+    fn offer_socket(
+        &mut self,
+        py: Python<'_>,
+        environ: &Bound<'_, PyDict>,
+        req: &Request,
+    ) -> PyResult<()> {
+        let offer = match (req.socket, self.yield_each_part) {
+            (_, true) => handover::HandOver::refused(
+                "m0serve cannot hand a WebSocket's socket over in inline mode \
+                 (--blocking-threads 0): the app runs on the loop thread, which the WebSocket \
+                 would hold",
+            ),
+            (Some(fd), false) => {
+                let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                self.taken = Some(taken.clone());
+                handover::HandOver::new(fd.fd(), taken)
+            }
+            (None, false) if req.secure => handover::HandOver::refused(
+                "m0serve hands a WebSocket's socket over on plain TCP and Unix sockets only; \
+                 this connection is TLS: terminate TLS in a proxy in front of m0serve",
+            ),
+            (None, false) => handover::HandOver::refused(
+                "the WebSocket request came pipelined behind other requests on its \
+                 connection: its socket cannot be handed over",
+            ),
+        };
+        environ.set_item("gunicorn.socket", Bound::new(py, offer)?)
+    }
+
+    /// The app took the current request's socket (`handover::HandOver`).
+    fn handed_over(&self) -> bool {
+        // Acquire: pairs with the Release in `HandOver::socket`, which may run on a thread
+        // the app started.
+        self.taken
+            .as_ref()
+            .is_some_and(|t| t.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Goes on with the body set aside at `i` (its credit came back, or its client left).
@@ -500,6 +565,15 @@ impl Bridge {
             return Served::Suspended;
         }
         self.note_environ(&environ);
+        if self.handed_over() {
+            // The connection is the app's: its iterable is closed (PEP 3333) and nothing is
+            // written, whatever it held.
+            if let Err(e) = close_iterable(&iterable) {
+                log::debug!("the app took its socket; its close() raised {e}");
+            }
+            self.ex.hand_over(py);
+            return Served::Done;
+        }
         let what = || errors::describe_environ(&environ);
         // PEP 3333: "If the iterable returned by the application has a close() method,
         // the server or gateway must call that method upon completion of the current

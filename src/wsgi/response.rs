@@ -919,6 +919,32 @@ impl Exchange {
         drop(held);
     }
 
+    /// The app took the connection's socket (a WebSocket): nothing of the response is
+    /// written (what the app gave `start_response` or `write()` is dropped; it spoke on the
+    /// socket itself), and the loop forgets the connection. The access log shows 101.
+    pub fn hand_over(&self, py: Python<'_>) {
+        let mut inner = self.lock(py);
+        let Inner { st, out, .. } = &mut *inner;
+        let conn = st.req.conn;
+        st.out.clear();
+        let held = (std::mem::take(&mut st.more), st.file.take());
+        st.code = 101;
+        st.body_bytes = 0;
+        st.sent = true;
+        st.ended = true;
+        let resp = Response {
+            conn,
+            data: Vec::new(),
+            more: Vec::new(),
+            file: None,
+            part: Part::HandedOver,
+            stream: None,
+        };
+        self.push(py, out, resp);
+        drop(inner);
+        drop(held);
+    }
+
     /// The head is out and the response has no body (HEAD, 204, 304): iterating further
     /// would only produce bytes to discard, and a client that left would never be noticed.
     pub fn body_complete(&self, py: Python<'_>) -> bool {
@@ -956,7 +982,7 @@ impl Exchange {
         let shared = &*self.shared;
         if matches!(
             resp.part,
-            Part::Abort { .. } | Part::Last { keep_alive: false }
+            Part::Abort { .. } | Part::Last { keep_alive: false } | Part::HandedOver
         ) {
             out.closed_conn = resp.conn.packed();
         }

@@ -41,7 +41,9 @@ impl EventLoop {
         // A handler thread may write the response itself (inline, the loop writes it in
         // this same pass anyway).
         let threaded = self.handlers.links[h].join.is_some();
-        req.socket = threaded.then(|| conn.socket_to_lend()).flatten();
+        req.socket = threaded
+            .then(|| conn.socket_to_lend(req.head.websocket))
+            .flatten();
         let lent = req.socket.is_some();
         match self.handlers.push(h, req) {
             Ok(woke) => self.counters.handler_wakes += u64::from(woke),
