@@ -336,6 +336,21 @@ pub struct Cli {
     )]
     pub blocking_threads_idle_timeout: f64,
 
+    /// WebSockets a worker serves at once with a handler thread started in the place of
+    /// each: the app's call holds its thread for as long as the WebSocket lives (with
+    /// simple-websocket's own thread, about 210 KiB of memory and 10 MiB of address space
+    /// a WebSocket). Past it, a WebSocket holds a thread of the pool.
+    #[arg(
+        hide_env = true,
+        help_heading = "Processes and threads",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_MAX_WEBSOCKETS",
+        default_value_t = 256,
+        value_name = "N"
+    )]
+    pub max_websockets: usize,
+
     /// Seconds a request may wait for a handler; past it, 503 (0: no limit).
     ///
     /// A request that would wait longer, at

@@ -72,6 +72,8 @@ pub struct Config {
     pub max_blocking_threads: usize,
     /// `--blocking-threads-idle-timeout`.
     pub blocking_threads_idle: std::time::Duration,
+    /// `--max-websockets`.
+    pub max_websockets: usize,
     /// `--max-queue-wait`: `None` when off (0).
     pub max_queue_wait: Option<std::time::Duration>,
     pub graceful_timeout: std::time::Duration,
@@ -682,6 +684,7 @@ impl Config {
             workers: cli.workers,
             blocking_threads: cli.blocking_threads,
             max_blocking_threads,
+            max_websockets: cli.max_websockets,
             blocking_threads_idle: seconds(
                 "--blocking-threads-idle-timeout",
                 cli.blocking_threads_idle_timeout,

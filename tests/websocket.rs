@@ -245,3 +245,26 @@ fn inline_mode_says_why_it_cannot_hand_a_socket_over() {
     );
     assert_eq!(s.get("/").body_text(), "plain");
 }
+
+#[test]
+fn each_websocket_is_given_a_thread_in_its_place_up_to_max_websockets() {
+    // A pool of two threads at most: twenty WebSockets and plain HTTP are all served, each
+    // WebSocket's thread replaced.
+    let Some(venv) = test_venv() else { return };
+    let s = start(&venv, "ws_flask:app", &["--max-blocking-threads", "2"]);
+    client(&venv, MANY, &[&s.port().to_string(), "20"]);
+    s.assert_no_panic();
+    drop(s);
+    // Past --max-websockets, a WebSocket keeps its thread, and says so.
+    let s = start(
+        &venv,
+        "ws_flask:app",
+        &["--max-blocking-threads", "8", "--max-websockets", "2"],
+    );
+    client(&venv, MANY, &[&s.port().to_string(), "4"]);
+    assert!(
+        s.wait_for_log("past --max-websockets", Duration::from_secs(5)),
+        "{}",
+        s.log_text()
+    );
+}

@@ -116,6 +116,11 @@ pub struct HandlerShared {
     pub wake: WakeFlag,
     /// The loop is stopping: exit once the request ring is empty.
     pub stop: AtomicBool,
+    /// The app took the socket of the request this handler serves (a WebSocket,
+    /// `wsgi::handover`): the thread is the app's until that call returns, then it goes;
+    /// the loop starts another in its place (`Handlers::adopt_websockets`). Release by the
+    /// taking thread, Acquire by the loop.
+    pub websocket: AtomicBool,
     /// The handler's pipeline counters (it writes them, a report reads them).
     pub counters: CachePadded<HandlerCounters>,
     /// What the loop's watchdog reads (`--timeout`, the heartbeat), kept only when `watch`.
@@ -287,6 +292,7 @@ impl HandlerShared {
             app_running: AtomicBool::new(false),
             wake: WakeFlag::new(),
             stop: AtomicBool::new(false),
+            websocket: AtomicBool::new(false),
             counters: CachePadded::new(HandlerCounters::default()),
             busy: BusyClock {
                 watch,

@@ -418,6 +418,7 @@ fn serve(
         proxy_protocol: config.proxy_protocol.then(|| config.proxy_allow.clone()),
         max_handlers: config.max_blocking_threads,
         handler_idle: config.blocking_threads_idle,
+        max_websockets: config.max_websockets,
         max_queue_wait: config.max_queue_wait,
     };
     // The loop is built on its own thread (inline mode's bridge must never leave it), and

@@ -36,15 +36,24 @@ pub struct HandOver {
     fd: Result<RawFd, &'static str>,
     socket: OnceLock<Py<PyAny>>,
     taken: Arc<AtomicBool>,
+    /// The handler serving the request, told when the socket is taken (`None` when there
+    /// is none to take).
+    handler: Option<Arc<crate::pipeline::shared::HandlerShared>>,
 }
 
 impl HandOver {
-    /// The socket `fd` (lent for this request), taken when first touched; `taken` says so.
-    pub fn new(fd: RawFd, taken: Arc<AtomicBool>) -> HandOver {
+    /// The socket `fd` (lent for this request), taken when first touched; `taken` and the
+    /// serving `handler`'s `HandlerShared::websocket` say so.
+    pub fn new(
+        fd: RawFd,
+        taken: Arc<AtomicBool>,
+        handler: Arc<crate::pipeline::shared::HandlerShared>,
+    ) -> HandOver {
         HandOver {
             fd: Ok(fd),
             socket: OnceLock::new(),
             taken,
+            handler: Some(handler),
         }
     }
 
@@ -54,6 +63,7 @@ impl HandOver {
             fd: Err(why),
             socket: OnceLock::new(),
             taken: Arc::new(AtomicBool::new(false)),
+            handler: None,
         }
     }
 
@@ -86,6 +96,10 @@ impl HandOver {
         // Release: pairs with the Acquire in `Bridge::handed_over`, on the thread serving
         // the request (the app may touch the socket from a thread of its own).
         self.taken.store(true, Ordering::Release);
+        if let Some(h) = &self.handler {
+            // Release: pairs with the loop's Acquire in `Handlers::adopt_websockets`.
+            h.websocket.store(true, Ordering::Release);
+        }
         // Two threads that raced here (Python calls above may let the GIL go) keep the
         // first socket; the other is closed when dropped.
         let _ = self.socket.set(sock.unbind());

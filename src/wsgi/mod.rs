@@ -469,7 +469,7 @@ impl Bridge {
             (Some(fd), false) => {
                 let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
                 self.taken = Some(taken.clone());
-                handover::HandOver::new(fd.fd(), taken)
+                handover::HandOver::new(fd.fd(), taken, self.ex.shared.clone())
             }
             (None, false) if req.secure => handover::HandOver::refused(
                 "m0serve hands a WebSocket's socket over on plain TCP and Unix sockets only; \

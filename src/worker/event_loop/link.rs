@@ -79,6 +79,11 @@ pub struct HandlerLink {
     retiring: bool,
     /// Its thread's scheduler times, opened when the pool first looks at it.
     sched: Option<crate::sys::SchedStat>,
+    /// A WebSocket upgrade is out on it: nothing is queued behind it (the app may take its
+    /// socket and keep the thread for as long as the WebSocket lives).
+    upgrade_out: bool,
+    /// Its app took a WebSocket: it left the pool (`Handlers::adopt_websockets`).
+    websocket: bool,
 }
 
 impl HandlerLink {
@@ -99,6 +104,8 @@ impl HandlerLink {
             idle_since: Instant::now(),
             retiring: false,
             sched: None,
+            upgrade_out: false,
+            websocket: false,
         }
     }
 
@@ -134,7 +141,7 @@ impl HandlerLink {
     /// not on a long piece of work (`QUICK_SERVICE`, `LONG_WORK`); always inline, where the
     /// loop is the handler.
     fn takes(&self, now_ns: u64) -> bool {
-        if self.retiring {
+        if self.retiring || self.upgrade_out {
             return false;
         }
         if self.queued == 0 || self.join.is_none() {
@@ -196,6 +203,8 @@ struct Pool {
     floor: usize,
     max: usize,
     idle: Duration,
+    /// `--max-websockets`: threads the app may hold with WebSockets, each replaced.
+    max_websockets: usize,
     /// While requests wait with every handler on a piece of work: when the window began,
     /// which pieces of work they were on (their busy clocks' starts, added up), and their
     /// active time then (`HandlerLink::active`).
@@ -214,19 +223,22 @@ struct Window {
 
 impl Handlers {
     /// `spawner`, with `max` above the links there are: the pool may grow to `max`, and
-    /// a thread above them idle for `idle` goes.
+    /// a thread above them idle for `idle` goes; a thread whose app took a WebSocket is
+    /// replaced, up to `max_websockets` of them.
     pub fn new(
         links: Vec<HandlerLink>,
         spawner: Option<Spawner>,
         max: usize,
         idle: Duration,
+        max_websockets: usize,
     ) -> Handlers {
         let floor = links.len();
-        let pool = spawner.filter(|_| max > floor).map(|spawner| Pool {
+        let pool = spawner.map(|spawner| Pool {
             spawner,
             floor,
-            max,
+            max: max.max(floor),
             idle,
+            max_websockets,
             window: None,
             computing: false,
         });
@@ -282,7 +294,7 @@ impl Handlers {
             return None;
         }
         let capacity = match &self.pool {
-            Some(p) if !p.computing => p.max,
+            Some(p) if !p.computing && p.max > p.floor => p.max,
             _ => able,
         };
         let avg = u64::try_from(sum / u128::from(known)).unwrap_or(u64::MAX);
@@ -294,7 +306,9 @@ impl Handlers {
     /// (the request is next) and whose piece of work has not run `limit` (it is not on a
     /// slow request). `None` when none may: the request waits in the loop.
     pub fn next_in_line(&self, pinned: Option<usize>, limit: Duration, now: u64) -> Option<usize> {
-        let may = |h: &HandlerLink| !h.retiring && h.tx.is_drained() && !h.stuck(now, limit);
+        let may = |h: &HandlerLink| {
+            !h.retiring && !h.upgrade_out && h.tx.is_drained() && !h.stuck(now, limit)
+        };
         match pinned {
             Some(h) => may(&self.links[h]).then_some(h),
             None => (self.links.iter().enumerate())
@@ -431,11 +445,17 @@ impl Handlers {
             return 0;
         };
         let mut asked = 0;
+        // Never below the floor (a thread of the floor may have left with a WebSocket).
+        let mut live = self.links.iter().filter(|h| !h.retiring).count();
         for h in self.links.iter_mut().skip(pool.floor) {
-            if h.retiring || h.queued > 0 || now.saturating_duration_since(h.idle_since) < pool.idle
+            if h.retiring
+                || h.queued > 0
+                || now.saturating_duration_since(h.idle_since) < pool.idle
+                || live <= pool.floor
             {
                 continue;
             }
+            live -= 1;
             h.retiring = true;
             // Release: pairs with the handler's Acquire load of `stop` after it wakes; it
             // leaves once its ring is empty.
@@ -446,6 +466,46 @@ impl Handlers {
             asked += 1;
         }
         asked
+    }
+
+    /// Handlers whose app took a WebSocket (`HandlerShared::websocket`) leave the pool: no
+    /// request goes to them any more, and each goes once its call returns; a thread is
+    /// started in the place of each, while fewer than `--max-websockets` are held so.
+    /// (started, refused): threads started, and WebSockets past the bound, left holding
+    /// their threads with none started for them.
+    pub fn adopt_websockets(&mut self) -> (usize, usize) {
+        let (mut started, mut refused) = (0, 0);
+        let Some(max) = self.pool.as_ref().map(|p| p.max_websockets) else {
+            return (0, 0);
+        };
+        for i in 0..self.links.len() {
+            let h = &mut self.links[i];
+            // Acquire: pairs with the Release in `HandOver::socket`.
+            if h.websocket || !h.shared.websocket.load(Ordering::Acquire) {
+                continue;
+            }
+            h.websocket = true;
+            h.retiring = true;
+            // Release: pairs with the handler's Acquire load of `stop`: it leaves once the
+            // app's call returns (nothing is queued behind a WebSocket upgrade).
+            h.shared.stop.store(true, Ordering::Release);
+            let held = self
+                .links
+                .iter()
+                .filter(|h| h.websocket && !h.join.as_ref().is_some_and(|j| j.is_finished()))
+                .count();
+            if held > max {
+                refused += 1;
+                continue;
+            }
+            match self.start_one() {
+                Ok(()) => started += 1,
+                Err(e) => crate::log::warning!(
+                    "cannot start a handler thread in the place of one a WebSocket holds: {e}"
+                ),
+            }
+        }
+        (started, refused)
     }
 
     /// A handler thread's response ring holds a message.
@@ -475,7 +535,9 @@ impl Handlers {
     /// full. `Ok(true)` when the handler was woken (a syscall).
     pub fn push(&mut self, h: usize, req: Box<Request>) -> Result<bool, Box<Request>> {
         let link = &mut self.links[h];
+        let websocket = req.head.websocket;
         link.tx.push(req)?;
+        link.upgrade_out |= websocket;
         link.queued += 1;
         self.queued += 1;
         Ok(link.notify())
@@ -487,6 +549,7 @@ impl Handlers {
         link.queued -= 1;
         if link.queued == 0 {
             link.idle_since = now;
+            link.upgrade_out = false;
         }
         self.queued -= 1;
     }
@@ -636,6 +699,8 @@ pub struct LoopOptions {
     pub max_handlers: usize,
     /// `--blocking-threads-idle-timeout`: how long a thread above the floor may idle.
     pub handler_idle: Duration,
+    /// `--max-websockets`: threads held by WebSockets that are replaced.
+    pub max_websockets: usize,
     /// `--max-queue-wait` (`None`: off).
     pub max_queue_wait: Option<Duration>,
     /// `--idle-poll`.

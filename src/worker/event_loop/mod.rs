@@ -152,7 +152,13 @@ impl EventLoop {
             answers.set_metrics_region(m.region);
             outlets.metrics = m.recorder;
         }
-        let handlers = Handlers::new(w.handlers, w.spawner, opts.max_handlers, opts.handler_idle);
+        let handlers = Handlers::new(
+            w.handlers,
+            w.spawner,
+            opts.max_handlers,
+            opts.handler_idle,
+            opts.max_websockets,
+        );
         let mut event_loop = EventLoop {
             poller: Poller::new(w.poll, opts.idle_poll),
             signals,

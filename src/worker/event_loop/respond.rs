@@ -22,6 +22,7 @@ impl EventLoop {
         }
         self.pop_responses();
         self.quiet_if_idle();
+        self.adopt_websockets();
         if !self.work.stalled.is_empty() {
             self.grow_pool();
         }
@@ -41,6 +42,24 @@ impl EventLoop {
         self.notify_handlers();
         if let Some(asked) = dying {
             self.shared.flushed(asked);
+        }
+    }
+
+    /// Threads whose app took a WebSocket leave the pool, replaced.
+    fn adopt_websockets(&mut self) {
+        let (started, refused) = self.handlers.adopt_websockets();
+        if started > 0 {
+            self.counters.threads_started += started as u64;
+            crate::log::debug!("{started} handler thread(s) started in the place of WebSockets");
+        }
+        if refused > 0 {
+            crate::log::warning!(
+                "{refused} more WebSocket(s) past --max-websockets hold their handler thread \
+                 with none started in its place"
+            );
+        }
+        if started + refused > 0 {
+            self.threads_changed();
         }
     }
 
