@@ -448,7 +448,12 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     // A worker is started by the master with the listener's and the status pipe's
     // descriptors named in its environment.
     let result = match worker::Inherited::from_env() {
-        Ok(Some(inherited)) => worker::run(config, inherited),
+        Ok(Some(inherited)) => {
+            // The master's report of a gunicorn configuration is the worker's, read above,
+            // not the app's.
+            python::forget_env(cli::gunicorn_conf::REPORT_ENV);
+            worker::run(config, inherited)
+        }
         Ok(None) => {
             for w in &config.warnings {
                 log::warning!("{w}");

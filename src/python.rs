@@ -473,6 +473,25 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
         .map(|known| form(known, true))
 }
 
+/// Takes `name` out of `os.environ` where Python runs already (the package's worker, whose
+/// interpreter read the environment at its start); nothing before Python starts, where
+/// the process's own environment is what it will read.
+pub fn forget_env(name: &str) {
+    // SAFETY: Py_IsInitialized may be called at any time.
+    if unsafe { ffi::Py_IsInitialized() } == 0 {
+        return;
+    }
+    Python::attach(|py| {
+        let popped = py
+            .import("os")
+            .and_then(|os| os.getattr("environ"))
+            .and_then(|env| env.call_method1("pop", (name, py.None())));
+        if let Err(e) = popped {
+            e.print(py);
+        }
+    });
+}
+
 /// Runs Python `code` in this process's embedded interpreter with `sys.argv[1]` set to
 /// `arg` (the binary's side of running a gunicorn configuration, for a master that runs no
 /// Python); the exit code: 0, or 1 after the traceback.

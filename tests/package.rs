@@ -839,4 +839,15 @@ fn a_gunicorn_config_is_run_by_the_packages_interpreter() {
             || text.contains(&format!("M0TEST_PY={}", venv.display())),
         "{text}"
     );
+    // Served: the master's report reaches the workers, not the app (whose os.environ the
+    // package's interpreter read before the worker did).
+    std::fs::write(
+        &conf,
+        "workers = 2\nwsgi_app = 'environ_dump:app'\nraw_env = ['M0TEST_CONF=yes']\n",
+    )
+    .unwrap();
+    let s = start_script(&venv, "", &["-c", conf.to_str().unwrap()]);
+    let body = s.get("/").body_text();
+    assert!(body.contains("\"os.M0TEST_CONF\": \"yes\""), "{body}");
+    assert!(!body.contains("M0SERVE_GUNICORN"), "{body}");
 }

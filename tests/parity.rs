@@ -815,7 +815,7 @@ fn a_gunicorn_config_runs_in_the_master_once_per_start_or_reload_and_may_print()
              print('printed by the file')\n\
              sys.stdout.write('no newline')\n\
              workers = 2\n\
-             wsgi_app = 'hello:app'\n",
+             wsgi_app = 'environ_dump:app'\n",
             runs = runs.display().to_string()
         ),
     )
@@ -824,7 +824,14 @@ fn a_gunicorn_config_runs_in_the_master_once_per_start_or_reload_and_may_print()
         .args(&["-c", conf.to_str().unwrap()])
         .start();
     s.wait_for_workers(2, PROMPT);
-    assert_eq!(s.get("/").status, 200);
+    let r = s.get("/");
+    assert_eq!(r.status, 200);
+    // The master's report is the workers', not the app's.
+    assert!(
+        !r.body_text().contains("M0SERVE_GUNICORN"),
+        "{}",
+        r.body_text()
+    );
     let count = || std::fs::read_to_string(&runs).unwrap().lines().count();
     // Once, in the master: the workers read what it found.
     assert_eq!(count(), 1);
