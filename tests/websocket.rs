@@ -268,3 +268,28 @@ fn each_websocket_is_given_a_thread_in_its_place_up_to_max_websockets() {
         s.log_text()
     );
 }
+
+#[test]
+fn bytes_sent_before_the_handshakes_answer_keep_the_socket_from_the_app() {
+    // A client that sends a frame with its upgrade request: those bytes were read by the
+    // loop, so the socket is not handed over (they would be lost); the app says why.
+    let Some(venv) = test_venv() else { return };
+    let s = start(&venv, "ws_flask:app", &[]);
+    let mut c = s.connect();
+    c.send(
+        b"GET /echo HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n\
+          \x81\x85\x37\xfa\x21\x3d\x7f\x9f\x4d\x51\x58",
+    );
+    assert_eq!(c.read_response().status, 500);
+    assert!(
+        s.wait_for_log(
+            "other requests or bytes came with the WebSocket request",
+            Duration::from_secs(5)
+        ),
+        "{}",
+        s.log_text()
+    );
+    // The same request alone is handed over.
+    client(&venv, ECHO, &[&s.port().to_string()]);
+}

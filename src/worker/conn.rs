@@ -844,11 +844,12 @@ impl Conn {
     /// TCP or Unix (TLS records are the loop's to make), open, and quiet (nothing queued
     /// to write, no request in flight), so no other bytes can come before or between. A
     /// WebSocket upgrade (`websocket`), its connection's last request, gets it too: the
-    /// app may take the socket (`Part::HandedOver`).
+    /// app may take the socket (`Part::HandedOver`); unless bytes came after its head,
+    /// which would be lost to the app (a client waits for the handshake's answer).
     pub fn socket_to_lend(&self, websocket: bool) -> Option<LentSocket> {
         let open = match self.phase {
             Phase::Open => true,
-            Phase::Last { refusal: None } => websocket,
+            Phase::Last { refusal: None } => websocket && !self.has_buffered_input(),
             _ => false,
         };
         let quiet = self.in_flight.is_none() && self.wq.is_empty() && open;

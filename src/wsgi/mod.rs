@@ -476,8 +476,9 @@ impl Bridge {
                  this connection is TLS: terminate TLS in a proxy in front of m0serve",
             ),
             (None, false) => handover::HandOver::refused(
-                "the WebSocket request came pipelined behind other requests on its \
-                 connection: its socket cannot be handed over",
+                "other requests or bytes came with the WebSocket request on its connection \
+                 (a client waits for the handshake's answer before it sends): its socket \
+                 cannot be handed over",
             ),
         };
         environ.set_item("gunicorn.socket", Bound::new(py, offer)?)
