@@ -270,10 +270,7 @@ pub fn read(path: &Path, runner: &Runner) -> Result<Read, String> {
 /// A reload: runs `path` again, so that the new workers read its settings as they are
 /// now; `Err` keeps the report read before.
 pub fn refresh(path: &Path, runner: &Runner) -> Result<(), String> {
-    let report = evaluate(path, runner)?;
-    translate(&report)?;
-    std::env::set_var(REPORT_ENV, &report);
-    Ok(())
+    read(path, runner).map(drop)
 }
 
 /// Runs the file in a process of its own; its report (`EVALUATE`'s lines).

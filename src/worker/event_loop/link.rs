@@ -190,6 +190,9 @@ pub(super) struct Handlers {
     pub links: Vec<HandlerLink>,
     /// Requests pushed, over every handler, whose final part has not come back.
     pub queued: usize,
+    /// Handlers with a WebSocket upgrade out (`HandlerLink::upgrade_out`): only while there
+    /// is one may an app take a socket, so only then does a pass look for it.
+    upgrades: usize,
     /// The threads past `--blocking-threads` the loop may start, when it may.
     pool: Option<Pool>,
 }
@@ -245,6 +248,7 @@ impl Handlers {
         Handlers {
             links,
             queued: 0,
+            upgrades: 0,
             pool,
         }
     }
@@ -478,6 +482,9 @@ impl Handlers {
         let Some(max) = self.pool.as_ref().map(|p| p.max_websockets) else {
             return (0, 0);
         };
+        if self.upgrades == 0 {
+            return (0, 0);
+        }
         for i in 0..self.links.len() {
             let h = &mut self.links[i];
             // Acquire: pairs with the Release in `HandOver::socket`.
@@ -537,7 +544,10 @@ impl Handlers {
         let link = &mut self.links[h];
         let websocket = req.head.websocket;
         link.tx.push(req)?;
-        link.upgrade_out |= websocket;
+        if websocket && !link.upgrade_out {
+            link.upgrade_out = true;
+            self.upgrades += 1;
+        }
         link.queued += 1;
         self.queued += 1;
         Ok(link.notify())
@@ -549,7 +559,9 @@ impl Handlers {
         link.queued -= 1;
         if link.queued == 0 {
             link.idle_since = now;
-            link.upgrade_out = false;
+            if std::mem::take(&mut link.upgrade_out) {
+                self.upgrades -= 1;
+            }
         }
         self.queued -= 1;
     }
