@@ -3,7 +3,9 @@
 # PEP 3333 suites a second time with the app inline on the loop thread
 # (`--blocking-threads 0` for every server whose test does not choose its own shape), and a
 # third time under the Python package's entry point (M0S_TEST_BINARY: the `m0serve`
-# console script of a virtualenv the wheel is installed in).
+# console script of a virtualenv the wheel is installed in); and the process suites
+# (workers, reload, systemd, privileges, metrics) a second time with `--preload` on every
+# server (M0S_TEST_PRELOAD=1).
 #
 # First it prepares what the tests that need PyPI use (tests/frameworks.rs,
 # tests/package.rs, tests/deploy.rs):
@@ -134,16 +136,19 @@ M0S_BUILD_PYTHON_PREFIX=$("$BASE_PYTHON" -c 'import sys; print(sys.base_prefix)'
 export M0S_BUILD_PYTHON_PREFIX
 
 INLINE_SUITES=(--test pep3333 --test http11 --test errors --test corpus --test uds)
+PRELOAD_SUITES=(--test workers --test reload --test systemd --test privileges --test metrics)
 if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-fail-fast "$@"
     M0S_TEST_BLOCKING_THREADS=0 cargo nextest run --no-fail-fast "${INLINE_SUITES[@]}" "$@"
     M0S_TEST_BINARY="$M0S_WHEEL_VENV/bin/m0serve" \
         cargo nextest run --no-fail-fast "${INLINE_SUITES[@]}" "$@"
+    M0S_TEST_PRELOAD=1 cargo nextest run --no-fail-fast "${PRELOAD_SUITES[@]}" "$@"
 else
     cargo test --no-fail-fast "$@"
     M0S_TEST_BLOCKING_THREADS=0 cargo test --no-fail-fast "${INLINE_SUITES[@]}" "$@"
     M0S_TEST_BINARY="$M0S_WHEEL_VENV/bin/m0serve" \
         cargo test --no-fail-fast "${INLINE_SUITES[@]}" "$@"
+    M0S_TEST_PRELOAD=1 cargo test --no-fail-fast "${PRELOAD_SUITES[@]}" "$@"
 fi
 
 # The benchmark client (benches/loadgen, a crate of its own): its response reader, its open

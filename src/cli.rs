@@ -212,6 +212,16 @@ pub struct Cli {
     )]
     pub worker_class: Option<String>,
 
+    /// Import the app once, in a process that forks the workers, so they share its memory.
+    ///
+    /// That process (the preloader) imports the app, freezes the garbage
+    /// collector's view of it (gc.freeze) and forks each worker; the master still runs no
+    /// Python. SIGHUP starts a new preloader with the new code. An app whose import starts
+    /// threads cannot be forked safely: it is then imported by each worker, with a
+    /// warning.
+    #[arg(hide_env = true, help_heading = "Processes and threads", long, env = "M0SERVE_PRELOAD", value_parser = clap::builder::BoolishValueParser::new())]
+    pub preload: bool,
+
     /// Seconds a request may run before its stack is logged and its worker recycled.
     ///
     /// Past it, the request's handler thread's Python stack is

@@ -74,6 +74,8 @@ pub struct Config {
     pub blocking_threads_idle: std::time::Duration,
     /// `--max-websockets`.
     pub max_websockets: usize,
+    /// `--preload`: a preloader imports the app and forks the workers.
+    pub preload: bool,
     /// `--max-queue-wait`: `None` when off (0).
     pub max_queue_wait: Option<std::time::Duration>,
     pub graceful_timeout: std::time::Duration,
@@ -685,6 +687,7 @@ impl Config {
             blocking_threads: cli.blocking_threads,
             max_blocking_threads,
             max_websockets: cli.max_websockets,
+            preload: cli.preload,
             blocking_threads_idle: seconds(
                 "--blocking-threads-idle-timeout",
                 cli.blocking_threads_idle_timeout,

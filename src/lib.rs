@@ -452,7 +452,11 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
             // The master's report of a gunicorn configuration is the worker's, read above,
             // not the app's.
             python::forget_env(cli::gunicorn_conf::REPORT_ENV);
-            worker::run(config, inherited)
+            if inherited.is_preloader() {
+                worker::preload::run(config, inherited)
+            } else {
+                worker::run(config, inherited)
+            }
         }
         Ok(None) => {
             for w in &config.warnings {

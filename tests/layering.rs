@@ -100,9 +100,15 @@ fn allowed() -> BTreeMap<&'static str, &'static [&'static str]> {
     ])
 }
 
-/// Files that may see the whole `Config`: the entry points. Everything else takes its own
-/// small options.
-const CONFIG_READERS: &[&str] = &["src/lib.rs", "src/master/mod.rs", "src/worker/mod.rs"];
+/// Files that may see the whole `Config`: the entry points (the preloader's is a worker's
+/// start with the import done before the fork). Everything else takes its own small
+/// options.
+const CONFIG_READERS: &[&str] = &[
+    "src/lib.rs",
+    "src/master/mod.rs",
+    "src/worker/mod.rs",
+    "src/worker/preload.rs",
+];
 
 /// Parts that never touch Python (the master never runs the app; http, sys and the
 /// lock-free core are plain Rust).

@@ -851,3 +851,38 @@ fn a_gunicorn_config_is_run_by_the_packages_interpreter() {
     assert!(body.contains("\"os.M0TEST_CONF\": \"yes\""), "{body}");
     assert!(!body.contains("M0SERVE_GUNICORN"), "{body}");
 }
+
+#[test]
+fn every_python_version_forks_preloaded_workers_with_pythons_own_fork() {
+    let Some(venvs) = package_venvs() else { return };
+    for venv in &venvs {
+        let python = venv.join("bin").join("python");
+        let mut wrapper = unactivated(venv);
+        wrapper.extend([python.to_str().unwrap().to_string(), "-m".into()]);
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        let s = Server::builder("preload_probe:app")
+            .binary("m0serve")
+            .wrapped(&wrapper)
+            .args(&["--workers", "2", "--preload"])
+            .start();
+        let workers = s.wait_for_workers(2, Duration::from_secs(15));
+        let preloader = s.preloader_pids();
+        assert_eq!(preloader.len(), 1, "{}", s.log_text());
+        let mut seen = std::collections::BTreeSet::new();
+        let ok = wait_until(Duration::from_secs(15), || {
+            let j = json(&s.get("/"));
+            // One import, by the preloader; each worker the master's child, with the
+            // app's after-fork hook run in it (Python's os.fork, not a bare one).
+            assert_eq!(j["imported_by"], preloader[0], "{j}");
+            assert_eq!(j["ppid"], s.pid(), "{j}");
+            assert_eq!(j["forked_into"], serde_json::json!([j["pid"]]), "{j}");
+            assert!(j["frozen"].as_u64().unwrap() > 0, "{j}");
+            seen.insert(j["pid"].as_u64().unwrap() as u32);
+            seen.len() == 2
+        });
+        assert!(ok, "{seen:?} of {workers:?}\n{}", s.log_text());
+        // No warning: Python 3.12 and later warn about a fork of a process with threads.
+        assert!(!s.log_text().contains("Warning"), "{}", s.log_text());
+        s.assert_no_panic();
+    }
+}

@@ -209,10 +209,7 @@ fn a_gunicorn_config_that_cannot_run_or_asks_for_what_m0serve_lacks_is_refused()
     let conf = tmp.path.join("gunicorn.conf.py");
     for (text, says) in [
         ("workers = undefined_name\n", "NameError"),
-        (
-            "preload_app = True\n",
-            "--preload (gunicorn's) is not supported",
-        ),
+        ("daemon = True\n", "--daemon (gunicorn's) is not supported"),
         (
             "bind = {\"a\": 1}\n",
             "bind: m0serve cannot read its value (a dict)",
@@ -716,10 +713,7 @@ fn foreign_spellings_map_warn_or_are_refused_with_the_m0serve_way() {
     }
     // Refused, with the way; no guess at a flag of another meaning.
     for (args, says) in [
-        (
-            &["--preload"][..],
-            "--preload (gunicorn's) is not supported",
-        ),
+        (&["--daemon"][..], "--daemon (gunicorn's) is not supported"),
         (&["--interface", "asgi"][..], "WSGI (PEP 3333) apps only"),
         (&["--static-path-mount", "x"][..], "WhiteNoise"),
         (&["--thread", "4"][..], "did you mean --threads?"),
@@ -766,12 +760,12 @@ fn gunicorn_cmd_args_is_read_under_the_command_line() {
     );
     let out = run_to_exit(
         &["hello:app", "--check-config"],
-        &[("GUNICORN_CMD_ARGS", "--preload")],
+        &[("GUNICORN_CMD_ARGS", "--daemon")],
         PROMPT,
     );
     assert_eq!(out.status.code(), Some(2), "{}", out.stderr);
     assert!(
-        out.stderr.contains("GUNICORN_CMD_ARGS: --preload"),
+        out.stderr.contains("GUNICORN_CMD_ARGS: --daemon"),
         "{}",
         out.stderr
     );

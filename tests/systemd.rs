@@ -244,11 +244,14 @@ fn as_pid_1_it_reaps_orphans_and_stops_gracefully_on_sigterm() {
         .start();
     // The master is unshare's child (PID 1 inside the namespace).
     let master = s.wait_for_workers(1, PROMPT)[0];
-    assert_eq!(
-        child_pids(master).len(),
-        2,
-        "M0SERVE_WORKERS=2 did not give two workers"
-    );
+    let workers = wait_until(PROMPT, || {
+        child_pids(master)
+            .into_iter()
+            .filter(|&p| !is_preloader(p))
+            .count()
+            == 2
+    });
+    assert!(workers, "M0SERVE_WORKERS=2 did not give two workers");
     let status = std::fs::read_to_string(format!("/proc/{master}/status")).unwrap();
     let nspid = status
         .lines()

@@ -131,15 +131,6 @@ pub const SPELLINGS: &[Spelling] = &[
         Ignored("a TLS peer that closes without close_notify ends its connection"),
     ),
     s(
-        "preload",
-        G,
-        false,
-        Refused(
-            "m0serve imports the app in each worker (no --preload); --check-config imports \
-             it once before a start",
-        ),
-    ),
-    s(
         "daemon",
         G,
         false,
@@ -611,8 +602,8 @@ mod tests {
         assert_eq!(w.len(), 2, "{w:?}");
         assert!(w[0].contains("whole request head"), "{w:?}");
         assert!(w[1].contains("--max-queue-wait"), "{w:?}");
-        let e = rw("--preload x:y").unwrap_err();
-        assert!(e.contains("--preload (gunicorn's) is not supported"), "{e}");
+        // m0serve's own flag, left to clap.
+        assert_eq!(rw("--preload x:y").unwrap().0, ["--preload", "x:y"]);
         let e = rw("-D x:y").unwrap_err();
         assert!(e.contains("--daemon"), "{e}");
         let e = rw("--interface asgi x:y").unwrap_err();

@@ -20,6 +20,7 @@
 //! after a backoff that doubles up to `BOOT_BACKOFF_MAX`. If no worker has ever become
 //! ready, a boot failure means the app cannot start: the master stops and exits non-zero.
 
+pub mod preload;
 pub mod reload;
 pub mod systemd;
 
@@ -120,6 +121,12 @@ pub struct Master {
     /// it only so (`ProgramReach::Opened`).
     program_fd: Option<OwnedFd>,
     workers: Vec<Worker>,
+    /// `--preload`: the processes that import the app and fork the workers (the current
+    /// generation's, and older ones still exiting).
+    preloaders: Vec<preload::Preloader>,
+    /// `--preload` refused for this generation (its preloader's import started threads):
+    /// its workers start as they do without `--preload`.
+    preload_off: Option<u64>,
     /// How many workers of the current generation should run.
     target: usize,
     generation: u64,
@@ -399,6 +406,11 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
     }
     let signals =
         SignalPipe::install_master().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    // `--preload`: the workers the preloader forks become the master's children.
+    if config.preload {
+        crate::sys::become_subreaper()
+            .map_err(|e| format!("--preload: cannot become the workers' parent: {e}"))?;
+    }
     let mut m = Master {
         target: config.workers,
         config,
@@ -408,6 +420,8 @@ pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
         command,
         program_fd,
         workers: Vec::new(),
+        preloaders: Vec::new(),
+        preload_off: None,
         generation: 0,
         ever_ready: false,
         announced: false,
@@ -443,7 +457,7 @@ impl Master {
         loop {
             if self.stop_deadline.is_none() {
                 self.converge();
-            } else if self.workers.is_empty() {
+            } else if self.workers.is_empty() && self.preloaders.is_empty() {
                 break;
             }
             self.wait(self.next_timeout());
@@ -542,7 +556,19 @@ impl Master {
             return;
         }
         self.spawn_after = None;
-        for _ in running..self.target {
+        let can_spawn = match self.preloader() {
+            Preload::Off | Preload::Ready(_) => true,
+            Preload::Importing => false,
+            Preload::Missing => {
+                if let Err(e) = self.start_preloader() {
+                    log::error!("cannot start the preloader: {e}");
+                    self.backoff();
+                }
+                false
+            }
+        };
+        let wanted = if can_spawn { self.target } else { running };
+        for _ in running..wanted {
             if let Err(e) = self.spawn() {
                 log::error!("cannot start a worker: {e}");
                 self.backoff();
@@ -597,6 +623,17 @@ impl Master {
         if let Some(w) = &self.watcher {
             fds.push(libc::pollfd {
                 fd: w.raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        for p in self
+            .preloaders
+            .iter()
+            .filter(|p| p.state == preload::State::Importing)
+        {
+            fds.push(libc::pollfd {
+                fd: p.fd().as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             });
@@ -666,6 +703,13 @@ impl Master {
             }
         }
         self.generation += 1;
+        // `--preload`: the old preloader forks nothing more (a replacement is of the new
+        // generation); a new one imports the new code.
+        for p in &mut self.preloaders {
+            if p.state != preload::State::Leaving {
+                p.leave(libc::SIGTERM);
+            }
+        }
         // New code may be smaller: its workers are measured again when ready.
         self.rss_limit_off = false;
         self.reloading = true;
@@ -801,10 +845,17 @@ impl Master {
         )
     }
 
-    fn signal_all(&self, sig: libc::c_int) {
+    /// Sends `sig` to every worker; a stop's (SIGTERM, SIGQUIT, SIGKILL) to the preloaders
+    /// too.
+    fn signal_all(&mut self, sig: libc::c_int) {
         for w in &self.workers {
             // SAFETY: kill(2) on a child we have not reaped yet (so the pid is still ours).
             unsafe { libc::kill(w.pid, sig) };
+        }
+        if matches!(sig, libc::SIGTERM | libc::SIGQUIT | libc::SIGKILL) {
+            for p in &mut self.preloaders {
+                p.leave(sig);
+            }
         }
     }
 
@@ -890,6 +941,20 @@ impl Master {
     }
 
     fn read_status_pipes(&mut self) {
+        for p in self
+            .preloaders
+            .iter_mut()
+            .filter(|p| p.state == preload::State::Importing)
+        {
+            match p.read() {
+                preload::Said::Ready => log::debug!("preloader {} is ready to fork", p.pid),
+                preload::Said::Refused(why) => {
+                    log::warning!("{why}");
+                    self.preload_off = Some(p.generation);
+                }
+                preload::Said::Nothing => {}
+            }
+        }
         let mut became_ready = false;
         for w in &mut self.workers {
             let ready = check_ready(w);
@@ -927,6 +992,13 @@ impl Master {
             if pid <= 0 {
                 return;
             }
+            if let Some(i) = self.preloaders.iter().position(|p| p.pid == pid) {
+                let p = self.preloaders.swap_remove(i);
+                self.preloader_exited(p, status);
+                continue;
+            }
+            // (With `--preload`, the master is a subreaper: a process the app left behind
+            // is reaped here too.)
             let Some(i) = self.workers.iter().position(|w| w.pid == pid) else {
                 continue;
             };
@@ -959,31 +1031,104 @@ impl Master {
                 log::warning!("worker {pid} died ({how}); starting a replacement");
                 continue;
             }
-            if self.watcher.is_some() {
-                // --reload (development): the code is broken until the next edit.
-                if !self.awaiting_change {
-                    self.awaiting_change = true;
-                    log::error!(
-                        "worker {pid} failed to boot ({how}): its error is above; --reload: \
-                         waiting for a change under {} to try again",
-                        self.config.app_dir.display()
-                    );
-                }
-                continue;
-            }
-            if !self.ever_ready {
-                // Said first, plainly; the stop that follows is the master's own.
-                log::error!(
-                    "worker {pid} failed to boot ({how}): the application cannot start \
-                     (its error is above)"
-                );
-                self.fatal = Some("stopped: the application cannot start".into());
-                self.begin_stop(None);
-                continue;
-            }
-            log::warning!("worker {pid} failed to boot ({how}); retrying after a backoff");
-            self.backoff();
+            self.boot_failed(&format!("worker {pid}"), &how);
         }
+    }
+
+    /// `who` (a worker, or the preloader) exited (`how`) before it was ready.
+    fn boot_failed(&mut self, who: &str, how: &str) {
+        if self.watcher.is_some() {
+            // --reload (development): the code is broken until the next edit.
+            if !self.awaiting_change {
+                self.awaiting_change = true;
+                log::error!(
+                    "{who} failed to boot ({how}): its error is above; --reload: waiting for \
+                     a change under {} to try again",
+                    self.config.app_dir.display()
+                );
+            }
+            return;
+        }
+        if !self.ever_ready {
+            // Said first, plainly; the stop that follows is the master's own.
+            log::error!(
+                "{who} failed to boot ({how}): the application cannot start (its error is \
+                 above)"
+            );
+            self.fatal = Some("stopped: the application cannot start".into());
+            self.begin_stop(None);
+            return;
+        }
+        log::warning!("{who} failed to boot ({how}); retrying after a backoff");
+        self.backoff();
+    }
+
+    /// A preloader exited with `status`: expected (told to leave, or a stop), a boot
+    /// failure (it was importing), or a death (a new one is started when a worker is due).
+    fn preloader_exited(&mut self, p: preload::Preloader, status: libc::c_int) {
+        let how = describe_exit(status);
+        let current = p.generation == self.generation;
+        if self.stop_deadline.is_some() || p.state == preload::State::Leaving || !current {
+            log::debug!("preloader {} exited ({how})", p.pid);
+            return;
+        }
+        match p.state {
+            preload::State::Importing => self.boot_failed(
+                &format!("the preloader {} (it imports the app)", p.pid),
+                &how,
+            ),
+            _ => {
+                log::warning!(
+                    "the preloader {} died ({how}); a new one imports the app for the next \
+                     worker",
+                    p.pid
+                );
+                self.backoff();
+            }
+        }
+    }
+
+    /// `--preload`: the state of the current generation's preloader.
+    fn preloader(&self) -> Preload {
+        if !self.config.preload || self.preload_off == Some(self.generation) {
+            return Preload::Off;
+        }
+        match self
+            .preloaders
+            .iter()
+            .position(|p| p.generation == self.generation && p.state != preload::State::Leaving)
+        {
+            None => Preload::Missing,
+            Some(i) if self.preloaders[i].state == preload::State::Ready => Preload::Ready(i),
+            Some(_) => Preload::Importing,
+        }
+    }
+
+    /// Starts the preloader of the current generation (its end of the control socket is
+    /// its "status pipe").
+    fn start_preloader(&mut self) -> io::Result<()> {
+        let (mine, theirs) = crate::sys::ipc::Control::pair()?;
+        let env = WorkerEnv {
+            listeners: self.listeners.iter().map(Listener::raw_fd).collect(),
+            status: theirs.as_raw_fd(),
+            heartbeat: None,
+            metrics: self.metrics.as_ref().map(|(region, listener)| MetricsFds {
+                listener: listener.raw_fd(),
+                region: region.raw_fd(),
+                slot: None,
+            }),
+            cpu: None,
+            preloader: true,
+        };
+        let pid = self.exec_process(&env)?;
+        drop(theirs);
+        log::info!(
+            "preloader {pid} imports {} once for the workers it forks",
+            self.config.app
+        );
+        self.preloaders
+            .push(preload::Preloader::new(pid, self.generation, mine)?);
+        Ok(())
     }
 
     fn backoff(&mut self) {
@@ -1010,7 +1155,8 @@ impl Master {
         })
     }
 
-    /// Forks a worker that executes the worker command with the listener and a ready pipe.
+    /// Starts a worker with the listeners and a status pipe: forked by the preloader
+    /// (`--preload`), or a fork that executes the worker command.
     fn spawn(&mut self) -> io::Result<()> {
         let mut fds = [0 as libc::c_int; 2];
         // Non-blocking: the master reads a pipe only when poll says so, but must never wait
@@ -1044,12 +1190,59 @@ impl Master {
                 slot: metrics_slot,
             }),
             cpu,
+            preloader: false,
         };
-        // Descriptors the worker keeps across its exec (the status pipe's is set apart).
-        let keep_fds: Vec<RawFd> = worker_env
-            .fds()
-            .filter(|&fd| fd != worker_env.status)
-            .collect();
+        let pid = match self.preloader() {
+            Preload::Ready(i) => {
+                let generation = self.preloaders[i].generation;
+                match self.preloaders[i].fork(&worker_env, status_write.as_fd()) {
+                    Ok(pid) => pid,
+                    Err(preload::NotForked::Refused(why)) => {
+                        log::warning!("{why}");
+                        self.preload_off = Some(generation);
+                        self.exec_process(&worker_env)?
+                    }
+                    Err(preload::NotForked::Failed(why)) => {
+                        return Err(io::Error::other(format!("the preloader: {why}")))
+                    }
+                    Err(preload::NotForked::Broken(why)) => {
+                        return Err(io::Error::other(format!(
+                            "the preloader {} is killed: {why}",
+                            self.preloaders[i].pid
+                        )))
+                    }
+                }
+            }
+            _ => self.exec_process(&worker_env)?,
+        };
+        drop(status_write);
+        match cpu {
+            Some(cpu) => log::debug!("started worker {pid} (on CPU {cpu})"),
+            None => log::debug!("started worker {pid}"),
+        }
+        if let (Some((region, _)), Some(slot)) = (&self.metrics, metrics_slot) {
+            region.claim(slot, pid);
+        }
+        self.workers.push(Worker {
+            pid,
+            life: Life::Booting,
+            status_pipe: Some(status_read),
+            heartbeat: Instant::now(),
+            alive_at: Instant::now(),
+            generation: self.generation,
+            metrics_slot,
+            cpu,
+            drain_deadline: None,
+        });
+        Ok(())
+    }
+
+    /// Forks a child that executes the worker command (a worker, or the preloader) with
+    /// the descriptors `env` names, and the environment variable that names them.
+    fn exec_process(&self, env: &WorkerEnv) -> io::Result<libc::pid_t> {
+        // Descriptors the child keeps across its exec (the status pipe's is set apart).
+        let keep_fds: Vec<RawFd> = env.fds().filter(|&fd| fd != env.status).collect();
+        let status_fd = env.status;
         let exe = CString::new(self.command.program.as_os_str().as_bytes())
             .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
         let args: Vec<CString> = self
@@ -1059,14 +1252,14 @@ impl Master {
             .map(|a| CString::new(a.as_bytes()))
             .collect::<Result<_, _>>()
             .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
-        let env = CString::new(format!("{WORKER_ENV}={}", worker_env.encode()))
+        let env_var = CString::new(format!("{WORKER_ENV}={}", env.encode()))
             .map_err(|_| io::Error::other("bad worker environment"))?;
         // Everything the child touches is prepared before the fork: between fork and exec
         // it only makes async-signal-safe calls.
         let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         argv.push(std::ptr::null());
         let mut envp = inherited_environment();
-        envp.push(env.as_ptr());
+        envp.push(env_var.as_ptr());
         envp.push(std::ptr::null());
         let master_pid = std::process::id() as libc::pid_t;
         let ids = self.config.identity.ids();
@@ -1096,7 +1289,7 @@ impl Master {
                     &argv,
                     &envp,
                     &keep_fds,
-                    status_write.as_raw_fd(),
+                    status_fd,
                     master_pid,
                     &old_mask,
                 )
@@ -1110,27 +1303,20 @@ impl Master {
         // SAFETY: restores this thread's mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
         forked?;
-        drop(status_write);
-        match cpu {
-            Some(cpu) => log::debug!("started worker {pid} (on CPU {cpu})"),
-            None => log::debug!("started worker {pid}"),
-        }
-        if let (Some((region, _)), Some(slot)) = (&self.metrics, metrics_slot) {
-            region.claim(slot, pid);
-        }
-        self.workers.push(Worker {
-            pid,
-            life: Life::Booting,
-            status_pipe: Some(status_read),
-            heartbeat: Instant::now(),
-            alive_at: Instant::now(),
-            generation: self.generation,
-            metrics_slot,
-            cpu,
-            drain_deadline: None,
-        });
-        Ok(())
+        Ok(pid)
     }
+}
+
+/// `--preload`: the current generation's preloader, as `Master::preloader` finds it.
+enum Preload {
+    /// No preloader is used: the workers execute the program.
+    Off,
+    /// None runs: one is to be started.
+    Missing,
+    /// It is importing the app: no worker starts until it is done.
+    Importing,
+    /// It forks workers (its index in `Master::preloaders`).
+    Ready(usize),
 }
 
 /// Reads what a worker wrote on its status pipe, without waiting; `true` when it just

@@ -1,8 +1,11 @@
 //! The master-worker protocol: what a worker is handed across its exec (one environment
 //! variable naming its descriptors) and what it says back on its status pipe (one byte a
-//! message).
+//! message); and with `--preload`, the control socket between the master and the preloader
+//! (`Control`: a fork asked for with the new worker's status pipe attached, the pid
+//! answered).
 
-use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Set in a worker's environment by the master; its presence is what makes the process a
@@ -19,9 +22,10 @@ pub struct MetricsFds {
 }
 
 /// What a worker gets across its exec, as [`WORKER_ENV`] carries it:
-/// `LISTENER;LISTENER...,STATUS,HEARTBEAT_MS,METRICS_LISTENER,METRICS_REGION,SLOT,CPU`
+/// `LISTENER;LISTENER...,STATUS,HEARTBEAT_MS,METRICS_LISTENER,METRICS_REGION,SLOT,CPU,ROLE`
 /// (`HEARTBEAT_MS` 0: no systemd watchdog; the metrics fields `-` without `--metrics-port`;
-/// `CPU` `-` without `--cpu-affinity`).
+/// `CPU` `-` without `--cpu-affinity`; `ROLE` `preload` for the preloader, `-` for a
+/// worker).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerEnv {
     pub listeners: Vec<RawFd>,
@@ -32,6 +36,9 @@ pub struct WorkerEnv {
     pub metrics: Option<MetricsFds>,
     /// `--cpu-affinity`: the CPU this worker pins itself to.
     pub cpu: Option<usize>,
+    /// `--preload`: this process is the preloader, not a worker; `status` is its end of
+    /// the control socket.
+    pub preloader: bool,
 }
 
 impl WorkerEnv {
@@ -47,11 +54,12 @@ impl WorkerEnv {
             None => "-,-,-".to_string(),
         };
         format!(
-            "{},{},{},{metrics},{}",
+            "{},{},{},{metrics},{},{}",
             listeners.join(";"),
             self.status,
             self.heartbeat.map_or(0, |w| w.as_millis().max(1)),
-            self.cpu.map_or("-".to_string(), |c| c.to_string())
+            self.cpu.map_or("-".to_string(), |c| c.to_string()),
+            if self.preloader { PRELOADER_ROLE } else { "-" }
         )
     }
 
@@ -75,6 +83,7 @@ impl WorkerEnv {
             _ => None,
         };
         let cpu = fields.next().and_then(|c| c.parse().ok());
+        let preloader = fields.next() == Some(PRELOADER_ROLE);
         let listeners: Option<Vec<RawFd>> = listeners.split(';').map(fd).collect();
         match (listeners.filter(|l| !l.is_empty()), fd(status)) {
             (Some(listeners), Some(status)) => Ok(WorkerEnv {
@@ -83,6 +92,7 @@ impl WorkerEnv {
                 heartbeat: (heartbeat_ms > 0).then(|| Duration::from_millis(heartbeat_ms)),
                 metrics,
                 cpu,
+                preloader,
             }),
             _ => Err(bad()),
         }
@@ -96,6 +106,146 @@ impl WorkerEnv {
             .copied()
             .chain([self.status])
             .chain(metrics)
+    }
+}
+
+/// The last field of [`WorkerEnv`]'s encoding for the preloader.
+const PRELOADER_ROLE: &str = "preload";
+
+/// The master's and the preloader's ends of their control socket (`--preload`): a
+/// `SOCK_SEQPACKET` pair, so that each message arrives whole or not at all, and a
+/// descriptor can go with it (`SCM_RIGHTS`).
+///
+/// The preloader sends [`Control::READY`] once it has imported the app, or
+/// [`Control::REFUSED`] and why (the import started threads). The master then asks for
+/// workers one at a time: [`Control::FORK`] followed by the worker's [`WorkerEnv`], with
+/// the new worker's status pipe attached; the answer is [`Control::FORKED`] and its pid,
+/// or [`Control::FAILED`] and why.
+pub struct Control;
+
+impl Control {
+    pub const READY: u8 = b'R';
+    pub const REFUSED: u8 = b'T';
+    pub const FORK: u8 = b'F';
+    pub const FORKED: u8 = b'P';
+    pub const FAILED: u8 = b'E';
+    /// The longest message: a fork request's environment, or a reason.
+    pub const MAX_MESSAGE: usize = 4096;
+
+    /// A connected pair, both ends close-on-exec (the master's first, the preloader's
+    /// second).
+    pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: socketpair writes two descriptors into the live two-element array.
+        unsafe {
+            crate::sys::syscall!(socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr()
+            ))
+        }?;
+        // SAFETY: socketpair just returned these descriptors; each is owned once here.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    }
+
+    /// Sends one message (`kind` then `text`), with `fd` attached when given.
+    pub fn send(
+        sock: BorrowedFd<'_>,
+        kind: u8,
+        text: &[u8],
+        fd: Option<BorrowedFd<'_>>,
+    ) -> io::Result<()> {
+        let mut msg = Vec::with_capacity(1 + text.len());
+        msg.push(kind);
+        msg.extend_from_slice(&text[..text.len().min(Self::MAX_MESSAGE - 1)]);
+        let mut iov = libc::iovec {
+            iov_base: msg.as_mut_ptr().cast(),
+            iov_len: msg.len(),
+        };
+        // Room for one descriptor's control message, aligned as cmsghdr wants.
+        let mut space = [0u64; 4];
+        // SAFETY: a zeroed msghdr is a valid empty header; its pointers are set below to
+        // live buffers that outlive the call.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        if let Some(fd) = fd {
+            // SAFETY: CMSG_SPACE is a pure size computation.
+            let len = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+            debug_assert!(len <= std::mem::size_of_val(&space));
+            hdr.msg_control = space.as_mut_ptr().cast();
+            hdr.msg_controllen = len as _;
+            // SAFETY: the header's control buffer is `len` bytes of `space`, room for one
+            // cmsghdr with one descriptor (CMSG_SPACE above), so CMSG_FIRSTHDR is non-null
+            // and CMSG_DATA points inside it.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&hdr);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd.as_raw_fd());
+            }
+        }
+        loop {
+            // SAFETY: `hdr` points at live buffers for the call's duration. MSG_NOSIGNAL: a
+            // peer that is gone is EPIPE, not a signal.
+            match unsafe {
+                crate::sys::syscall!(sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL))
+            } {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => return r.map(drop),
+            }
+        }
+    }
+
+    /// Receives one message into `buf`: its length (0: the other end closed) and the
+    /// descriptor attached to it, if any (close-on-exec).
+    pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut space = [0u64; 4];
+        // SAFETY: a zeroed msghdr is a valid empty header; its pointers are set below to
+        // live buffers that outlive the call.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = &mut iov;
+        hdr.msg_iovlen = 1;
+        hdr.msg_control = space.as_mut_ptr().cast();
+        hdr.msg_controllen = std::mem::size_of_val(&space) as _;
+        let n = loop {
+            // SAFETY: `hdr` points at live buffers for the call's duration.
+            match unsafe {
+                crate::sys::syscall!(recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC))
+            } {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r? as usize,
+            }
+        };
+        let mut fd = None;
+        // SAFETY: the kernel filled `hdr`'s control buffer (msg_controllen says how much);
+        // CMSG_FIRSTHDR/CMSG_NXTHDR walk only inside it, and an SCM_RIGHTS message's data
+        // holds descriptors this process now owns.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&hdr);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                    let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                        / std::mem::size_of::<RawFd>();
+                    for i in 0..count {
+                        let got = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i)));
+                        // One is expected; any other is closed as it drops.
+                        if fd.is_none() {
+                            fd = Some(got);
+                        }
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&hdr, c);
+            }
+        }
+        Ok((n, fd))
     }
 }
 
@@ -146,6 +296,7 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn worker_env_round_trips() {
@@ -156,6 +307,7 @@ mod tests {
                 heartbeat: None,
                 metrics: None,
                 cpu: None,
+                preloader: false,
             },
             WorkerEnv {
                 listeners: vec![5, 6, 7],
@@ -167,6 +319,7 @@ mod tests {
                     slot: Some(3),
                 }),
                 cpu: Some(5),
+                preloader: false,
             },
             WorkerEnv {
                 listeners: vec![5],
@@ -178,6 +331,7 @@ mod tests {
                     slot: None,
                 }),
                 cpu: None,
+                preloader: true,
             },
         ] {
             assert_eq!(WorkerEnv::decode(&env.encode()), Ok(env.clone()));
@@ -196,6 +350,46 @@ mod tests {
         ] {
             assert!(WorkerEnv::decode(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_control_message_carries_its_text_and_descriptor_whole() {
+        let (master, preloader) = Control::pair().unwrap();
+        let (r, w) = {
+            let mut fds = [0; 2];
+            // SAFETY: pipe writes two descriptors into the live array.
+            assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+            // SAFETY: just created, owned once here.
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+        };
+        let env = "3;4,9,0,-,-,-,2,-";
+        Control::send(
+            master.as_fd(),
+            Control::FORK,
+            env.as_bytes(),
+            Some(w.as_fd()),
+        )
+        .unwrap();
+        Control::send(master.as_fd(), Control::READY, b"", None).unwrap();
+        drop(w);
+        let mut buf = [0u8; Control::MAX_MESSAGE];
+        let (n, fd) = Control::recv(preloader.as_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], format!("F{env}").as_bytes());
+        // The descriptor that came is the pipe's write end: what goes in comes out of `r`.
+        let fd = fd.expect("a descriptor");
+        // SAFETY: writes one byte from a live buffer to a descriptor we own.
+        let wrote = unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        assert_eq!(wrote, 1);
+        drop(fd);
+        let mut b = [0u8; 2];
+        // SAFETY: reads into a live buffer from a descriptor we own.
+        let got = unsafe { libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 2) };
+        assert_eq!(got, 1);
+        // The next message is its own, with nothing attached; then the end.
+        let (n, fd) = Control::recv(preloader.as_fd(), &mut buf).unwrap();
+        assert_eq!((&buf[..n], fd.is_none()), (&b"R"[..], true));
+        drop(master);
+        assert_eq!(Control::recv(preloader.as_fd(), &mut buf).unwrap().0, 0);
     }
 
     #[test]

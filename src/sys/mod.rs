@@ -219,7 +219,19 @@ pub fn name_after_program() {
     else {
         return;
     };
-    // The kernel keeps 15 bytes and the NUL.
+    set_thread_name(&name);
+}
+
+/// The calling thread's name (what `ps` and `top` show for a process's main thread).
+pub fn thread_name() -> Vec<u8> {
+    let mut buf = [0u8; 16];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the live buffer.
+    unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) };
+    buf.split(|&b| b == 0).next().unwrap_or_default().to_vec()
+}
+
+/// Names the calling thread; the kernel keeps the first 15 bytes.
+pub fn set_thread_name(name: &[u8]) {
     let mut buf = [0u8; 16];
     let n = name.len().min(15);
     buf[..n].copy_from_slice(&name[..n]);
@@ -563,4 +575,36 @@ mod schedstat_tests {
         assert!(own.run > std::time::Duration::ZERO);
         assert!(own.runnable);
     }
+}
+
+/// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose
+/// parent exits becomes its child, not init's (`--preload`: the workers the preloader
+/// forks through a process that exits at once).
+pub fn become_subreaper() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument.
+    unsafe { syscall!(prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong)) }.map(drop)
+}
+
+/// The threads of this process other than the calling one, by name (`/proc/self/task`);
+/// `Err` when they cannot be counted.
+pub fn other_threads() -> std::io::Result<Vec<String>> {
+    // SAFETY: gettid has no preconditions.
+    let me = unsafe { libc::syscall(libc::SYS_gettid) }.to_string();
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        let entry = entry?;
+        if entry.file_name().to_str() == Some(me.as_str()) {
+            continue;
+        }
+        let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        names.push(comm.trim_end().to_string());
+    }
+    Ok(names)
+}
+
+/// Sets the parent-death signal of the calling thread's process to `sig` (the parent
+/// being the process it has now).
+pub fn die_with_parent(sig: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes one signal number.
+    unsafe { syscall!(prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)) }.map(drop)
 }

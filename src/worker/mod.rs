@@ -8,6 +8,7 @@ pub mod handler;
 pub mod inline;
 pub mod placement;
 pub mod placer;
+pub mod preload;
 pub mod tls;
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
@@ -76,6 +77,16 @@ pub struct Inherited {
     metrics: Option<MetricsFds>,
     /// `--cpu-affinity`: the CPU the master chose for this worker.
     cpu: Option<usize>,
+    /// `--preload`: this process is the preloader (`preload::run`), and `status_pipe` its
+    /// control socket.
+    preloader: bool,
+}
+
+impl Inherited {
+    /// This process is the preloader, not a worker (`--preload`).
+    pub fn is_preloader(&self) -> bool {
+        self.preloader
+    }
 }
 
 impl Inherited {
@@ -104,6 +115,7 @@ impl Inherited {
             status_pipe: unsafe { OwnedFd::from_raw_fd(env.status) },
             metrics: env.metrics,
             cpu: env.cpu,
+            preloader: env.preloader,
         }))
     }
 }
@@ -159,80 +171,95 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // The master switched before it started this process; this checks that the switch
     // held (and makes it, should a worker ever start as root).
     config.identity.assume()?;
-    // Before any thread starts: the loop, the handlers and the app's threads inherit it.
-    if let Some(cpu) = inherited.cpu {
+    // Before the import: threads the app starts then inherit the CPU and the table.
+    prepare_process(&config, inherited.cpu);
+    let signals =
+        SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
+    let interpreter = python::initialize(config.venv.as_deref())?;
+    // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
+    // imports the app, then releases it for good while the worker runs.
+    Python::attach(|py| {
+        let imported = import(py, &config, &interpreter)?;
+        start(py, config, inherited, signals, imported)
+    })
+}
+
+/// What the process needs before any thread starts: its CPU (`--cpu-affinity`; the loop,
+/// the handlers and the app's threads inherit it), glibc's thresholds, and a descriptor
+/// table with room for every connection the worker may hold and some for the app's files
+/// (`sys::presize_fd_table`).
+fn prepare_process(config: &Config, cpu: Option<usize>) {
+    if let Some(cpu) = cpu {
         match crate::sys::pin_to_cpu(cpu) {
             Ok(()) => log::debug!("pinned to CPU {cpu}"),
             Err(e) => log::warning!("cannot pin this worker to CPU {cpu} ({e}): it runs unpinned"),
         }
     }
     tune_malloc();
-    // Before any thread starts (`sys::presize_fd_table`): room for every connection the
-    // worker may hold, and some for the app's own files.
     if let Err(e) = crate::sys::presize_fd_table(config.max_connections.saturating_add(FD_HEADROOM))
     {
         log::debug!("cannot grow the descriptor table ahead ({e}): it grows as needed");
     }
+}
+
+/// The app, imported, and the interpreter that imported it, described for the log.
+struct Imported {
+    app: Py<PyAny>,
+    interp: String,
+}
+
+/// Imports the app (a worker, or the preloader for the workers it forks), with the
+/// interpreter's output line-buffered and `os._exit` hooked first, and takes back any
+/// signal handler the import installed.
+fn import(
+    py: Python<'_>,
+    config: &Config,
+    interpreter: &python::Interpreter,
+) -> Result<Imported, String> {
+    let interp = python::describe(py, interpreter);
+    python::line_buffer_stdout(py);
+    // Before the app is imported, so that `from os import _exit` gets it too.
+    python::hook_os_exit(py).map_err(|e| format!("cannot replace os._exit: {e}"))?;
+    log::info!("importing {} with {interp}", config.app);
+    let app = python::load_app(
+        py,
+        &config.app,
+        &config.app_dir,
+        &config.pythonpath,
+        &interp,
+    )?;
+    let taken = crate::sys::signals::reclaim();
+    if !taken.is_empty() {
+        log::warning!(
+            "{} installed its own handler for {} while it was imported; m0serve's is back \
+             (the worker stops as the master asks; the app's handler does not run)",
+            config.app,
+            taken.join(", ")
+        );
+    }
+    Ok(Imported { app, interp })
+}
+
+/// A worker whose app is imported: it takes the descriptors the master handed it, starts
+/// its handler threads and its loop, says it is ready, and serves until it is told to stop.
+/// The caller holds the GIL; it is released here for good.
+fn start(
+    py: Python<'_>,
+    config: Config,
+    inherited: Inherited,
+    signals: SignalPipe,
+    Imported { app, interp }: Imported,
+) -> Result<(), String> {
     let listeners = inherited
         .listener_fds
         .iter()
         .map(|&fd| Listener::from_inherited(fd))
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| format!("cannot use the listening sockets from the master: {e}"))?;
-    let metrics = match inherited.metrics {
-        Some(MetricsFds {
-            listener,
-            region,
-            slot,
-        }) => {
-            let listener = Listener::from_inherited(listener)
-                .map_err(|e| format!("cannot use the metrics socket from the master: {e}"))?;
-            // Metrics are not worth failing to serve for: a file this worker cannot use
-            // (a master of another version, after an upgrade and SIGHUP) leaves it
-            // uncounted, with a warning.
-            let region = match crate::metrics::Region::open(region) {
-                Ok(r) => Some(Arc::new(r)),
-                Err(e) => {
-                    log::warning!(
-                        "cannot use the shared metrics ({e}): this worker is not counted"
-                    );
-                    None
-                }
-            };
-            let slot = match (&region, slot) {
-                (Some(r), Some(s)) if s < r.slots() => Some(s),
-                (Some(r), Some(s)) => {
-                    log::warning!(
-                        "metrics slot {s} is not in the shared file ({} slots): this worker \
-                         is not counted",
-                        r.slots()
-                    );
-                    None
-                }
-                _ => None,
-            };
-            Some(Metrics {
-                listener,
-                region,
-                slot,
-            })
-        }
-        None => None,
-    };
-    if let Some(r) = metrics
-        .as_ref()
-        .and_then(|m| m.region.as_ref())
-        .filter(|r| config.max_blocking_threads.max(1) > r.handlers())
-    {
-        log::warning!(
-            "the shared metrics have room for {} handler thread(s) per worker (the master's \
-             --max-blocking-threads): the others are not counted",
-            r.handlers()
-        );
-    }
-    let signals =
-        SignalPipe::install().map_err(|e| format!("cannot install signal handlers: {e}"))?;
-    let interpreter = python::initialize(config.venv.as_deref())?;
+    let metrics = inherited
+        .metrics
+        .map(|fds| take_metrics(&config, fds))
+        .transpose()?;
     let (server_name, server_port) = listeners
         .first()
         .map(Listener::server_name_port)
@@ -250,49 +277,70 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         trusted: config.trusted.clone(),
         root_path: config.root_path.clone(),
     });
-    // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
-    // imports the app, then releases it for good while the worker runs.
-    Python::attach(|py| {
-        let interp = python::describe(py, &interpreter);
-        python::line_buffer_stdout(py);
-        // Before the app is imported, so that `from os import _exit` gets it too.
-        python::hook_os_exit(py).map_err(|e| format!("cannot replace os._exit: {e}"))?;
-        log::info!("importing {} with {interp}", config.app);
-        let app = python::load_app(
-            py,
-            &config.app,
-            &config.app_dir,
-            &config.pythonpath,
-            &interp,
-        )?;
-        let taken = crate::sys::signals::reclaim();
-        if !taken.is_empty() {
+    if config.timeout.is_some() {
+        python::register_stack_dump(py)
+            .map_err(|e| format!("--timeout: cannot register faulthandler for stack dumps: {e}"))?;
+    }
+    // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread; the last
+    // reference is the pool's, for the threads it starts later.
+    let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1) + 1)
+        .map(|_| app.clone_ref(py))
+        .collect();
+    let to_master = ToMaster {
+        status_pipe: inherited.status_pipe,
+        heartbeat: inherited.heartbeat,
+        metrics,
+    };
+    let result =
+        py.detach(move || serve(&config, listeners, signals, info, apps, interp, to_master));
+    python::flush_stdio(py);
+    result
+}
+
+/// `--metrics-port`: the socket and the shared counters the master handed over. Metrics
+/// are not worth failing to serve for: a file this worker cannot use (a master of another
+/// version, after an upgrade and SIGHUP) leaves it uncounted, with a warning.
+fn take_metrics(config: &Config, fds: MetricsFds) -> Result<Metrics, String> {
+    let MetricsFds {
+        listener,
+        region,
+        slot,
+    } = fds;
+    let listener = Listener::from_inherited(listener)
+        .map_err(|e| format!("cannot use the metrics socket from the master: {e}"))?;
+    let region = match crate::metrics::Region::open(region) {
+        Ok(r) => Some(Arc::new(r)),
+        Err(e) => {
+            log::warning!("cannot use the shared metrics ({e}): this worker is not counted");
+            None
+        }
+    };
+    let slot = match (&region, slot) {
+        (Some(r), Some(s)) if s < r.slots() => Some(s),
+        (Some(r), Some(s)) => {
             log::warning!(
-                "{} installed its own handler for {} while it was imported; m0serve's is \
-                 back (the worker stops as the master asks; the app's handler does not run)",
-                config.app,
-                taken.join(", ")
+                "metrics slot {s} is not in the shared file ({} slots): this worker is not \
+                 counted",
+                r.slots()
             );
+            None
         }
-        if config.timeout.is_some() {
-            python::register_stack_dump(py).map_err(|e| {
-                format!("--timeout: cannot register faulthandler for stack dumps: {e}")
-            })?;
-        }
-        // Inline mode (`--blocking-threads 0`) has one bridge, on the loop thread; the last
-        // reference is the pool's, for the threads it starts later.
-        let apps: Vec<Py<PyAny>> = (0..config.blocking_threads.max(1) + 1)
-            .map(|_| app.clone_ref(py))
-            .collect();
-        let to_master = ToMaster {
-            status_pipe: inherited.status_pipe,
-            heartbeat: inherited.heartbeat,
-            metrics,
-        };
-        let result =
-            py.detach(move || serve(&config, listeners, signals, info, apps, interp, to_master));
-        python::flush_stdio(py);
-        result
+        _ => None,
+    };
+    if let Some(r) = region
+        .as_ref()
+        .filter(|r| config.max_blocking_threads.max(1) > r.handlers())
+    {
+        log::warning!(
+            "the shared metrics have room for {} handler thread(s) per worker (the master's \
+             --max-blocking-threads): the others are not counted",
+            r.handlers()
+        );
+    }
+    Ok(Metrics {
+        listener,
+        region,
+        slot,
     })
 }
 

@@ -185,6 +185,23 @@ pub fn child_pids(pid: u32) -> Vec<u32> {
     out
 }
 
+/// Whether process `pid` is a preloader (`--preload`): named so, or (in the moment after its
+/// exec, before it names itself) started as one and still with one thread. The workers it
+/// forks share the environment it was started with, but not its name, and serve with
+/// threads.
+pub fn is_preloader(pid: u32) -> bool {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    if comm.trim_end() == "m0s-preloader" {
+        return true;
+    }
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let started_as_one = environ
+        .split(|&b| b == 0)
+        .any(|e| e.starts_with(b"M0SERVE_INTERNAL_WORKER_FDS=") && e.ends_with(b",preload"));
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count());
+    started_as_one && threads == 1
+}
+
 /// Deterministic pseudo-random bytes (an LCG), for garbage inputs.
 pub fn pseudo_random(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed

@@ -110,6 +110,13 @@ impl ServerBuilder {
                 cmd.args(["--blocking-threads", &n]);
             }
         }
+        // `M0S_TEST_PRELOAD=1` runs every server whose test does not choose `--preload`
+        // with it (scripts/test.sh runs the process suites a second time so).
+        if std::env::var_os("M0S_TEST_PRELOAD").is_some_and(|v| v == "1")
+            && !self.args.iter().any(|a| a.starts_with("--preload"))
+        {
+            cmd.arg("--preload");
+        }
         // The test's own environment must not configure the server under test.
         for (k, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
             if k.starts_with("M0SERVE_") {
@@ -350,8 +357,18 @@ impl Server {
     }
 
     /// The worker processes (the master's children), sorted.
+    /// The master's children that are workers: not the preloader (`--preload`).
     pub fn worker_pids(&self) -> Vec<u32> {
-        child_pids(self.pid())
+        let mut pids = child_pids(self.pid());
+        pids.retain(|&p| !is_preloader(p));
+        pids
+    }
+
+    /// The master's child that is the preloader (`--preload`), if one runs.
+    pub fn preloader_pids(&self) -> Vec<u32> {
+        let mut pids = child_pids(self.pid());
+        pids.retain(|&p| is_preloader(p));
+        pids
     }
 
     /// Kills worker `pid` with SIGKILL; whether, within `timeout`, `n` workers run again
