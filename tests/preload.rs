@@ -346,3 +346,41 @@ fn gunicorns_preload_app_and_preload_flag_turn_it_on() {
     s.wait_for_workers(2, PROMPT);
     assert_eq!(s.preloader_pids().len(), 1, "{}", s.log_text());
 }
+
+#[test]
+fn a_worker_forked_after_a_log_rotation_writes_to_the_new_file() {
+    let tmp = TempDir::new("preload-rotate");
+    let path = tmp.path.join("error.log");
+    let s = Server::builder("preload_probe:app")
+        .args(&["--workers", "2", "--preload"])
+        .args(&["--error-log-file", path.to_str().unwrap()])
+        .log_file(&path)
+        .start();
+    let workers = s.wait_for_workers(2, PROMPT);
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let rotated = tmp.path.join("error.log.1");
+    std::fs::rename(&path, &rotated).unwrap();
+    s.signal(libc::SIGUSR1);
+    assert!(
+        wait_until(PROMPT, || read(&path).matches("log files reopened").count()
+            == 2),
+        "{}",
+        read(&path)
+    );
+    // The replacement is forked by the preloader, which holds the file as it was at its
+    // start.
+    assert!(s.kill_worker_until_replaced(workers[0], 2, PROMPT));
+    let new = *s
+        .worker_pids()
+        .iter()
+        .find(|p| !workers.contains(p))
+        .unwrap();
+    let serving = format!("[{new}] [INFO] [main] worker: m0serve");
+    assert!(
+        wait_until(PROMPT, || read(&path).contains(&serving)),
+        "the new file:\n{}\nthe rotated one:\n{}",
+        read(&path),
+        read(&rotated)
+    );
+    assert!(!read(&rotated).contains(&serving), "{}", read(&rotated));
+}

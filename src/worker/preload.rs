@@ -236,6 +236,9 @@ fn become_worker(
     master: libc::pid_t,
 ) -> Result<(), String> {
     adopted_by(master)?;
+    // The error log as it is now: the preloader's descriptor may be a file rotated away
+    // since (SIGUSR1 reaches the workers, which reopen theirs, not the preloader).
+    log::reopen();
     super::prepare_process(&config, inherited.cpu);
     // Its own self-pipe before the preloader's goes, so that no signal is written to a
     // descriptor number that is closed or reused meanwhile.
