@@ -50,7 +50,7 @@ Servers: `m0serve` (target/release/m0serve), `m0serve@PATH` (another build, for 
 a change), `granian`, `bjoern` (through benches/run_bjoern.py), `fastwsgi` (through
 benches/run_fastwsgi.py), `uwsgi` (pyuwsgi, `--http11-socket`), `gunicorn` (gthread). Any server may carry
 option overrides after a `:`, e.g. `m0serve:workers=2` or `m0serve:blocking-threads=0`
-(and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on;
+(and `m0serve:static-response`, the loop's ceiling: no Python per request; `m0serve:metrics`, with `--metrics-port` on; `m0serve:preload`, its workers forked from one import;
 `m0serve:cpu-affinity=auto`, its `--cpu-affinity`; `m0serve:scheduling-policy=normal`, its `--scheduling-policy`; `m0serve:idle-poll=50`, its `--idle-poll`; `SERVER:pin=N`, that server alone under `taskset -c N`, the client free),
 so that two shapes alternate in one run. Granian, bjoern (bjoern-binary) and Flask are
 installed into .venv/ on first use (`python3 -m venv .venv`, then pip); m0serve is run
@@ -153,9 +153,10 @@ def parse_server(spec):
     for kv in filter(None, opts.split(",")):
         k, sep, v = kv.partition("=")
         k = opt_key(k)
-        if k in ("static-response", "metrics") and not sep and kind == "m0serve":
+        if k in ("static-response", "metrics", "preload") and not sep and kind == "m0serve":
             # static-response: the loop's ceiling (it answers itself, no Python per
-            # request); metrics: --metrics-port on, to measure what counting costs.
+            # request); metrics: --metrics-port on, to measure what counting costs;
+            # preload: workers forked from one import.
             overrides[k] = True
             continue
         if sep and k in M0SERVE_VALUE_OVERRIDES and kind == "m0serve":
@@ -165,7 +166,7 @@ def parse_server(spec):
             continue
         if not sep or k not in VALUE_OVERRIDES:
             raise SystemExit(f"{spec}: overrides are workers=N, blocking-threads=N, pin=CPU "
-                             "and (m0serve) static-response, metrics, cpu-affinity=V, "
+                             "and (m0serve) static-response, metrics, preload, cpu-affinity=V, "
                              "scheduling-policy=V, idle-poll=MICROSECONDS")
         overrides[k] = int(v)
     # A relative PATH is the caller's: each server runs in a directory of its own.
@@ -193,6 +194,8 @@ def server_cmd(srv, port, app, workers, threads):
         extra = ["--static-response"] if srv["opts"].get("static-response") else []
         if srv["opts"].get("metrics"):
             extra += ["--metrics-port", str(free_port())]
+        if srv["opts"].get("preload"):
+            extra.append("--preload")
         for opt in M0SERVE_VALUE_OVERRIDES:
             if srv["opts"].get(opt):
                 extra += [f"--{opt}", srv["opts"][opt]]
