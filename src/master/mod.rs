@@ -1079,8 +1079,8 @@ impl Master {
             ),
             _ => {
                 log::warning!(
-                    "the preloader {} died ({how}); a new one imports the app for the next \
-                     worker",
+                    "the preloader {} died ({how}); a new one imports the app (the workers \
+                     serve on)",
                     p.pid
                 );
                 self.backoff();
