@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs each cargo-fuzz target (fuzz/fuzz_targets: head, chunked, conn,
-# proxy_protocol) for a set time.
+# proxy_protocol, static_path) for a set time.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]      (default: 60 s each, all four)
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]      (default: 60 s each, all five)
 #
 # Needs a nightly toolchain (`rustup toolchain install nightly`) and cargo-fuzz (installed
 # here when missing). The corpus (fuzz/corpus/TARGET, not committed) is seeded from
@@ -15,7 +15,7 @@ secs=${1:-60}
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-    targets=(head chunked conn proxy_protocol)
+    targets=(head chunked conn proxy_protocol static_path)
 fi
 command -v cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 # The fuzz binaries link libpython (through m0serve) without the server's rpath.

@@ -548,6 +548,60 @@ pub struct Cli {
     )]
     pub root_path_outside: Outside,
 
+    /// Serve the files under DIR at URL prefix PREFIX from the loop, without the app.
+    ///
+    /// Repeatable (`/static=/srv/app/static`, `/media=/srv/app/media`). A request under a
+    /// prefix (matched on the path as sent, --root-path included) gets the file, with
+    /// ETag, Last-Modified, 304, ranges and precompressed `.br`/`.gz` siblings; no byte
+    /// outside DIR is ever served, and files whose name begins with a dot are not.
+    #[arg(
+        hide_env = true,
+        help_heading = "Static files",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_STATIC_MAP",
+        value_name = "PREFIX=DIR",
+        value_delimiter = ','
+    )]
+    pub static_map: Vec<String>,
+
+    /// The Content-Type of a static file by extension, over the built-in table
+    /// (`webmanifest=application/manifest+json`); repeatable.
+    #[arg(
+        hide_env = true,
+        help_heading = "Static files",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_MIME_TYPE",
+        value_name = "EXT=TYPE",
+        value_delimiter = ','
+    )]
+    pub mime_type: Vec<String>,
+
+    /// Cache-Control max-age, in seconds, of a static file whose name carries no content
+    /// hash (0: `no-cache`); a hashed name (`app.3f2a9c1d0b7e.css`) is `immutable` for a
+    /// year.
+    #[arg(
+        hide_env = true,
+        help_heading = "Static files",
+        hide_short_help = true,
+        long,
+        env = "M0SERVE_STATIC_MAX_AGE",
+        default_value_t = 60,
+        value_name = "SECONDS"
+    )]
+    pub static_max_age: u64,
+
+    /// Serve a directory's `index.html` (a directory named without its slash is
+    /// redirected to it); directories are never listed.
+    #[arg(hide_env = true, help_heading = "Static files", hide_short_help = true, long, env = "M0SERVE_STATIC_INDEX", value_parser = clap::builder::BoolishValueParser::new())]
+    pub static_index: bool,
+
+    /// Follow symbolic links that lead outside a --static-map directory (a `collectstatic
+    /// --link` tree); the request path itself still cannot climb out.
+    #[arg(hide_env = true, help_heading = "Static files", hide_short_help = true, long, env = "M0SERVE_STATIC_FOLLOW_SYMLINKS", value_parser = clap::builder::BoolishValueParser::new())]
+    pub static_follow_symlinks: bool,
+
     /// Longest request line, in bytes (longer: 414).
     #[arg(
         hide_env = true,

@@ -76,6 +76,13 @@ pub struct Config {
     pub max_websockets: usize,
     /// `--preload`: a preloader imports the app and forks the workers.
     pub preload: bool,
+    /// `--static-map`: URL prefix (no trailing slash), absolute directory.
+    pub static_map: Vec<(String, PathBuf)>,
+    /// `--mime-type`: extension (lower case, no dot), type.
+    pub mime_types: Vec<(String, String)>,
+    pub static_max_age: u64,
+    pub static_index: bool,
+    pub static_follow_symlinks: bool,
     /// `--max-queue-wait`: `None` when off (0).
     pub max_queue_wait: Option<std::time::Duration>,
     pub graceful_timeout: std::time::Duration,
@@ -224,6 +231,79 @@ fn root_path(r: &str) -> Result<Option<String>, String> {
         ));
     }
     Ok(Some(r.to_string()))
+}
+
+/// `--static-map PREFIX=DIR` values: the prefix a path (`/static`; a trailing slash
+/// dropped, `/` alone for everything), each prefix once, the directory made absolute.
+fn static_map(values: &[String]) -> Result<Vec<(String, PathBuf)>, String> {
+    let mut out: Vec<(String, PathBuf)> = Vec::new();
+    for v in values {
+        let bad = |why: &str| format!("--static-map {v:?}: {why}");
+        let Some((prefix, dir)) = v.split_once('=') else {
+            return Err(bad("expected PREFIX=DIR, such as /static=/srv/app/static"));
+        };
+        let prefix = match prefix.trim().trim_end_matches('/') {
+            "" => "/",
+            p => p,
+        };
+        if !prefix.starts_with('/')
+            || prefix.contains(['?', '#', '%', '\\'])
+            || prefix.bytes().any(|b| b <= b' ' || b == 0x7f)
+        {
+            return Err(bad(
+                "the prefix is a URL path such as /static (it starts with /, without a query, \
+                 escapes or spaces)",
+            ));
+        }
+        if prefix.split('/').any(|s| s == "." || s == "..") {
+            return Err(bad("the prefix may not have . or .. segments"));
+        }
+        if dir.trim().is_empty() {
+            return Err(bad("no directory after ="));
+        }
+        if out.iter().any(|(p, _)| p == prefix) {
+            return Err(bad(&format!("{prefix} is mapped twice")));
+        }
+        let dir = std::path::absolute(dir.trim()).map_err(|e| bad(&e.to_string()))?;
+        out.push((prefix.to_string(), dir));
+    }
+    Ok(out)
+}
+
+/// `--mime-type EXT=TYPE` values: the extension without its dot, in lower case; the type a
+/// `type/subtype` with optional parameters, nothing that could break a header.
+fn mime_types(values: &[String]) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for v in values {
+        let bad = || {
+            format!(
+                "--mime-type {v:?}: expected EXT=TYPE, such as webmanifest=application/manifest+json"
+            )
+        };
+        let (ext, ty) = v.split_once('=').ok_or_else(bad)?;
+        let ext = ext.trim().trim_start_matches('.').to_ascii_lowercase();
+        let ty = ty.trim();
+        let (main, sub) = ty
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .split_once('/')
+            .ok_or_else(bad)?;
+        let token =
+            |s: &str| !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_graphic());
+        if ext.is_empty()
+            || !ext
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || !token(main)
+            || !token(sub)
+            || ty.bytes().any(|b| b < b' ' || b == 0x7f)
+        {
+            return Err(bad());
+        }
+        out.push((ext, ty.to_string()));
+    }
+    Ok(out)
 }
 
 /// `--env-file` lines: `KEY=VALUE`, optionally `export KEY=VALUE`, the value optionally in
@@ -688,6 +768,11 @@ impl Config {
             max_blocking_threads,
             max_websockets: cli.max_websockets,
             preload: cli.preload,
+            static_map: static_map(&cli.static_map)?,
+            mime_types: mime_types(&cli.mime_type)?,
+            static_max_age: cli.static_max_age,
+            static_index: cli.static_index,
+            static_follow_symlinks: cli.static_follow_symlinks,
             blocking_threads_idle: seconds(
                 "--blocking-threads-idle-timeout",
                 cli.blocking_threads_idle_timeout,

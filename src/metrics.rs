@@ -15,6 +15,8 @@
 //! What each series measures:
 //! - `m0serve_requests_total{status="2xx"}`: responses by status class, the app's (counted
 //!   by the handler) and the loop's own error answers (400, 408, 413, 431...).
+//! - `m0serve_static_requests_total{status="2xx"}`: of those, the loop's answers from
+//!   `--static-map` files.
 //! - `m0serve_request_duration_seconds`: from the request read whole to its response's
 //!   last part handed back to the loop.
 //! - `m0serve_queue_wait_seconds`: from the request read whole to a handler taking it (held
@@ -139,6 +141,8 @@ pub struct Section {
     shedding_until: AtomicU64,
     /// A handler's section: requests whose client left before the app was called.
     abandoned: AtomicU64,
+    /// The loop's section only: `--static-map` answers, by status class.
+    static_requests: [AtomicU64; CLASSES],
 }
 
 impl Section {
@@ -179,6 +183,18 @@ impl Section {
         bump(&self.shed, 1);
         // Relaxed: a reading with one writer, compared against the clock by scrapes.
         self.shedding_until.store(until, Ordering::Relaxed);
+    }
+
+    /// The loop's section: a `--static-map` answer with status `code` (also counted by
+    /// `count_status`).
+    #[inline]
+    pub fn count_static(&self, code: u16) {
+        if let Some(c) = (code / 100)
+            .checked_sub(1)
+            .filter(|&c| (c as usize) < CLASSES)
+        {
+            bump(&self.static_requests[c as usize], 1);
+        }
     }
 
     /// A handler's section: a request whose client left before the app ran.
@@ -446,6 +462,7 @@ impl Region {
         let mut threads = 0;
         let mut refused = [0u64; Refused::ALL.len()];
         let (mut shed, mut abandoned) = (0, 0);
+        let mut static_requests = [0u64; CLASSES];
         let mut workers = 0;
         let mut busy = Vec::new();
         for slot in 0..self.slots {
@@ -471,6 +488,9 @@ impl Region {
                 if i == 0 {
                     connections += load(&s.connections);
                     shed += load(&s.shed);
+                    for (acc, r) in static_requests.iter_mut().zip(&s.static_requests) {
+                        *acc += load(r);
+                    }
                     for (acc, r) in refused.iter_mut().zip(&s.refused) {
                         *acc += load(r);
                     }
@@ -491,6 +511,17 @@ impl Region {
         for (c, n) in requests.iter().enumerate() {
             w(format_args!(
                 "m0serve_requests_total{{status=\"{}xx\"}} {n}\n",
+                c + 1
+            ));
+        }
+        w(format_args!(
+            "# HELP m0serve_static_requests_total Responses the loop sent from --static-map \
+             files (also in m0serve_requests_total), by status class, all workers.\n\
+             # TYPE m0serve_static_requests_total counter\n"
+        ));
+        for (c, n) in static_requests.iter().enumerate() {
+            w(format_args!(
+                "m0serve_static_requests_total{{status=\"{}xx\"}} {n}\n",
                 c + 1
             ));
         }

@@ -124,6 +124,7 @@ fn short_help_fits_one_screen_and_long_help_is_grouped_by_topic() {
         "Proxies:",
         "Logging:",
         "Metrics:",
+        "Static files:",
         "Development and tuning:",
     ];
     for h in headings {

@@ -114,6 +114,8 @@ fn sample(long: &str, name: &str, tmp: &TempDir) -> String {
         "--certfile" | "--keyfile" | "--ca-certs" => file("some.pem", "not read here\n"),
         "--client-cert" => "optional".into(),
         "--insecure-bind" => "127.0.0.1:0".into(),
+        "--static-map" => format!("/static={}", tmp.path.display()),
+        "--static-max-age" => "3600".into(),
         _ => match name {
             "N" | "J" | "MIB" | "WORKERS" | "BLOCKING_THREADS" => "2".into(),
             "SECS" => "7".into(),

@@ -715,7 +715,10 @@ fn foreign_spellings_map_warn_or_are_refused_with_the_m0serve_way() {
     for (args, says) in [
         (&["--daemon"][..], "--daemon (gunicorn's) is not supported"),
         (&["--interface", "asgi"][..], "WSGI (PEP 3333) apps only"),
-        (&["--static-path-mount", "x"][..], "WhiteNoise"),
+        (
+            &["--static-path-route", "/assets"][..],
+            "--static-map PREFIX=DIR",
+        ),
         (&["--thread", "4"][..], "did you mean --threads?"),
         (&["--no-such-flag"][..], "migration.md"),
     ] {

@@ -51,6 +51,11 @@ const fn s(name: &'static str, from: &'static str, value: bool, becomes: Becomes
 
 use Becomes::*;
 
+/// Granian's `--static-path-mount DIR`, at its default route.
+fn static_path_mount(dir: &str) -> Result<Vec<String>, String> {
+    Ok(vec![format!("--static-map=/static={dir}")])
+}
+
 /// Every foreign spelling m0serve knows, gunicorn's first.
 pub const SPELLINGS: &[Spelling] = &[
     s("threads", G, true, Converted(threads, None)),
@@ -260,14 +265,18 @@ pub const SPELLINGS: &[Spelling] = &[
         "static-path-mount",
         GR,
         true,
-        Refused("m0serve does not serve static files yet: a proxy in front, or WhiteNoise in the app"),
+        Converted(
+            static_path_mount,
+            Some("Granian's route is /static unless --static-path-route says otherwise: m0serve takes --static-map /static=DIR; for another prefix, or a second mount, give --static-map PREFIX=DIR"),
+        ),
     ),
     s(
         "static-path-route",
         GR,
         true,
-        Refused("m0serve does not serve static files yet: a proxy in front, or WhiteNoise in the app"),
+        Refused("give the prefix and the directory together: --static-map PREFIX=DIR (repeatable)"),
     ),
+    s("static-path-expires", GR, true, Same("static-max-age")),
     s(
         "ssl-keyfile-password",
         GR,

@@ -98,6 +98,42 @@ pub fn render_imf_fixdate(unix_seconds: u64, out: &mut [u8; IMF_FIXDATE_LEN_BYTE
     out[25..29].copy_from_slice(b" GMT");
 }
 
+/// Reads an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110 §5.6.7) as Unix
+/// seconds; `None` for anything else (the obsolete forms included: a conditional request
+/// that uses one is answered as if it had none).
+pub fn parse_imf_fixdate(s: &[u8]) -> Option<u64> {
+    if s.len() != IMF_FIXDATE_LEN_BYTES || &s[3..5] != b", " || &s[25..] != b" GMT" {
+        return None;
+    }
+    let num = |b: &[u8]| -> Option<u64> {
+        b.iter().try_fold(0u64, |n, &d| {
+            d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0'))
+        })
+    };
+    let day = num(&s[5..7])?;
+    let month = MONTHS.iter().position(|m| &s[8..11] == *m)? as u64 + 1;
+    let year = num(&s[12..16])?;
+    let (h, m, sec) = (num(&s[17..19])?, num(&s[20..22])?, num(&s[23..25])?);
+    if s[7] != b' ' || s[11] != b' ' || s[16] != b' ' || s[19] != b':' || s[22] != b':' {
+        return None;
+    }
+    if year < 1970 || !(1..=31).contains(&day) || h > 23 || m > 59 || sec > 60 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's `days_from_civil`, years from 1970 on).
+    let (y, mo) = if month <= 2 {
+        (year - 1, month + 9)
+    } else {
+        (year, month - 3)
+    };
+    let era = y / 400;
+    let yoe = y - era * 400;
+    let doy = (153 * mo + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146_097 + doe).checked_sub(719_468)?;
+    Some(days * SECONDS_PER_DAY + h * 3600 + m * 60 + sec)
+}
+
 fn two_digits(out: &mut [u8], n: u64) {
     let n = n % 100;
     if let [tens, ones] = out {
@@ -128,6 +164,35 @@ pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_imf_fixdate_reads_back_as_the_second_it_was_rendered_for() {
+        let mut out = [0u8; IMF_FIXDATE_LEN_BYTES];
+        for t in [0, 784_111_777, 951_782_400, 1_700_000_000, 4_102_444_799] {
+            render_imf_fixdate(t, &mut out);
+            assert_eq!(
+                parse_imf_fixdate(&out),
+                Some(t),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        for bad in [
+            &b"Sunday, 06-Nov-94 08:49:37 GMT"[..],
+            b"Sun Nov  6 08:49:37 1994",
+            b"Sun, 06 Nov 1994 08:49:37 UTC",
+            b"Sun, 06 Foo 1994 08:49:37 GMT",
+            b"Sun, 06 Nov 1994 25:49:37 GMT",
+            b"",
+        ] {
+            assert_eq!(
+                parse_imf_fixdate(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     fn render(t: u64) -> String {
         let mut out = [0u8; IMF_FIXDATE_LEN_BYTES];

@@ -13,6 +13,7 @@ pub mod limits;
 pub mod parse;
 pub mod percent;
 pub mod proxy_protocol;
+pub mod static_files;
 pub mod trusted;
 
 #[cfg(test)]

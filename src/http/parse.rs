@@ -127,6 +127,15 @@ impl Head {
         self.method.get(buf) == b"HEAD"
     }
 
+    /// The value of the first header named `name` (lower case; names are compared without
+    /// regard to case).
+    pub fn header_value<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+        self.headers
+            .iter()
+            .find(|h| h.name.get(buf).eq_ignore_ascii_case(name))
+            .map(|h| h.value.get(buf))
+    }
+
     /// Name and value of header `i` (in the order sent), or `None` past the end.
     pub fn header<'a>(&self, buf: &'a [u8], i: usize) -> Option<(&'a [u8], &'a [u8])> {
         self.headers

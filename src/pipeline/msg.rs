@@ -360,7 +360,9 @@ pub fn wire_len(data: &[u8], more: &[Buf]) -> usize {
 /// may close its file object at once).
 #[derive(Debug)]
 pub struct FileBody {
-    pub fd: std::os::fd::OwnedFd,
+    /// Shared: the loop's open-file cache (`--static-map`) keeps it open for the next
+    /// response of the same file.
+    pub fd: std::sync::Arc<std::os::fd::OwnedFd>,
     pub offset: u64,
     pub len: u64,
 }

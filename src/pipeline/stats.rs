@@ -70,6 +70,8 @@ pub struct LoopCounters {
     pub held: u64,
     /// Requests answered 503 for their wait (`--max-queue-wait`).
     pub shed: u64,
+    /// Requests answered from `--static-map` files by the loop.
+    pub static_answers: u64,
     /// Handler threads the pool started past `--blocking-threads`, and those that went
     /// again (idle); and how many run now.
     pub threads_started: u64,
@@ -102,6 +104,7 @@ impl LoopCounters {
             ring_full: 0,
             held: 0,
             shed: 0,
+            static_answers: 0,
             threads_started: 0,
             threads_retired: 0,
             threads: 0,
@@ -166,7 +169,7 @@ pub fn report(
     log::info!(
         "stats m0s-loop: cpu {} over {:.3} s, requests {}, passes {}, epoll_wait {} \
          ({:.2} events/call), sleeps {:.3}/req, {waiting}, handler wakes {:.3}/req, \
-         ring-full {}, held {}, shed {}, handler threads {} ({} started by the pool, {} retired), \
+         ring-full {}, held {}, shed {}, static files {}, handler threads {} ({} started by the pool, {} retired), \
          sendfile {} bytes, moves to its handler's CPU {}, idle polls {} found work and {} \
          ran out ({} empty epoll_waits)",
         secs(loop_cpu),
@@ -180,6 +183,7 @@ pub fn report(
         c.ring_full,
         c.held,
         c.shed,
+        c.static_answers,
         c.threads,
         c.threads_started,
         c.threads_retired,

@@ -2,6 +2,7 @@
 //! the listening sockets, signals, body spooling, and the master-worker protocol. Nothing
 //! here runs Python or speaks HTTP.
 
+pub mod beneath;
 pub mod fatal;
 pub mod ipc;
 pub mod listen;

@@ -594,6 +594,8 @@ pub enum LoopAnswer {
     OutsideRoot,
     /// 503 with `Retry-After`: it would wait, or has waited, past `--max-queue-wait`.
     Busy,
+    /// A file under `--static-map` mount N.
+    Static(u8),
 }
 
 /// One connection, owned by the loop thread. The loop routes events to it and hands its
@@ -873,11 +875,16 @@ impl Conn {
 
     /// The held request, once nothing is in flight before it.
     pub fn take_held(&mut self) -> Option<(Box<Request>, LoopAnswer)> {
-        if self.in_flight.is_none() {
-            self.held.take()
-        } else {
-            None
+        if self.in_flight.is_some() {
+            return None;
         }
+        // A response before it ended the connection (cut short, or `Connection: close`):
+        // nothing may follow it on the wire.
+        if !self.takes_responses() {
+            self.held = None;
+            return None;
+        }
+        self.held.take()
     }
 
     /// A request of it went to handler `h`, with its socket lent (`socket_to_lend`) or not.
@@ -1111,6 +1118,17 @@ impl Conn {
     pub fn answer(&mut self, response: Vec<u8>) {
         self.queue(response);
         // Ready for the next head once this is written, as after a handler's response.
+        self.clock.idle_pending = self.in_flight.is_none();
+    }
+
+    /// A whole response the loop made itself with a file body to follow its head
+    /// (`--static-map`), queued like a handler's last part: the `--write-timeout` clock
+    /// starts when nothing was queued before it.
+    pub fn answer_file(&mut self, head: Vec<u8>, file: Option<FileBody>, now: Instant) {
+        if self.wq.is_empty() {
+            self.clock.write_at = now;
+        }
+        self.queue_response(head, Vec::new(), file, None);
         self.clock.idle_pending = self.in_flight.is_none();
     }
 

@@ -469,6 +469,15 @@ fn serve(
         max_websockets: config.max_websockets,
         max_queue_wait: config.max_queue_wait,
     };
+    // `--static-map`: each mount's directory, opened as this worker's user.
+    let static_files =
+        event_loop::statics::StaticFiles::open(&event_loop::statics::StaticOptions {
+            mounts: config.static_map.clone(),
+            types: config.mime_types.clone(),
+            max_age: config.static_max_age,
+            index: config.static_index,
+            follow_links: config.static_follow_symlinks,
+        })?;
     // The loop is built on its own thread (inline mode's bridge must never leave it), and
     // says when it is ready before anything is logged as listening.
     let loop_status_pipe = status_pipe.try_clone().ok();
@@ -508,6 +517,7 @@ fn serve(
                 signals,
                 shared: loop_shared,
                 handlers: links,
+                static_files,
                 spawner: (max_handlers > links_len).then_some(spawner),
                 status_pipe: loop_status_pipe,
                 access_log: loop_access_log,

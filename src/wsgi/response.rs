@@ -851,7 +851,11 @@ impl Exchange {
         };
         if len > 0 {
             st.body_bytes += len;
-            st.file = Some(FileBody { fd, offset, len });
+            st.file = Some(FileBody {
+                fd: std::sync::Arc::new(fd),
+                offset,
+                len,
+            });
         }
         Ok(true)
     }

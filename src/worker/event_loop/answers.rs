@@ -1,7 +1,7 @@
 //! The answers the loop makes itself, without the app: `--static-response`'s hello, a
 //! scrape of `--metrics-port`, the 404 for a request outside `--root-path`, the 503 for
-//! one that waits too long (`--max-queue-wait`). Each is
-//! queued on its connection like a handler's response.
+//! one that waits too long (`--max-queue-wait`), the files of `--static-map`
+//! (`statics`). Each is queued on its connection like a handler's response.
 
 use std::sync::Arc;
 
@@ -19,6 +19,8 @@ pub(super) struct Answers {
     /// The counters every worker shares, for scrapes (`None`: this worker could not map
     /// them, and `/metrics` says so).
     metrics_region: Option<Arc<crate::metrics::Region>>,
+    /// `--static-map`: the files the loop answers itself.
+    statics: Option<super::statics::StaticFiles>,
 }
 
 impl Answers {
@@ -27,6 +29,45 @@ impl Answers {
             date: DateCache::new(),
             root_path,
             metrics_region: None,
+            statics: None,
+        }
+    }
+
+    /// `--static-map`'s files, logged to `log` when there is an access log.
+    pub fn set_static_files(
+        &mut self,
+        statics: Option<super::statics::StaticFiles>,
+        log: Option<Arc<crate::access_log::AccessLog>>,
+    ) {
+        self.statics = statics;
+        if let (Some(s), Some(log)) = (self.statics.as_mut(), log) {
+            s.log_to(log);
+        }
+    }
+
+    /// The `--static-map` mount `req` is under, if any.
+    pub fn static_mount(&self, req: &Request) -> Option<u8> {
+        self.statics.as_ref()?.mount_of(req)
+    }
+
+    /// A file of mount `m` (`static_mount`): queued on `conn`, logged; its status.
+    pub fn static_file(
+        &mut self,
+        conn: &mut Conn,
+        req: &Request,
+        m: u8,
+        now: std::time::Instant,
+    ) -> u16 {
+        match self.statics.as_mut() {
+            Some(s) => s.answer(conn, req, m, self.date.get(), now),
+            None => 404,
+        }
+    }
+
+    /// Writes the static files' buffered access log lines (before the loop sleeps).
+    pub fn flush_log(&mut self) {
+        if let Some(s) = self.statics.as_mut() {
+            s.flush_log();
         }
     }
 

@@ -28,6 +28,7 @@ mod link;
 mod outlets;
 mod poller;
 mod respond;
+pub mod statics;
 mod timeouts;
 
 use std::collections::VecDeque;
@@ -86,6 +87,8 @@ pub struct LoopWiring {
     pub status_pipe: Option<OwnedFd>,
     pub access_log: Option<Arc<AccessLog>>,
     pub metrics: Option<MetricsPort>,
+    /// `--static-map`: the mounts, their directories open.
+    pub static_files: Option<statics::StaticFiles>,
 }
 
 /// The connections with work the pass has yet to do, and the rule for those waiting.
@@ -142,6 +145,7 @@ impl EventLoop {
         let mut acceptor = Acceptor::new(w.listeners, registry, &opts)?;
         registry.register(&mut signals.read, SIGNALS, Interest::READABLE)?;
         let mut answers = Answers::new(opts.root_path.clone());
+        answers.set_static_files(w.static_files, w.access_log.clone());
         let mut outlets = Outlets {
             status_pipe: w.status_pipe,
             access_log: w.access_log,
@@ -238,6 +242,7 @@ impl EventLoop {
             if let Some(inline) = self.inline.as_mut() {
                 inline.flush_log();
             }
+            self.answers.flush_log();
             if self.idle_poll(py, &mut events) {
                 continue;
             }
@@ -527,6 +532,11 @@ impl EventLoop {
                     self.outlets.count_shed(self.clock.now_ns() + hold);
                     self.answers.busy(conn, &req);
                 }
+                LoopAnswer::Static(m) => {
+                    let status = self.answers.static_file(conn, &req, m, self.clock.now);
+                    self.counters.static_answers += 1;
+                    self.outlets.count_static(status);
+                }
             }
             self.work.dirty.push(conn.me().slot);
         }
@@ -597,6 +607,10 @@ impl EventLoop {
             self.answers.hello(conn, &req);
         } else if conn.is_metrics() {
             self.answers.metrics(conn, &req);
+        } else if let Some(m) = self.answers.static_mount(&req) {
+            // A static file: answered like the loop's other answers, below.
+            conn.hold(req, LoopAnswer::Static(m));
+            return;
         } else if !self.answers.within_root(&req) {
             // Answered at the top of the loop, after the responses before it.
             conn.hold(req, LoopAnswer::OutsideRoot);

@@ -52,6 +52,14 @@ impl Outlets {
         }
     }
 
+    /// A static file's answer (`--static-map`).
+    pub fn count_static(&self, status: u16) {
+        if let Some(m) = &self.metrics {
+            m.section().count_status(status);
+            m.section().count_static(status);
+        }
+    }
+
     /// A request shed (`--max-queue-wait`); the worker counts as shedding until `until`
     /// (`stats::mono_ns`).
     pub fn count_shed(&self, until: u64) {
