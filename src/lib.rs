@@ -190,6 +190,23 @@ fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
             Err(_) => dir_place(&what, dir_of(path), &mut warnings),
         }
     }
+    // `--static-map`: a file where a directory is wanted is wrong anywhere; a directory
+    // missing here may be made by the deploy (a warning).
+    for (prefix, dir) in &config.static_map {
+        match std::fs::metadata(dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(format!(
+                    "--static-map {prefix}={}: not a directory",
+                    dir.display()
+                ))
+            }
+            Ok(_) => {}
+            Err(e) => warnings.push(format!(
+                "--static-map {prefix}={}: cannot be served from here: {e}",
+                dir.display()
+            )),
+        }
+    }
     for spec in &config.listen {
         match spec {
             sys::listen::ListenSpec::Unix(path) => {

@@ -387,6 +387,40 @@ fn bad_static_flags_are_refused_naming_them_and_a_missing_directory_stops_the_st
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", out.stderr);
         assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
     }
+    // --check-config: a file is no directory anywhere; a missing one is this host's.
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--check-config",
+            "--static-map",
+            "/s=/etc/hostname",
+        ],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("/etc/hostname: not a directory"),
+        "{}",
+        out.stderr
+    );
+    let out = run_to_exit(
+        &[
+            "hello:app",
+            "--check-config",
+            "--static-map",
+            "/s=/nonexistent/m0s-static",
+        ],
+        &[],
+        Duration::from_secs(10),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("warning: --static-map /s=/nonexistent/m0s-static"),
+        "{}",
+        out.stderr
+    );
     let out = run_to_exit(
         &[
             "hello:app",
