@@ -463,3 +463,110 @@ fn werkzeug_parses_chunked_uploads() {
         }
     }
 }
+
+#[test]
+fn django_admin_with_collectstatic_output_is_served_by_static_map() {
+    let Some(venv) = test_venv() else { return };
+    let root = TempDir::new("django-static");
+    let apps = apps_dir();
+    let out = std::process::Command::new(venv.join("bin/python"))
+        .args(["-m", "django", "collectstatic", "--noinput"])
+        .current_dir(&apps)
+        .env("PYTHONPATH", &apps)
+        .env("DJANGO_SETTINGS_MODULE", "djangoproj.settings_static")
+        .env("M0TEST_STATIC_ROOT", &root.path)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "collectstatic: {out:?}");
+    let static_root = root.path.join("static");
+    assert!(
+        static_root.join("staticfiles.json").is_file(),
+        "no manifest"
+    );
+    let map = format!("/static={}", static_root.display());
+    let s = Server::builder("djangoproj.wsgi:application")
+        .args(&["--venv", venv.to_str().unwrap(), "--static-map", &map])
+        .env("DJANGO_SETTINGS_MODULE", "djangoproj.settings_static")
+        .env("M0TEST_STATIC_ROOT", root.path.to_str().unwrap())
+        .start();
+    let page =
+        s.request(b"GET /admin/login/ HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    assert_eq!(page.status, 200, "{}\n{}", page.body_text(), s.log_text());
+    let html = page.body_text();
+    // Every stylesheet and script the page names, under its hashed name.
+    let mut assets = Vec::new();
+    for attr in ["href=\"", "src=\""] {
+        for part in html.split(attr).skip(1) {
+            let url = &part[..part.find('"').unwrap()];
+            if url.starts_with("/static/") {
+                assets.push(url.to_string());
+            }
+        }
+    }
+    assert!(
+        assets.iter().any(|a| a.ends_with(".css")) && assets.iter().any(|a| a.ends_with(".js")),
+        "{assets:?}\n{html}"
+    );
+    for url in &assets {
+        let r = s.request(
+            format!("GET {url} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{url}");
+        assert_eq!(
+            r.header("cache-control"),
+            Some("public, max-age=31536000, immutable"),
+            "{url}: a hashed name"
+        );
+        let want = if url.ends_with(".css") {
+            "text/css; charset=utf-8"
+        } else {
+            "text/javascript; charset=utf-8"
+        };
+        assert_eq!(r.header("content-type"), Some(want), "{url}");
+        let rel = url.trim_start_matches("/static/");
+        assert_eq!(
+            r.body,
+            std::fs::read(static_root.join(rel)).unwrap(),
+            "{url}"
+        );
+    }
+    // The images the stylesheet names (rewritten to their hashed names) are there too, as
+    // image/svg+xml, immutable.
+    let base = assets
+        .iter()
+        .find(|a| a.contains("admin/css/base."))
+        .unwrap();
+    let css = s.get(base).body_text();
+    let dir = &base[..base.rfind('/').unwrap()];
+    let mut images = 0;
+    for part in css.split("url(").skip(1) {
+        let u = part[..part.find(')').unwrap()].trim_matches(['"', '\'']);
+        let Some(rel) = u.strip_prefix("../") else {
+            continue;
+        };
+        let url = format!("{}/{rel}", &dir[..dir.rfind('/').unwrap()]);
+        let r = s.get(&url);
+        assert_eq!(r.status, 200, "{url}");
+        assert!(is_hashed(&url), "{url}");
+        assert_eq!(
+            r.header("content-type"),
+            Some("image/svg+xml; charset=utf-8"),
+            "{url}"
+        );
+        images += 1;
+    }
+    assert!(images >= 5, "{images} images in {base}");
+    eprintln!(
+        "{} assets of the admin's login page served from collectstatic output",
+        assets.len()
+    );
+}
+
+/// A name as ManifestStaticFilesStorage writes it: `stem.<12 hex>.ext`.
+fn is_hashed(url: &str) -> bool {
+    let name = url.rsplit('/').next().unwrap_or(url);
+    name.split('.')
+        .any(|p| p.len() == 12 && p.bytes().all(|b| b.is_ascii_hexdigit()))
+}

@@ -475,3 +475,36 @@ fn static_answers_are_counted_in_the_metrics() {
         "{text}"
     );
 }
+
+#[test]
+fn a_client_that_stops_reading_a_large_file_is_cut_at_the_write_timeout_and_others_are_served() {
+    const SIZE: usize = 20_000_000;
+    let tmp = TempDir::new("static-stall");
+    let (s_map, _) = tree(&tmp);
+    std::fs::write(tmp.path.join("s/huge.bin"), vec![7u8; SIZE]).unwrap();
+    let s = Server::start(
+        "regress:app",
+        &[
+            "--static-map",
+            &s_map,
+            "--write-timeout",
+            "1",
+            "--log-level",
+            "debug",
+        ],
+    );
+    let mut c = Conn::connect_small(s.addr(), 4096);
+    c.send(b"GET /static/huge.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Meanwhile the loop serves everyone else.
+    for _ in 0..20 {
+        assert_eq!(s.get("/static/css/app.css").status, 200);
+        assert_eq!(s.get("/hello").body_text(), "hello");
+    }
+    assert!(
+        s.wait_for_log("write timeout", Duration::from_secs(6)),
+        "not cut after 6 s\n{}",
+        s.log_text()
+    );
+    let (got, _) = c.read_until_close(Duration::from_secs(10));
+    assert!(got.len() < SIZE, "the whole {} bytes still came", got.len());
+}
