@@ -116,7 +116,7 @@ def start(kind, port, tmp, static, venv, binary):
             return proc
         except OSError:
             time.sleep(0.1)
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)
     raise SystemExit(f"{kind} did not start: {open(os.path.join(tmp, f'{kind}.log')).read()[-2000:]}")
 
 
@@ -168,6 +168,8 @@ def main():
     args = ap.parse_args()
     venv = os.path.abspath(args.venv)
     tmp = tempfile.mkdtemp(prefix="m0static-")
+    # nginx's worker runs as its own user: the files must be readable to it.
+    os.chmod(tmp, 0o755)
     static = os.path.join(tmp, "static")
     os.makedirs(static)
     with open(os.path.join(static, "small.css"), "wb") as f:
