@@ -508,3 +508,22 @@ fn a_client_that_stops_reading_a_large_file_is_cut_at_the_write_timeout_and_othe
     let (got, _) = c.read_until_close(Duration::from_secs(10));
     assert!(got.len() < SIZE, "the whole {} bytes still came", got.len());
 }
+
+#[test]
+fn mounts_come_from_the_environment_too_and_stats_count_the_answers() {
+    let tmp = TempDir::new("static-env");
+    let (s_map, m_map) = tree(&tmp);
+    let s = Server::builder("regress:app")
+        .env("M0SERVE_STATIC_MAP", &format!("{s_map},{m_map}"))
+        .args(&["--stats"])
+        .start();
+    assert_eq!(s.get("/static/css/app.css").status, 200);
+    assert_eq!(s.get("/media/pic.txt").body_text(), "media file");
+    assert_eq!(s.get("/static/none").status, 404);
+    s.signal(libc::SIGUSR2);
+    assert!(
+        s.wait_for_log("static files 3", Duration::from_secs(5)),
+        "{}",
+        s.log_text()
+    );
+}

@@ -882,3 +882,40 @@ fn a_version_1_client_certificate_is_named_once_at_error_level() {
         "{log}"
     );
 }
+
+#[test]
+fn a_static_file_crosses_tls_whole_and_in_range() {
+    needs_tools!();
+    let pki = Pki::new("tls-static");
+    let dir = TempDir::new("tls-static-files");
+    let data: Vec<u8> = (0..3_000_001u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.path.join("big.bin"), &data).unwrap();
+    let map = format!("/static={}", dir.path.display());
+    let s = tls_server(&pki, "tls_app:app", &["--static-map", &map]);
+    let url = format!("https://localhost:{}/static/big.bin", https_addr(&s).port());
+    let out = dir.path.join("got.bin");
+    let (code, status, body) = curl(&[
+        "--cacert",
+        &pki.arg("ca.pem"),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", https_addr(&s).port()),
+        "-o",
+        out.to_str().unwrap(),
+        &url,
+    ]);
+    assert_eq!((code, status.as_str()), (0, "200"), "{body}");
+    assert!(std::fs::read(&out).unwrap() == data, "the file differs");
+    let (code, status, body) = curl(&[
+        "--cacert",
+        &pki.arg("ca.pem"),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", https_addr(&s).port()),
+        "-r",
+        "1000000-1000009",
+        "-o",
+        out.to_str().unwrap(),
+        &url,
+    ]);
+    assert_eq!((code, status.as_str()), (0, "206"), "{body}");
+    assert_eq!(std::fs::read(&out).unwrap(), &data[1_000_000..1_000_010]);
+}
