@@ -155,15 +155,7 @@ fn main() {
             .expect("valid header");
         let (framing, keep_alive) =
             decide_framing(Version::Http11, false, status, None, Some(13), true);
-        w.finish(
-            framing,
-            false,
-            keep_alive,
-            Version::Http11,
-            black_box(&date),
-            false,
-            false,
-        );
+        w.finish(framing, keep_alive, Version::Http11, black_box(&date));
     };
     encode(&mut out);
     let encoded = String::from_utf8_lossy(&out).into_owned();

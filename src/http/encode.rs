@@ -109,6 +109,14 @@ pub fn parse_status(status: &[u8]) -> Result<u16, EncodeError> {
     Ok(code)
 }
 
+/// Which of the headers the server would add the app's head already has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub content_length: bool,
+    pub date: bool,
+    pub server: bool,
+}
+
 /// Writes one response head into `out`: status line, the app's headers (validated as they
 /// come), then the framing headers and the blank line in `finish`.
 pub struct HeadWriter<'a> {
@@ -116,7 +124,7 @@ pub struct HeadWriter<'a> {
     /// Where this head starts in `out`, for `abort`.
     start: usize,
     status: u16,
-    content_length_seen: bool,
+    sent: Sent,
 }
 
 impl<'a> HeadWriter<'a> {
@@ -134,7 +142,7 @@ impl<'a> HeadWriter<'a> {
                 out,
                 start,
                 status: code,
-                content_length_seen: false,
+                sent: Sent::default(),
             },
             code,
         ))
@@ -142,22 +150,22 @@ impl<'a> HeadWriter<'a> {
 
     /// Goes on with a head whose status line and app header lines are `lines`, as an
     /// earlier writer's `new` and `header` calls for the same status and headers wrote them
-    /// (`written`); `status` and `content_length_seen` as that writer had them. Validates
-    /// nothing: the caller vouches that those calls succeeded on the same input.
-    pub fn resume(
-        out: &'a mut Vec<u8>,
-        lines: &[u8],
-        status: u16,
-        content_length_seen: bool,
-    ) -> Self {
+    /// (`written`); `status` and `sent` as that writer had them. Validates nothing: the
+    /// caller vouches that those calls succeeded on the same input.
+    pub fn resume(out: &'a mut Vec<u8>, lines: &[u8], status: u16, sent: Sent) -> Self {
         let start = out.len();
         out.extend_from_slice(lines);
         HeadWriter {
             out,
             start,
             status,
-            content_length_seen,
+            sent,
         }
+    }
+
+    /// Which server headers the app's headers so far already are.
+    pub fn sent(&self) -> Sent {
+        self.sent
     }
 
     /// The status code parsed by `new`.
@@ -190,8 +198,14 @@ impl<'a> HeadWriter<'a> {
         }
         let kind = match name.len() {
             2 if name.eq_ignore_ascii_case(b"te") => return Err(EncodeError::HopByHop),
-            4 if name.eq_ignore_ascii_case(b"date") => HeaderKind::Date,
-            6 if name.eq_ignore_ascii_case(b"server") => HeaderKind::Server,
+            4 if name.eq_ignore_ascii_case(b"date") => {
+                self.sent.date = true;
+                HeaderKind::Date
+            }
+            6 if name.eq_ignore_ascii_case(b"server") => {
+                self.sent.server = true;
+                HeaderKind::Server
+            }
             7 if name.eq_ignore_ascii_case(b"trailer") || name.eq_ignore_ascii_case(b"upgrade") => {
                 return Err(EncodeError::HopByHop)
             }
@@ -203,13 +217,13 @@ impl<'a> HeadWriter<'a> {
             14 if name.eq_ignore_ascii_case(b"content-length") => {
                 // Two Content-Lengths would frame the response two ways (RFC 9112 §6.3 ¶5
                 // from the other side).
-                if self.content_length_seen {
+                if self.sent.content_length {
                     return Err(EncodeError::TwoContentLengths);
                 }
                 // RFC 9110 §8.6 allows OWS around the value; nothing else.
                 let n = parse_decimal_u64(super::trim_ows(value))
                     .ok_or(EncodeError::BadContentLength)?;
-                self.content_length_seen = true;
+                self.sent.content_length = true;
                 if self.status < 200 || self.status == 204 {
                     // Reported (the caller must not add one either), not written.
                     return Ok(HeaderKind::ContentLength(n));
@@ -228,7 +242,8 @@ impl<'a> HeadWriter<'a> {
         Ok(kind)
     }
 
-    /// Appends the headers the server owns and the blank line that ends the head:
+    /// Appends the headers the server owns and the blank line that ends the head (those the
+    /// app sent, `sent`, are not written again):
     /// - `Content-Length: n` for `Framing::Length(n)` unless the app sent one;
     /// - `Transfer-Encoding: chunked` for `Framing::Chunked`;
     /// - `Connection: close` when the connection will close; `Connection: keep-alive` when it
@@ -236,19 +251,9 @@ impl<'a> HeadWriter<'a> {
     ///   the answer must say it);
     /// - `Date` (RFC 9110 §6.6.1: an origin server with a clock MUST send it) and
     ///   `Server: m0serve` unless the app sent them.
-    #[allow(clippy::too_many_arguments)]
-    pub fn finish(
-        mut self,
-        framing: Framing,
-        app_sent_length: bool,
-        keep_alive: bool,
-        req_version: Version,
-        date: &[u8],
-        app_sent_date: bool,
-        app_sent_server: bool,
-    ) {
+    pub fn finish(mut self, framing: Framing, keep_alive: bool, req_version: Version, date: &[u8]) {
         match framing {
-            Framing::Length(n) if !app_sent_length => {
+            Framing::Length(n) if !self.sent.content_length => {
                 self.out.extend_from_slice(b"Content-Length: ");
                 push_decimal(self.out, n);
                 self.out.extend_from_slice(b"\r\n");
@@ -263,10 +268,10 @@ impl<'a> HeadWriter<'a> {
         } else if req_version == Version::Http10 {
             self.out.extend_from_slice(b"Connection: keep-alive\r\n");
         }
-        if !app_sent_date {
+        if !self.sent.date {
             self.push_header(b"Date", date);
         }
-        if !app_sent_server {
+        if !self.sent.server {
             self.push_header(b"Server", SERVER_NAME);
         }
         self.out.extend_from_slice(b"\r\n");
@@ -515,16 +520,10 @@ mod tests {
     ) -> Vec<u8> {
         let mut out = b"prefix".to_vec();
         let (mut w, _) = HeadWriter::new(&mut out, status).unwrap();
-        let (mut cl, mut date, mut server) = (false, false, false);
         for (n, v) in headers {
-            match w.header(n, v).unwrap() {
-                HeaderKind::ContentLength(_) => cl = true,
-                HeaderKind::Date => date = true,
-                HeaderKind::Server => server = true,
-                HeaderKind::Other => {}
-            }
+            w.header(n, v).unwrap();
         }
-        w.finish(framing, cl, keep_alive, version, DATE, date, server);
+        w.finish(framing, keep_alive, version, DATE);
         assert!(out.starts_with(b"prefix"));
         out.split_off(6)
     }

@@ -24,10 +24,9 @@ pub mod preload;
 pub mod reload;
 pub mod systemd;
 
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -1240,70 +1239,19 @@ impl Master {
     /// Forks a child that executes the worker command (a worker, or the preloader) with
     /// the descriptors `env` names, and the environment variable that names them.
     fn exec_process(&self, env: &WorkerEnv) -> io::Result<libc::pid_t> {
-        // Descriptors the child keeps across its exec (the status pipe's is set apart).
-        let keep_fds: Vec<RawFd> = env.fds().filter(|&fd| fd != env.status).collect();
-        let status_fd = env.status;
-        let exe = CString::new(self.command.program.as_os_str().as_bytes())
-            .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
-        let args: Vec<CString> = self
-            .command
-            .argv
-            .iter()
-            .map(|a| CString::new(a.as_bytes()))
-            .collect::<Result<_, _>>()
-            .map_err(|_| io::Error::other("an argument contains a NUL byte"))?;
-        let env_var = CString::new(format!("{WORKER_ENV}={}", env.encode()))
-            .map_err(|_| io::Error::other("bad worker environment"))?;
-        // Everything the child touches is prepared before the fork: between fork and exec
-        // it only makes async-signal-safe calls.
-        let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
-        argv.push(std::ptr::null());
-        let mut envp = inherited_environment();
-        envp.push(env_var.as_ptr());
-        envp.push(std::ptr::null());
-        let master_pid = std::process::id() as libc::pid_t;
-        let ids = self.config.identity.ids();
-        let opened = self.program_fd.as_ref().map(|fd| fd.as_raw_fd());
-        // Signals are blocked across the fork: until its exec the child must not run the
-        // master's handlers (they write into the master's self-pipe, which it shares).
-        // SAFETY: zeroed sigset_t values are valid out-buffers for sigfillset and
-        // pthread_sigmask.
-        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above; blocking every signal in this (only) thread.
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old_mask);
-        }
-        // SAFETY: the master is single-threaded (it never starts a thread), so the child is
-        // a consistent copy; the child only calls async-signal-safe functions (setresgid,
-        // setresuid, setuid, write, signal, sigprocmask, prctl, getppid, fcntl, execve or
-        // execveat, _exit) on data prepared above.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: see above; this branch ends in execve or _exit.
-            unsafe {
-                become_identity(ids);
-                exec_worker(
-                    (&exe, opened),
-                    &argv,
-                    &envp,
-                    &keep_fds,
-                    status_fd,
-                    master_pid,
-                    &old_mask,
-                )
-            }
-        }
-        let forked = if pid < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
+        let env_var = format!("{WORKER_ENV}={}", env.encode());
+        let keep: Vec<RawFd> = env.fds().collect();
+        let child = crate::sys::spawn::Child {
+            program: &self.command.program,
+            opened: self.program_fd.as_ref().map(|fd| fd.as_fd()),
+            argv: &self.command.argv,
+            env_var: &env_var,
+            keep_fds: &keep,
+            ids: self.config.identity.ids(),
+            reset_signals: MASTER_SIGNALS,
         };
-        // SAFETY: restores this thread's mask saved above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut()) };
-        forked?;
-        Ok(pid)
+        // SAFETY: the master is single-threaded: it never starts a thread.
+        unsafe { crate::sys::spawn::fork_exec(&child) }
     }
 }
 
@@ -1392,112 +1340,6 @@ fn retire(w: &mut Worker, why: &str, scaled_down: bool, grace: Duration) {
     log::info!("worker {} drains: {why}", w.pid);
     // SAFETY: kill(2) on our own unreaped child.
     unsafe { libc::kill(w.pid, libc::SIGTERM) };
-}
-
-/// The child of `spawn`, first, with `--user`/`--group` (`Identity::ids`): every id the
-/// identity's, root's real and saved ones too (the master's effective ids are the
-/// identity's, so no privilege is needed), and root out of reach; or it exits. Before the
-/// parent-death signal, which a change of ids clears.
-///
-/// # Safety
-/// As `exec_worker`'s.
-unsafe fn become_identity((uid, gid): (Option<libc::uid_t>, Option<libc::gid_t>)) {
-    // SAFETY: setresgid, setresuid, setuid, write and _exit are async-signal-safe, and
-    // read only the integers and the static message given.
-    unsafe {
-        let switched = gid.is_none_or(|g| libc::setresgid(g, g, g) == 0)
-            && uid
-                .is_none_or(|u| libc::setresuid(u, u, u) == 0 && (u == 0 || libc::setuid(0) != 0));
-        if !switched {
-            let msg = b"m0serve: a worker could not switch to --user/--group before its start\n";
-            libc::write(2, msg.as_ptr().cast(), msg.len());
-            libc::_exit(1);
-        }
-    }
-}
-
-/// The child's side of `spawn`: keep the worker's descriptors across exec, die with the master,
-/// and become a worker: the program by its path, or through its descriptor where one was
-/// opened (`Master::program_fd`). Never returns.
-///
-/// # Safety
-/// Must be called in the child right after `fork` of a single-threaded process, with
-/// pointers to live, NUL-terminated data.
-unsafe fn exec_worker(
-    (exe, opened): (&CString, Option<RawFd>),
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    keep_fds: &[RawFd],
-    ready_fd: RawFd,
-    master_pid: libc::pid_t,
-    mask: &libc::sigset_t,
-) -> ! {
-    // SAFETY: async-signal-safe calls only, on descriptors and memory this process
-    // owns; see the function's contract.
-    unsafe {
-        // The master's handlers go back to the defaults before signals are let in again.
-        for &sig in MASTER_SIGNALS {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-        // SIGINT is ignored until the worker installs its own handlers: a Ctrl-C to the
-        // terminal's process group reaches the master, which stops the workers, and a
-        // Python started by the package installs no KeyboardInterrupt handler over an
-        // ignored SIGINT (it would print a traceback from the middle of its start).
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
-        // A worker whose master is gone (killed) must not serve on: it gets SIGTERM.
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-        if libc::getppid() != master_pid {
-            libc::_exit(1);
-        }
-        // Leave these open across exec (everything else the master holds is CLOEXEC).
-        for &fd in keep_fds {
-            libc::fcntl(fd, libc::F_SETFD, 0);
-        }
-        libc::fcntl(ready_fd, libc::F_SETFD, 0);
-        match opened {
-            // The program through its descriptor (`Master::program_fd`); execveat is a
-            // bare system call, glibc 2.17 has no wrapper.
-            Some(fd) => {
-                libc::syscall(
-                    libc::SYS_execveat,
-                    fd,
-                    c"".as_ptr(),
-                    argv.as_ptr(),
-                    envp.as_ptr(),
-                    libc::AT_EMPTY_PATH,
-                );
-            }
-            None => {
-                libc::execve(exe.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            }
-        }
-        libc::_exit(127);
-    }
-}
-
-/// The master's environment as `KEY=VALUE` pointers (no terminating NULL), except a
-/// worker descriptor variable it may itself have been given.
-fn inherited_environment() -> Vec<*const libc::c_char> {
-    extern "C" {
-        static environ: *const *const libc::c_char;
-    }
-    let mut out = Vec::new();
-    let prefix = format!("{WORKER_ENV}=");
-    // SAFETY: `environ` is the process's NULL-terminated array of C strings; the master is
-    // single-threaded, so nothing changes it while it is read, and the pointers stay valid
-    // in the forked child (a copy of this memory) until its exec.
-    unsafe {
-        let mut p = environ;
-        while !p.is_null() && !(*p).is_null() {
-            let entry = std::ffi::CStr::from_ptr(*p);
-            if !entry.to_bytes().starts_with(prefix.as_bytes()) {
-                out.push(*p);
-            }
-            p = p.add(1);
-        }
-    }
-    out
 }
 
 fn describe_exit(status: libc::c_int) -> String {

@@ -8,6 +8,7 @@ pub mod ipc;
 pub mod listen;
 pub mod privileges;
 pub mod signals;
+pub mod spawn;
 pub mod spool;
 
 /// Calls a libc function and maps a `-1` return to `io::Error::last_os_error()`. The call

@@ -145,9 +145,8 @@ struct AppHead {
     code: u16,
     /// Its Content-Length.
     app_len: Option<u64>,
-    /// It sent Date, and Server.
-    app_date: bool,
-    app_server: bool,
+    /// The server's headers it sent itself.
+    sent: encode::Sent,
 }
 
 impl LastHead {
@@ -514,19 +513,14 @@ impl Exchange {
             let last = &mut head.last;
             let (w, facts) = if last.matches(&status, &headers) {
                 let f = last.facts;
-                let w = HeadWriter::resume(&mut out, &last.lines, f.code, f.app_len.is_some());
+                let w = HeadWriter::resume(&mut out, &last.lines, f.code, f.sent);
                 (w, f)
             } else {
                 let (w, facts) = Self::encode_app_head(&mut out, &status, &headers)?;
                 last.keep(&status, &headers, w.written(), facts);
                 (w, facts)
             };
-            let AppHead {
-                code,
-                app_len,
-                app_date,
-                app_server,
-            } = facts;
+            let AppHead { code, app_len, .. } = facts;
             // (A graceful stop's last request comes with `keep_alive` false: the loop
             // decides which request is a connection's last.)
             let (framing, keep_alive) = encode::decide_framing(
@@ -537,15 +531,7 @@ impl Exchange {
                 known_len,
                 st.req.keep_alive,
             );
-            w.finish(
-                framing,
-                app_len.is_some(),
-                keep_alive,
-                st.req.version,
-                head.date.get(),
-                app_date,
-                app_server,
-            );
+            w.finish(framing, keep_alive, st.req.version, head.date.get());
             st.framing = framing;
             st.keep_alive = keep_alive;
             st.remaining = match framing {
@@ -576,7 +562,7 @@ impl Exchange {
     ) -> PyResult<(HeadWriter<'o>, AppHead)> {
         let (mut w, code) =
             HeadWriter::new(out, latin1(status.as_any(), "status")?).map_err(encode_err)?;
-        let (mut app_len, mut app_date, mut app_server) = (None, false, false);
+        let mut app_len = None;
         for item in headers.iter() {
             let pair = item.cast::<PyTuple>().map_err(|_| {
                 PyTypeError::new_err("each response header must be a (name, value) tuple")
@@ -603,16 +589,13 @@ impl Exchange {
                     }
                     app_len = Some(n);
                 }
-                HeaderKind::Date => app_date = true,
-                HeaderKind::Server => app_server = true,
-                HeaderKind::Other => {}
+                HeaderKind::Date | HeaderKind::Server | HeaderKind::Other => {}
             }
         }
         let facts = AppHead {
             code,
             app_len,
-            app_date,
-            app_server,
+            sent: w.sent(),
         };
         Ok((w, facts))
     }
@@ -895,12 +878,9 @@ impl Exchange {
             let _ = w.header(b"Content-Type", b"text/plain; charset=utf-8");
             w.finish(
                 Framing::Length(body.len() as u64),
-                false,
                 keep_alive,
                 version,
                 head.date.get(),
-                false,
-                false,
             );
         }
         if !is_head {
