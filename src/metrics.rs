@@ -37,13 +37,12 @@
 //!   that exited and were replaced (death, recycling, reload).
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::pipeline::stats::bump;
-use crate::sys::syscall;
 
 /// Upper bounds of the histogram buckets, in nanoseconds (the `+Inf` bucket follows): from
 /// 100 µs (a queue wait on an idle server) to 10 s.
@@ -242,8 +241,7 @@ struct SlotHeader {
 
 /// The shared counters of every worker, mapped into this process.
 pub struct Region {
-    base: *mut u8,
-    len: usize,
+    map: crate::sys::shm::Mapping,
     slots: usize,
     handlers: usize,
     fd: OwnedFd,
@@ -284,33 +282,9 @@ impl Region {
     /// The master's: a new shared file for `slots` workers of `handlers` handler sections
     /// each, zeroed (by the kernel: a fresh memfd reads as zeros).
     pub fn create(slots: usize, handlers: usize) -> io::Result<Region> {
-        let name = c"m0serve-metrics";
-        // The system call itself, not glibc's wrapper (glibc 2.27 and later): the wheels
-        // are built for glibc 2.17 (manylinux2014).
-        // SAFETY: memfd_create reads the NUL-terminated `name`, which outlives the call.
-        let fd = unsafe {
-            syscall!(syscall(
-                libc::SYS_memfd_create,
-                name.as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING
-            ))
-        }?;
-        // SAFETY: memfd_create just returned this descriptor (a file descriptor fits a
-        // c_int); it is owned once here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
         let len = file_bytes(slots, handlers)
             .ok_or_else(|| io::Error::other("too many metrics slots"))?;
-        // SAFETY: ftruncate on the descriptor `fd` owns, with a plain length.
-        unsafe { syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)) }?;
-        // Its length is fixed from here: no process can shrink it under another's mapping.
-        // SAFETY: F_ADD_SEALS on the memfd `fd` owns, with plain flags.
-        unsafe {
-            syscall!(fcntl(
-                fd.as_raw_fd(),
-                libc::F_ADD_SEALS,
-                libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL
-            ))
-        }?;
+        let fd = crate::sys::shm::sealed_memfd(c"m0serve-metrics", len)?;
         let r = Region::map(fd, len, slots, handlers)?;
         let h = r.header();
         h.slots.store(slots as u64, Ordering::Relaxed);
@@ -326,11 +300,7 @@ impl Region {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: fcntl on a descriptor this process owns.
         unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-        // SAFETY: a zeroed stat is a valid out-buffer for fstat.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat writes one stat into the live `st`.
-        unsafe { syscall!(fstat(fd.as_raw_fd(), &mut st)) }?;
-        let len = st.st_size as usize;
+        let len = crate::sys::shm::file_len(fd.as_fd())?;
         if len < std::mem::size_of::<Header>() {
             return Err(io::Error::other("the metrics file is too short"));
         }
@@ -356,24 +326,8 @@ impl Region {
     }
 
     fn map(fd: OwnedFd, len: usize, slots: usize, handlers: usize) -> io::Result<Region> {
-        // SAFETY: a fresh shared mapping of `len` bytes of a file at least that long; the
-        // kernel picks the (page-aligned) address.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
         Ok(Region {
-            base: base.cast(),
-            len,
+            map: crate::sys::shm::Mapping::shared(fd.as_fd(), len)?,
             slots,
             handlers,
             fd,
@@ -397,16 +351,16 @@ impl Region {
     fn header(&self) -> &Header {
         // SAFETY: the mapping starts with a `Header` (page-aligned, so 64-aligned), valid
         // for as long as `self`; every field is an atomic, valid for any bit pattern.
-        unsafe { &*self.base.cast::<Header>() }
+        unsafe { &*self.map.base().cast::<Header>() }
     }
 
     fn slot_header(&self, slot: usize) -> &SlotHeader {
         assert!(slot < self.slots);
         let off = std::mem::size_of::<Header>() + slot * slot_bytes(self.handlers);
-        debug_assert!(off + slot_bytes(self.handlers) <= self.len);
+        debug_assert!(off + slot_bytes(self.handlers) <= self.map.len());
         // SAFETY: `off` is inside the mapping (checked against the shape at open), a
         // multiple of 64; atomics only.
-        unsafe { &*self.base.add(off).cast::<SlotHeader>() }
+        unsafe { &*self.map.base().add(off).cast::<SlotHeader>() }
     }
 
     /// Section `i` of `slot`: 0 is the loop's, `1 + h` handler `h`'s.
@@ -417,7 +371,7 @@ impl Region {
             + std::mem::size_of::<SlotHeader>()
             + i * std::mem::size_of::<Section>();
         // SAFETY: as in `slot_header`: inside the mapping, 64-aligned, atomics only.
-        unsafe { &*self.base.add(off).cast::<Section>() }
+        unsafe { &*self.map.base().add(off).cast::<Section>() }
     }
 
     /// The master: a worker with `pid` now uses `slot`.
@@ -604,14 +558,6 @@ impl Region {
             self.shedding(crate::pipeline::stats::mono_ns()),
             load(&self.header().restarts)
         ));
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `map`; no reference into it outlives
-        // `self` (sections are borrowed from `&self` or held through `Arc<Region>`).
-        unsafe { libc::munmap(self.base.cast(), self.len) };
     }
 }
 

@@ -7,6 +7,7 @@ pub mod fatal;
 pub mod ipc;
 pub mod listen;
 pub mod privileges;
+pub mod shm;
 pub mod signals;
 pub mod spawn;
 pub mod spool;
