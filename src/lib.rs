@@ -62,23 +62,11 @@ fn check(config: &config::Config, host: &Host) -> Result<String, String> {
     let as_user = check_as_user(config, host)?;
     let interpreter = python::initialize(config.venv.as_deref())?;
     Python::attach(|py| {
-        let interp = python::describe(py, &interpreter);
-        let app = python::load_app(
-            py,
-            &config.app,
-            &config.app_dir,
-            &config.pythonpath,
-            &interp,
-        )?;
-        if !app.bind(py).is_callable() {
-            return Err(format!(
-                "{}: the application object is not callable",
-                config.app
-            ));
-        }
+        let imported = worker::import(py, config, &interpreter, worker::Purpose::Check)?;
         Ok(format!(
-            "{} imports and is callable ({interp}){as_user}; would listen on {}",
+            "{} imports and is callable ({}){as_user}; would listen on {}",
             config.app,
+            imported.interp,
             config.describe_listen()
         ))
     })

@@ -179,7 +179,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // The GIL boundary of the main thread: it holds the GIL from initialisation to here,
     // imports the app, then releases it for good while the worker runs.
     Python::attach(|py| {
-        let imported = import(py, &config, &interpreter)?;
+        let imported = import(py, &config, &interpreter, Purpose::Serve)?;
         start(py, config, inherited, signals, imported)
     })
 }
@@ -202,25 +202,39 @@ fn prepare_process(config: &Config, cpu: Option<usize>) {
     }
 }
 
-/// The app, imported, and the interpreter that imported it, described for the log.
-struct Imported {
+/// The app, imported (a callable), and the interpreter that imported it, described for the
+/// log.
+pub struct Imported {
     app: Py<PyAny>,
-    interp: String,
+    pub interp: String,
 }
 
-/// Imports the app (a worker, or the preloader for the workers it forks), with the
-/// interpreter's output line-buffered and `os._exit` hooked first, and takes back any
-/// signal handler the import installed.
-fn import(
+/// What an import is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// A worker's, or the preloader's for the workers it forks.
+    Serve,
+    /// `--check-config`'s: nothing of the process is changed for serving.
+    Check,
+}
+
+/// Imports the app from the configuration's directories, the one import of every process
+/// that has one (a worker, the preloader, `--check-config`). To serve, the interpreter's
+/// output is line-buffered and `os._exit` hooked first, and any signal handler the import
+/// installed is taken back.
+pub fn import(
     py: Python<'_>,
     config: &Config,
     interpreter: &python::Interpreter,
+    purpose: Purpose,
 ) -> Result<Imported, String> {
     let interp = python::describe(py, interpreter);
-    python::line_buffer_stdout(py);
-    // Before the app is imported, so that `from os import _exit` gets it too.
-    python::hook_os_exit(py).map_err(|e| format!("cannot replace os._exit: {e}"))?;
-    log::info!("importing {} with {interp}", config.app);
+    if purpose == Purpose::Serve {
+        python::line_buffer_stdout(py);
+        // Before the app is imported, so that `from os import _exit` gets it too.
+        python::hook_os_exit(py).map_err(|e| format!("cannot replace os._exit: {e}"))?;
+        log::info!("importing {} with {interp}", config.app);
+    }
     let app = python::load_app(
         py,
         &config.app,
@@ -228,6 +242,9 @@ fn import(
         &config.pythonpath,
         &interp,
     )?;
+    if purpose == Purpose::Check {
+        return Ok(Imported { app, interp });
+    }
     let taken = crate::sys::signals::reclaim();
     if !taken.is_empty() {
         log::warning!(
@@ -382,19 +399,113 @@ fn serve(
     if let Err(e) = crate::sys::fatal::install(flush_before_death) {
         log::warning!("cannot hook the fatal signals: {e}");
     }
-    let access_log = match &config.access_log {
-        Some((target, format)) => Some(Arc::new(crate::access_log::AccessLog {
-            format: format.clone(),
-            sink: crate::access_log::LogFile::open(target)
-                .map_err(|e| format!("--access-log-file {}: {e}", target.describe()))?,
-        })),
-        None => None,
-    };
+    let access_log = open_access_log(config)?;
+    // The loop's watchdog reads a handler's busy clock (`--timeout`, the heartbeat).
     let watch = config.timeout.is_some() || heartbeat.is_some();
-    let mut links = Vec::with_capacity(apps.len());
-    let mut inline = None;
-    let mut apps = apps;
+    let outlets = Outlets {
+        loop_shared: &loop_shared,
+        info: &info,
+        access_log: &access_log,
+        metrics: metrics.as_ref(),
+    };
+    let Handlers {
+        links,
+        inline,
+        pool_app,
+    } = start_handlers(config, apps, &outlets, watch)?;
+    let opts = loop_options(config, &listeners, heartbeat);
+    let static_files = open_static_files(config)?;
+    let spawner = handler::Spawner {
+        loop_shared: loop_shared.clone(),
+        app: pool_app,
+        info,
+        access_log: access_log.clone(),
+        metrics: metrics
+            .as_ref()
+            .and_then(|m| Some((m.region.clone()?, m.slot?))),
+        batch_scheduling: config.batch_scheduling,
+        watch,
+        // Where the pool's threads run: the worker's CPUs now, before the loop places
+        // itself.
+        cpus: crate::sys::allowed_cpus().ok(),
+    };
+    let wiring = LoopWiring {
+        poll,
+        listeners,
+        signals,
+        shared: loop_shared,
+        spawner: (config.max_blocking_threads > links.len()).then_some(spawner),
+        handlers: links,
+        static_files,
+        status_pipe: status_pipe.try_clone().ok(),
+        access_log,
+        metrics: metrics.map(|m| {
+            let recorder = m.for_loop();
+            MetricsPort {
+                listener: m.listener,
+                region: m.region,
+                recorder,
+            }
+        }),
+    };
+    let loop_thread = start_loop(wiring, opts, inline, config.batch_scheduling)?;
+    let shape = match config.blocking_threads {
+        0 => "the app inline on the loop thread".to_string(),
+        n => format!("{n} handler thread(s)"),
+    };
+    log::info!(
+        "worker: m0serve {} serving {} with {shape}, {interp}",
+        env!("CARGO_PKG_VERSION"),
+        config.app,
+    );
+    crate::sys::signals::serving();
+    // The master counts this worker as serving from here.
+    Status::Ready.send(status_pipe.as_fd());
+    loop_thread
+        .join()
+        .map_err(|_| "the loop thread panicked".to_string())?;
+    log::info!("stopped");
+    Ok(())
+}
+
+/// `--access-log`: its file opened (once per worker, shared by its threads).
+fn open_access_log(config: &Config) -> Result<Option<Arc<crate::access_log::AccessLog>>, String> {
+    let Some((target, format)) = &config.access_log else {
+        return Ok(None);
+    };
+    Ok(Some(Arc::new(crate::access_log::AccessLog {
+        format: format.clone(),
+        sink: crate::access_log::LogFile::open(target)
+            .map_err(|e| format!("--access-log-file {}: {e}", target.describe()))?,
+    })))
+}
+
+/// What every handler writes to besides its rings.
+struct Outlets<'a> {
+    loop_shared: &'a Arc<LoopShared>,
+    info: &'a Arc<ServerInfo>,
+    access_log: &'a Option<Arc<crate::access_log::AccessLog>>,
+    metrics: Option<&'a Metrics>,
+}
+
+/// The handlers at start: the threads' links, inline mode's setup, and the app for the
+/// threads the pool starts later.
+struct Handlers {
+    links: Vec<HandlerLink>,
+    inline: Option<InlineSetup>,
+    pool_app: Arc<Py<PyAny>>,
+}
+
+/// Starts `--blocking-threads` handler threads (or sets up inline mode), one reference of
+/// the app each (`apps`: one more than the threads, the last the pool's).
+fn start_handlers(
+    config: &Config,
+    mut apps: Vec<Py<PyAny>>,
+    o: &Outlets<'_>,
+    watch: bool,
+) -> Result<Handlers, String> {
     let pool_app = Arc::new(apps.pop().ok_or("no application object")?);
+    let mut inline = None;
     if config.blocking_threads == 0 {
         let (tx, rx) = ring::ring(REQUEST_RING_SLOTS);
         inline = Some(InlineSetup {
@@ -402,26 +513,26 @@ fn serve(
             rx,
             shared: Arc::new(HandlerShared::new(0, false)),
             app: apps.pop().ok_or("no application object")?,
-            info: info.clone(),
-            access_log: access_log.clone(),
-            metrics: metrics.as_ref().and_then(|m| m.handler(0)),
+            info: o.info.clone(),
+            access_log: o.access_log.clone(),
+            metrics: o.metrics.and_then(|m| m.handler(0)),
         });
     }
+    let mut links = Vec::with_capacity(apps.len());
     for (idx, app) in apps.into_iter().enumerate() {
         let (req_tx, req_rx) = ring::ring(REQUEST_RING_SLOTS);
         let (resp_tx, resp_rx) = ring::ring(RESPONSE_RING_SLOTS);
-        // The loop's watchdog reads a handler's busy clock (`--timeout`, the heartbeat).
         let shared = Arc::new(HandlerShared::new(idx, watch));
         let join = handler::spawn(HandlerSetup {
             idx,
             rx: req_rx,
             tx: resp_tx,
             shared: shared.clone(),
-            loop_shared: loop_shared.clone(),
+            loop_shared: o.loop_shared.clone(),
             app: handler::App::Own(app),
-            info: info.clone(),
-            access_log: access_log.clone(),
-            metrics: metrics.as_ref().and_then(|m| m.handler(idx)),
+            info: o.info.clone(),
+            access_log: o.access_log.clone(),
+            metrics: o.metrics.and_then(|m| m.handler(idx)),
             batch_scheduling: config.batch_scheduling,
             cpus: None,
         })
@@ -433,7 +544,20 @@ fn serve(
             Some(join),
         ));
     }
-    let opts = LoopOptions {
+    Ok(Handlers {
+        links,
+        inline,
+        pool_app,
+    })
+}
+
+/// The loop's settings, from the configuration and the listeners it serves.
+fn loop_options(
+    config: &Config,
+    listeners: &[Listener],
+    heartbeat: Option<Duration>,
+) -> LoopOptions {
+    LoopOptions {
         shared_listener: config.workers > 1,
         limits: config.limits,
         max_body_bytes: config.max_body_size,
@@ -468,25 +592,29 @@ fn serve(
         handler_idle: config.blocking_threads_idle,
         max_websockets: config.max_websockets,
         max_queue_wait: config.max_queue_wait,
-    };
-    // `--static-map`: each mount's directory, opened as this worker's user.
-    let static_files =
-        event_loop::statics::StaticFiles::open(&event_loop::statics::StaticOptions {
-            mounts: config.static_map.clone(),
-            types: config.mime_types.clone(),
-            max_age: config.static_max_age,
-            index: config.static_index,
-            follow_links: config.static_follow_symlinks,
-        })?;
-    // The loop is built on its own thread (inline mode's bridge must never leave it), and
-    // says when it is ready before anything is logged as listening.
-    let loop_status_pipe = status_pipe.try_clone().ok();
-    let loop_access_log = access_log.clone();
+    }
+}
+
+/// `--static-map`: each mount's directory, opened as this worker's user.
+fn open_static_files(config: &Config) -> Result<Option<event_loop::statics::StaticFiles>, String> {
+    event_loop::statics::StaticFiles::open(&event_loop::statics::StaticOptions {
+        mounts: config.static_map.clone(),
+        types: config.mime_types.clone(),
+        max_age: config.static_max_age,
+        index: config.static_index,
+        follow_links: config.static_follow_symlinks,
+    })
+}
+
+/// Builds and runs the loop on its own thread (inline mode's bridge must never leave it);
+/// returns once the loop says it is set up, before anything is logged as listening.
+fn start_loop(
+    wiring: LoopWiring,
+    opts: LoopOptions,
+    inline: Option<InlineSetup>,
+    batch_scheduling: bool,
+) -> Result<std::thread::JoinHandle<()>, String> {
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
-    let batch_scheduling = config.batch_scheduling;
-    let (max_handlers, links_len) = (config.max_blocking_threads, links.len());
-    // Where the pool's threads run: the worker's CPUs now, before the loop places itself.
-    let pool_cpus = crate::sys::allowed_cpus().ok();
     let loop_thread = std::thread::Builder::new()
         .name("m0s-loop".into())
         .spawn(move || {
@@ -498,37 +626,6 @@ fn serve(
             }
             let ready = move |r: Result<(), String>| {
                 let _ = ready_tx.send(r);
-            };
-            let spawner = handler::Spawner {
-                loop_shared: loop_shared.clone(),
-                app: pool_app,
-                info,
-                access_log: access_log.clone(),
-                metrics: metrics
-                    .as_ref()
-                    .and_then(|m| Some((m.region.clone()?, m.slot?))),
-                batch_scheduling,
-                watch,
-                cpus: pool_cpus,
-            };
-            let wiring = LoopWiring {
-                poll,
-                listeners,
-                signals,
-                shared: loop_shared,
-                handlers: links,
-                static_files,
-                spawner: (max_handlers > links_len).then_some(spawner),
-                status_pipe: loop_status_pipe,
-                access_log: loop_access_log,
-                metrics: metrics.map(|m| {
-                    let recorder = m.for_loop();
-                    MetricsPort {
-                        listener: m.listener,
-                        region: m.region,
-                        recorder,
-                    }
-                }),
             };
             match EventLoop::new(wiring, opts) {
                 Ok(event_loop) => event_loop.run(inline, ready),
@@ -543,21 +640,5 @@ fn serve(
         let _ = loop_thread.join();
         return Err(e);
     }
-    let shape = match config.blocking_threads {
-        0 => "the app inline on the loop thread".to_string(),
-        n => format!("{n} handler thread(s)"),
-    };
-    log::info!(
-        "worker: m0serve {} serving {} with {shape}, {interp}",
-        env!("CARGO_PKG_VERSION"),
-        config.app,
-    );
-    crate::sys::signals::serving();
-    // The master counts this worker as serving from here.
-    Status::Ready.send(status_pipe.as_fd());
-    loop_thread
-        .join()
-        .map_err(|_| "the loop thread panicked".to_string())?;
-    log::info!("stopped");
-    Ok(())
+    Ok(loop_thread)
 }

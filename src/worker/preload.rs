@@ -60,7 +60,7 @@ pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
         ..
     } = inherited;
     Python::attach(|py| {
-        let imported = super::import(py, &config, &interpreter)?;
+        let imported = super::import(py, &config, &interpreter, super::Purpose::Serve)?;
         // The master says why (one warning, whichever of its preloaders refused).
         if let Some(why) = cannot_fork(&config) {
             let _ = Control::send(control.as_fd(), Control::REFUSED, why.as_bytes(), None);
