@@ -144,15 +144,21 @@ pub struct Section {
     static_requests: [AtomicU64; CLASSES],
 }
 
+/// The index of `code`'s status class (`1xx` is 0), `None` outside 100..=599.
+#[inline]
+fn class(code: u16) -> Option<usize> {
+    (code / 100)
+        .checked_sub(1)
+        .map(usize::from)
+        .filter(|&c| c < CLASSES)
+}
+
 impl Section {
     /// One response with status `code` (codes outside 100..=599 are not counted).
     #[inline]
     pub fn count_status(&self, code: u16) {
-        if let Some(c) = (code / 100)
-            .checked_sub(1)
-            .filter(|&c| (c as usize) < CLASSES)
-        {
-            bump(&self.requests[c as usize], 1);
+        if let Some(c) = class(code) {
+            bump(&self.requests[c], 1);
         }
     }
 
@@ -188,11 +194,8 @@ impl Section {
     /// `count_status`).
     #[inline]
     pub fn count_static(&self, code: u16) {
-        if let Some(c) = (code / 100)
-            .checked_sub(1)
-            .filter(|&c| (c as usize) < CLASSES)
-        {
-            bump(&self.static_requests[c as usize], 1);
+        if let Some(c) = class(code) {
+            bump(&self.static_requests[c], 1);
         }
     }
 

@@ -26,7 +26,7 @@ pub mod systemd;
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,6 @@ use crate::log;
 use crate::sys::ipc::{MetricsFds, Status, WorkerEnv, WORKER_ENV};
 use crate::sys::listen::Listener;
 use crate::sys::signals::{Received, SignalPipe, MASTER_SIGNALS};
-use crate::sys::syscall;
 
 /// First wait before replacing a worker that died before it was ready; doubles per
 /// consecutive boot failure.
@@ -1126,7 +1125,7 @@ impl Master {
             self.config.app
         );
         self.preloaders
-            .push(preload::Preloader::new(pid, self.generation, mine)?);
+            .push(preload::Preloader::new(pid, self.generation, mine));
         Ok(())
     }
 
@@ -1157,14 +1156,9 @@ impl Master {
     /// Starts a worker with the listeners and a status pipe: forked by the preloader
     /// (`--preload`), or a fork that executes the worker command.
     fn spawn(&mut self) -> io::Result<()> {
-        let mut fds = [0 as libc::c_int; 2];
         // Non-blocking: the master reads a pipe only when poll says so, but must never wait
         // on a worker that is still starting.
-        // SAFETY: pipe2 writes two descriptors into the live two-element array.
-        unsafe { syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK)) }?;
-        // SAFETY: pipe2 just returned these descriptors; each is owned once here.
-        let (status_read, status_write) =
-            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (status_read, status_write) = crate::sys::pipe(libc::O_NONBLOCK)?;
         // `--metrics-port`: the lowest slot no live worker holds.
         let metrics_slot = self.metrics.as_ref().and_then(|(region, _)| {
             (0..region.slots()).find(|s| self.workers.iter().all(|w| w.metrics_slot != Some(*s)))

@@ -35,7 +35,7 @@ pub struct Preloader {
     pub pid: libc::pid_t,
     /// The reload generation it imported the app for.
     pub generation: u64,
-    /// The master's end of the control socket (non-blocking).
+    /// The master's end of the control socket (read without waiting: `try_recv`).
     control: OwnedFd,
     pub state: State,
 }
@@ -60,15 +60,14 @@ pub enum NotForked {
 }
 
 impl Preloader {
-    /// A preloader just started with `child_end` as its end of `control` (the master's).
-    pub fn new(pid: libc::pid_t, generation: u64, control: OwnedFd) -> io::Result<Preloader> {
-        set_nonblocking(control.as_fd())?;
-        Ok(Preloader {
+    /// A preloader just started, `control` the master's end of its control socket.
+    pub fn new(pid: libc::pid_t, generation: u64, control: OwnedFd) -> Preloader {
+        Preloader {
             pid,
             generation,
             control,
             state: State::Importing,
-        })
+        }
     }
 
     /// The control socket, for the master's poll while the preloader imports.
@@ -79,7 +78,7 @@ impl Preloader {
     /// What the preloader said since the last look, without waiting.
     pub fn read(&mut self) -> Said {
         let mut buf = [0u8; Control::MAX_MESSAGE];
-        match Control::recv(self.control.as_fd(), &mut buf) {
+        match Control::try_recv(self.control.as_fd(), &mut buf) {
             Ok((n, _)) if n > 0 => match buf[0] {
                 Control::READY => {
                     self.state = State::Ready;
@@ -130,7 +129,7 @@ impl Preloader {
             // SAFETY: one live pollfd for the call's duration; EINTR (a signal, handled by
             // the master's self-pipe) only ends this wait early.
             unsafe { libc::poll(&mut pfd, 1, left.as_millis().clamp(1, 60_000) as i32) };
-            let (n, _) = match Control::recv(self.control.as_fd(), &mut buf) {
+            let (n, _) = match Control::try_recv(self.control.as_fd(), &mut buf) {
                 Ok(got) => got,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(self.broken(format!("cannot read its answer: {e}"))),
@@ -164,17 +163,4 @@ impl Preloader {
         self.leave(libc::SIGKILL);
         NotForked::Broken(why)
     }
-}
-
-fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own; F_GETFL/F_SETFL take and return flag integers.
-    unsafe {
-        let flags = crate::sys::syscall!(fcntl(fd.as_raw_fd(), libc::F_GETFL))?;
-        crate::sys::syscall!(fcntl(
-            fd.as_raw_fd(),
-            libc::F_SETFL,
-            flags | libc::O_NONBLOCK
-        ))?;
-    }
-    Ok(())
 }

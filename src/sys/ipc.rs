@@ -199,9 +199,22 @@ impl Control {
         }
     }
 
-    /// Receives one message into `buf`: its length (0: the other end closed) and the
-    /// descriptor attached to it, if any (close-on-exec).
+    /// Receives one message into `buf`, waiting for it: its length (0: the other end
+    /// closed) and the descriptor attached to it, if any (close-on-exec).
     pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+        Self::recv_with(sock, buf, 0)
+    }
+
+    /// `recv` without waiting: `WouldBlock` when no message is there.
+    pub fn try_recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+        Self::recv_with(sock, buf, libc::MSG_DONTWAIT)
+    }
+
+    fn recv_with(
+        sock: BorrowedFd<'_>,
+        buf: &mut [u8],
+        flags: libc::c_int,
+    ) -> io::Result<(usize, Option<OwnedFd>)> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
@@ -217,7 +230,11 @@ impl Control {
         let n = loop {
             // SAFETY: `hdr` points at live buffers for the call's duration.
             match unsafe {
-                crate::sys::syscall!(recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC))
+                crate::sys::syscall!(recvmsg(
+                    sock.as_raw_fd(),
+                    &mut hdr,
+                    libc::MSG_CMSG_CLOEXEC | flags
+                ))
             } {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 r => break r? as usize,

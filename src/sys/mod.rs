@@ -611,3 +611,18 @@ pub fn die_with_parent(sig: libc::c_int) -> std::io::Result<()> {
     // SAFETY: prctl with PR_SET_PDEATHSIG takes one signal number.
     unsafe { syscall!(prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)) }.map(drop)
 }
+
+/// A pipe, both ends close-on-exec, with `flags` besides (`O_NONBLOCK`): (read, write).
+pub fn pipe(flags: libc::c_int) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into the live two-element array.
+    unsafe { syscall!(pipe2(fds.as_mut_ptr(), flags | libc::O_CLOEXEC)) }?;
+    // SAFETY: pipe2 just returned these descriptors; each is owned once here.
+    Ok(unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+            std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+        )
+    })
+}

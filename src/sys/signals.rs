@@ -9,7 +9,7 @@
 //! untouched, so processes the app spawns inherit a normal mask.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use crate::sys::syscall;
@@ -135,11 +135,7 @@ impl SignalPipe {
     }
 
     fn with_handlers(signals: &[libc::c_int]) -> io::Result<SignalPipe> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 writes two descriptors into the live two-element array.
-        unsafe { syscall!(pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC)) }?;
-        // SAFETY: pipe2 just returned these two fds; each is owned exactly once here.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let (read, write) = super::pipe(libc::O_NONBLOCK)?;
         // Relaxed: published to the handler by the sigaction calls below.
         PIPE_WRITE_FD.store(write.as_raw_fd(), Ordering::Relaxed);
         for &sig in signals {

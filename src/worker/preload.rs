@@ -17,7 +17,7 @@
 //! child (the master is a subreaper), and only then asks to die with it.
 
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -174,12 +174,7 @@ fn fork_worker(py: Python<'_>) -> Result<Forked, String> {
         .import("os")
         .and_then(|os| os.getattr("fork"))
         .map_err(|e| format!("no os.fork: {e}"))?;
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two descriptors into the live two-element array.
-    unsafe { crate::sys::syscall!(pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC)) }
-        .map_err(|e| format!("cannot create a pipe: {e}"))?;
-    // SAFETY: pipe2 just returned these descriptors; each is owned once here.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = crate::sys::pipe(0).map_err(|e| format!("cannot create a pipe: {e}"))?;
     // SAFETY: this process has one thread (`cannot_fork` said so just before), so the
     // child is a consistent copy of it, locks included; the child runs Python's own fork
     // and exits.

@@ -76,9 +76,18 @@ pub struct StaticFiles {
     /// Scratch: the cache key (the mount's index, then the path), the decoded path.
     key: Vec<u8>,
     path: Vec<u8>,
-    /// The access log, when there is one: these requests get their lines too.
-    log: Option<crate::access_log::AccessLogger>,
+    /// The access log, when there is one: these requests get their lines too, with no
+    /// response header or environ value to show (`none`: as many as the format names).
+    log: Option<StaticLog>,
 }
+
+/// The access log's writer, and the values a static answer has none of: one per response
+/// header and per environ key the format names.
+type StaticLog = (
+    crate::access_log::AccessLogger,
+    Vec<Option<Vec<u8>>>,
+    Vec<Option<String>>,
+);
 
 /// What a static answer was, for the log and the counters.
 pub struct Answered {
@@ -130,12 +139,15 @@ impl StaticFiles {
 
     /// Logs each answer to `log` (the worker's access log).
     pub fn log_to(&mut self, log: Arc<crate::access_log::AccessLog>) {
-        self.log = Some(crate::access_log::AccessLogger::new(log));
+        let logger = crate::access_log::AccessLogger::new(log);
+        let none_o = vec![None; logger.response_header_names().len()];
+        let none_e = vec![None; logger.environ_keys().len()];
+        self.log = Some((logger, none_o, none_e));
     }
 
     /// Writes the access log lines buffered (before the loop sleeps).
     pub fn flush_log(&mut self) {
-        if let Some(l) = self.log.as_mut() {
+        if let Some((l, ..)) = self.log.as_mut() {
             l.flush();
         }
     }
@@ -160,9 +172,7 @@ impl StaticFiles {
         now: Instant,
     ) -> u16 {
         let answered = self.respond(conn, req, m, date, now);
-        if let Some(log) = self.log.as_mut() {
-            let none_o = vec![None; log.response_header_names().len()];
-            let none_e = vec![None; log.environ_keys().len()];
+        if let Some((log, none_o, none_e)) = self.log.as_mut() {
             log.record(&crate::access_log::Entry {
                 peer: req.peer,
                 client: None,
@@ -171,8 +181,8 @@ impl StaticFiles {
                 status: answered.status,
                 body_bytes: answered.body_bytes,
                 duration: now.saturating_duration_since(req.queued_at),
-                response_headers: &none_o,
-                environ_values: &none_e,
+                response_headers: none_o,
+                environ_values: none_e,
             });
             log.flush_if_old();
         }
