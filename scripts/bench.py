@@ -14,7 +14,7 @@ connections per scenario (docs/bench-<scenario>.svg).
 `--tls`: every server serves HTTPS with a certificate made for the run, and wrk speaks TLS.
 `--pin 1:0`: every server runs on CPU 1 and the load generator on CPU 0 (`taskset -c`), so
 that the two do not compete for a core.
-`--client m0load`: benches/loadgen (built into target/loadgen on first use) in place of wrk:
+`--client m0load`: benches/loadgen (built into target/release on first use) in place of wrk:
 the same closed loop, one thread, one request outstanding a connection, but one `read` of up
 to 256 KiB a wake-up where wrk reads 8 KiB and asks FIONREAD between reads (20 system calls
 for a 64 KiB response), so that a large response measures the server rather than the client.
@@ -638,19 +638,19 @@ def wrk(port, conns, duration, script=None, path="/"):
     }
 
 
-M0LOAD = os.path.join(ROOT, "target", "loadgen", "release", "m0load")
+M0LOAD = os.path.join(ROOT, "target", "release", "m0load")
 
 
 def build_m0load():
-    """cargo builds benches/loadgen into target/loadgen (a no-op when it is current). Where
-    there is no cargo (a machine the tree was copied to with m0load built), the binary
-    already there is used."""
+    """cargo builds benches/loadgen (the workspace's m0load) into target/release (a no-op
+    when it is current). Where there is no cargo (a machine the tree was copied to with
+    m0load built), the binary already there is used."""
     if shutil.which("cargo") is None and os.access(M0LOAD, os.X_OK):
         print(f"no cargo here: using {os.path.relpath(M0LOAD, ROOT)} as it is", flush=True)
         return
-    r = subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path",
-                        os.path.join(ROOT, "benches", "loadgen", "Cargo.toml"),
-                        "--target-dir", os.path.join(ROOT, "target", "loadgen")])
+    r = subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "m0load",
+                        "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
+                        "--target-dir", os.path.join(ROOT, "target")])
     if r.returncode != 0 or not os.access(M0LOAD, os.X_OK):
         raise SystemExit(f"building benches/loadgen failed (exit {r.returncode})")
 

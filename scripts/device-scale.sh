@@ -88,9 +88,8 @@ prepare)
         || die "prepare: pip download ${PEERS[*]} for $tag failed (needs PyPI)"
     "$py" -m pip wheel --quiet --no-deps -w "$DEV/wheels" "$FASTWSGI" \
         || die "prepare: building the $FASTWSGI wheel with $py failed"
-    cargo build --release --quiet --manifest-path benches/loadgen/Cargo.toml \
-        --target-dir target/loadgen || die "prepare: building benches/loadgen failed"
-    cp target/loadgen/release/m0load "$DEV/m0load"
+    cargo build --release --quiet -p m0load || die "prepare: building benches/loadgen failed"
+    cp target/release/m0load "$DEV/m0load"
     strip "$DEV/m0load" 2>/dev/null || true
     rm -rf "$DEV/build"
     # The tree the wheel was built from, for machine.txt there (where there is no .git).
@@ -141,9 +140,9 @@ run)
             || die "run: pip install into $VENV failed (setup.log)"
     fi
     export M0BENCH_VENV=$PWD/$VENV
-    mkdir -p target/loadgen/release
+    mkdir -p target/release
     # (Where cargo is, bench.py builds it from the tree instead.)
-    command -v cargo >/dev/null || cp -f "$DEV/m0load" target/loadgen/release/m0load
+    command -v cargo >/dev/null || cp -f "$DEV/m0load" target/release/m0load
 
     # --- the machine, and its CPUs in two halves by physical core ---
     {

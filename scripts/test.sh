@@ -151,9 +151,9 @@ else
     M0S_TEST_PRELOAD=1 cargo test --no-fail-fast "${PRELOAD_SUITES[@]}" "$@"
 fi
 
-# The benchmark client (benches/loadgen, a crate of its own): its response reader, its open
-# loop and its turns.
-cargo test --quiet --manifest-path benches/loadgen/Cargo.toml --target-dir target/loadgen
+# The benchmark client (benches/loadgen, the workspace's m0load): its response reader, its
+# open loop and its turns.
+cargo test --quiet -p m0load
 
 # scripts/bench.py's fixed-rate run with m0load and --interleave, end to end on this build
 # (about 15 s): two m0serve shapes run at once and take turns, and each comes back with its

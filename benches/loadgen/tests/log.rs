@@ -14,10 +14,8 @@ fn monotonic_ns() -> i128 {
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
-        0
-    );
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0);
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
 }
 
