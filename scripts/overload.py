@@ -38,7 +38,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402  (the servers' venv, ports, process trees)
+# scripts/bench.py's package (the servers' venv, ports, process trees):
+from m0bench.config import APPS, ROOT, VENV, VENV_BIN  # noqa: E402
+from m0bench.host import tree  # noqa: E402
+from m0bench.servers import ensure_venv, free_port, server_env, stop, wait_ready  # noqa: E402
 
 GIVE_UP_S = 10.0
 PROBE_RATE = 20
@@ -53,15 +56,15 @@ def server_cmd(spec, port):
         extra += [f"--{k}", v] if v else [f"--{k}"]
     if kind == "m0serve":
         binary = os.path.abspath(binary) if binary else \
-            os.path.join(bench.ROOT, "target", "release", "m0serve")
-        return [binary, "burn:app", "--app-dir", bench.APPS, "--port", str(port),
+            os.path.join(ROOT, "target", "release", "m0serve")
+        return [binary, "burn:app", "--app-dir", APPS, "--port", str(port),
                 "--log-level", "warning"] + extra
     if kind == "granian":
-        return [os.path.join(bench.VENV_BIN, "granian"), "--interface", "wsgi",
+        return [os.path.join(VENV_BIN, "granian"), "--interface", "wsgi",
                 "--host", "127.0.0.1", "--port", str(port), "--no-ws",
                 "--log-level", "warning"] + extra + ["burn:app"]
     if kind == "gunicorn":
-        return [os.path.join(bench.VENV_BIN, "gunicorn"), "--chdir", bench.APPS,
+        return [os.path.join(VENV_BIN, "gunicorn"), "--chdir", APPS,
                 "--bind", f"127.0.0.1:{port}", "--worker-class", "gthread",
                 "--threads", "1", "--log-level", "warning"] + extra + ["burn:app"]
     raise SystemExit(f"unknown server {spec!r} (m0serve, m0serve@PATH, granian, gunicorn)")
@@ -69,7 +72,7 @@ def server_cmd(spec, port):
 
 def rss_kib(pid):
     total = 0
-    for p in bench.tree(pid):
+    for p in tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -179,14 +182,14 @@ def summarise(recs, capacity, duration):
 async def run_server(spec, factor, duration, ms):
     """One server, started fresh for one factor (a backlog left by an earlier run would
     weigh on the next)."""
-    port = bench.free_port()
+    port = free_port()
     cmd = server_cmd(spec, port)
     errlog = open(os.devnull, "wb")
-    proc = subprocess.Popen(cmd, cwd=bench.APPS, env=bench.server_env(),
+    proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(),
                             stdout=subprocess.DEVNULL, stderr=errlog)
     path = f"/?{ms:g}"
     try:
-        bench.wait_ready(port, proc)
+        wait_ready(port, proc)
         await closed_loop(port, path, 4, 1.0)  # warm up
         capacity = await closed_loop(port, path, 8, 3.0)
         base, tasks = await open_loop(port, path, PROBE_RATE, 2.0, time.monotonic() + 0.1)
@@ -214,7 +217,7 @@ async def run_server(spec, factor, duration, ms):
         print(json.dumps(run), flush=True)
         return run
     finally:
-        bench.stop(proc)
+        stop(proc)
         errlog.close()
 
 
@@ -252,9 +255,9 @@ def main():
     args = ap.parse_args()
     servers = [s for s in args.servers.split(",") if s]
     peers = sorted({s.split(":")[0] for s in servers} & {"granian", "gunicorn"})
-    missing = bench.ensure_venv(peers)
+    missing = ensure_venv(peers)
     if missing:
-        raise SystemExit(f"cannot install {missing} into {bench.VENV}")
+        raise SystemExit(f"cannot install {missing} into {VENV}")
     factors = [float(f) for f in args.factors.split(",")]
     results = [asyncio.run(run_server(s, f, args.duration, args.ms))
                for f in factors for s in servers]

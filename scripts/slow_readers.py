@@ -30,7 +30,13 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench  # noqa: E402  (the server, venv and wrk helpers)
+# scripts/bench.py's package (the server, venv and wrk helpers):
+from m0bench.clients import to_ms  # noqa: E402
+from m0bench.config import APPS, HEADERS, ROOT  # noqa: E402
+from m0bench.host import machine, sample, tree, versions  # noqa: E402
+from m0bench.servers import (  # noqa: E402
+    check_response, ensure_venv, free_port, parse_server, server_cmd, server_env, split_servers,
+    stop, wait_ready)
 
 APP = "slow_stream"
 
@@ -63,7 +69,7 @@ while True:
 
 def rss_kib(pid):
     total = 0
-    for p in bench.tree(pid):
+    for p in tree(pid):
         try:
             with open(f"/proc/{p}/status") as f:
                 for line in f:
@@ -76,13 +82,13 @@ def rss_kib(pid):
 
 def wrk_hello(port, conns, duration):
     cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
-    for h in bench.HEADERS:
+    for h in HEADERS:
         cmd += ["-H", h]
     cmd.append(f"http://127.0.0.1:{port}/")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60)
     out = p.stdout
     num = lambda pat, default=0.0: (float(m.group(1)) if (m := re.search(pat, out)) else default)
-    lat = lambda q: (bench.to_ms(*m.groups()) if (m := re.search(rf"{q}%\s+([\d.]+)(\w+)", out))
+    lat = lambda q: (to_ms(*m.groups()) if (m := re.search(rf"{q}%\s+([\d.]+)(\w+)", out))
                      else None)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     errs = dict(zip(("connect", "read", "write", "timeout"), map(int, sock.groups()))) \
@@ -98,26 +104,26 @@ def wrk_hello(port, conns, duration):
 
 
 def run_one(srv, readers, args):
-    port = bench.free_port()
-    cmd = bench.server_cmd(srv, port, APP, 1, 1)
+    port = free_port()
+    cmd = server_cmd(srv, port, APP, 1, 1)
     with tempfile.TemporaryFile() as errlog:
-        proc = subprocess.Popen(cmd, cwd=bench.APPS, env=bench.server_env(),
+        proc = subprocess.Popen(cmd, cwd=APPS, env=server_env(),
                                 stdout=subprocess.DEVNULL, stderr=errlog)
         slow = None
         try:
-            bench.wait_ready(port, proc)
-            bench.check_response(port, {"body_len": 13})
+            wait_ready(port, proc)
+            check_response(port, {"body_len": 13})
             if readers:
                 slow = subprocess.Popen([sys.executable, "-c", READERS, str(port), str(readers)],
                                         stdout=subprocess.PIPE, text=True)
                 if slow.stdout.readline().strip() != "connected":
                     raise RuntimeError("the slow readers could not connect")
             time.sleep(1.0)
-            before = bench.sample(proc.pid)
+            before = sample(proc.pid)
             t0 = time.time()
             res = wrk_hello(port, args.connections, args.duration)
             wall = time.time() - t0
-            after = bench.sample(proc.pid)
+            after = sample(proc.pid)
             res["rss_mib"] = rss_kib(proc.pid) / 1024
         except Exception as e:
             errlog.seek(0)
@@ -127,7 +133,7 @@ def run_one(srv, readers, args):
             if slow is not None:
                 slow.kill()
                 slow.wait()
-            bench.stop(proc)
+            stop(proc)
     cpu = sum(c - before.get(k, (n, 0.0))[1] for k, (n, c) in after.items())
     res.update({"server": srv["spec"], "readers": readers, "cores": cpu / wall,
                 "command": shlex.join(cmd)})
@@ -182,18 +188,18 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json", default="slow-readers.json")
     args = ap.parse_args()
-    servers = [bench.parse_server(s) for s in bench.split_servers(args.servers)]
-    missing = bench.ensure_venv([k for k in ("granian", "gunicorn")
+    servers = [parse_server(s) for s in split_servers(args.servers)]
+    missing = ensure_venv([k for k in ("granian", "gunicorn")
                                  if any(s["kind"] == k for s in servers)])
     if missing:
         raise SystemExit(f"missing in .venv: {', '.join(missing)}")
     readers = [int(n) for n in args.readers.split(",")]
     doc = {"meta": {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": shlex.join([os.path.relpath(sys.argv[0], bench.ROOT)] + sys.argv[1:]),
+        "command": shlex.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:]),
         "servers": [s["spec"] for s in servers], "readers": readers,
         "connections": args.connections, "duration": args.duration, "rounds": args.rounds,
-        "machine": bench.machine(), "versions": bench.versions(servers)}, "runs": []}
+        "machine": machine(), "versions": versions(servers)}, "runs": []}
     for rnd in range(args.rounds):
         for n in readers:
             order = servers if rnd % 2 == 0 else list(reversed(servers))

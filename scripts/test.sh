@@ -193,7 +193,7 @@ grep -q "p99 outside host stalls" "$bench_out/log" \
 python3 - <<'PY' || die "scripts/bench.py: --trace-others' windows are wrong"
 import sys
 sys.path.insert(0, "scripts")
-import bench
+from m0bench.others import others_windows, outside_windows
 def switch(cpu, t, prev, to, pid):
     return (f"[{cpu:03}] {t}: prev_comm=x prev_pid={prev} prev_prio=120 prev_state=S ==> "
             f"next_comm={to} next_pid={pid} next_prio=120")
@@ -209,7 +209,7 @@ script = "\n".join([
     switch(0, "12.050000000", 42, "cron", 81),      #   (11.999-12.022 s); then another,
     switch(0, "12.100000000", 81, "srv", 43),       #   50 ms whole: 12.049-12.152 s
 ])
-windows, runs, ms = bench.others_windows(script, {0, 42, 43})
+windows, runs, ms = others_windows(script, {0, 42, 43})
 assert (runs, round(ms, 3)) == (4, 60.8), (runs, ms)
 assert windows == [[9_999_000_000, 10_003_000_000], [11_499_000_000, 11_502_600_000],
                    [11_999_000_000, 12_022_000_000], [12_049_000_000, 12_152_000_000]], windows
@@ -217,7 +217,7 @@ assert windows == [[9_999_000_000, 10_003_000_000], [11_499_000_000, 11_502_600_
 lat = [(9_998_999_999, 1), (9_999_000_000, 2000), (10_003_000_000, 3000), (10_003_000_001, 4),
        (11_502_000_000, 5000), (11_502_600_001, 6), (12_021_000_000, 7000), (12_022_000_001, 8),
        (12_152_000_001, 9), (12_150_000_000, 9000)]
-o = bench.outside_windows(lat, windows)
+o = outside_windows(lat, windows)
 assert o["requests"] == 5 and o["p99_ms"] == 0.009 and o["excluded"] == 0.5, o
 PY
 
