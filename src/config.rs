@@ -8,7 +8,8 @@ use crate::cli::Cli;
 use crate::http::limits::{Limits, Timeouts};
 use crate::log::Level;
 use crate::python::AppSpec;
-use crate::sys::listen::{ListenSpec, MAX_LISTENERS};
+use crate::sys::listen::{Address, ListenSpec, MAX_LISTENERS};
+use crate::wsgi::proxy::Trusted;
 
 /// Most handler threads a worker may have: each holds a Python thread state and two rings.
 pub const MAX_BLOCKING_THREADS: usize = 1024;
@@ -27,6 +28,9 @@ pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
 /// `--idle-poll`'s upper bound (10 ms): the polling is for requests microseconds apart; a
 /// longer window would only hold a CPU through gaps that no poll shortens.
 pub const MAX_IDLE_POLL_US: u64 = 10_000;
+
+/// A day in seconds: the longest most timeouts may be.
+const DAY: f64 = 86_400.0;
 
 /// An IPv4 or IPv6 address from a flag, the latter with or without its brackets.
 fn parse_ip(flag: &str, s: &str) -> Result<IpAddr, String> {
@@ -234,7 +238,7 @@ fn root_path(r: &str) -> Result<Option<String>, String> {
 }
 
 /// `--static-map PREFIX=DIR` values: the prefix a path (`/static`; a trailing slash
-/// dropped, `/` alone for everything), each prefix once, the directory made absolute.
+/// dropped, `/` alone for everything), each prefix once.
 fn static_map(values: &[String]) -> Result<Vec<(String, PathBuf)>, String> {
     let mut out: Vec<(String, PathBuf)> = Vec::new();
     for v in values {
@@ -264,8 +268,8 @@ fn static_map(values: &[String]) -> Result<Vec<(String, PathBuf)>, String> {
         if out.iter().any(|(p, _)| p == prefix) {
             return Err(bad(&format!("{prefix} is mapped twice")));
         }
-        let dir = std::path::absolute(dir.trim()).map_err(|e| bad(&e.to_string()))?;
-        out.push((prefix.to_string(), dir));
+        // Made absolute by `Unresolved::resolve`.
+        out.push((prefix.to_string(), PathBuf::from(dir.trim())));
     }
     Ok(out)
 }
@@ -395,31 +399,226 @@ impl Config {
         self.tls.is_some() && tcp && !(i >= self.secure_listeners && i < self.listen.len())
     }
 
-    pub fn from_cli(mut cli: Cli) -> Result<Config, String> {
+    /// The command line, checked, with nothing looked up: no file, name, directory or
+    /// environment variable is read here (the parsing read those flags' own). What needs the
+    /// system is left in the [`Unresolved`] it returns, whose `resolve` the entry point
+    /// calls next.
+    pub fn from_cli(mut cli: Cli) -> Result<Unresolved, String> {
         let app = AppSpec::parse(&cli.app)?;
         let app = if cli.factory { app.called() } else { app };
-        let listen = if !cli.bind.is_empty() {
+        let listen = Listen::from_cli(&cli)?;
+        let tls_options = tls_options(&cli, &listen)?;
+        let (timeout, silent_timeout, timeouts) = timeouts(&cli)?;
+        let foreign = std::mem::take(&mut cli.foreign_warnings);
+        let warnings = warnings(&cli, foreign, &listen)?;
+        // Checked even when the access log is off, so a typo is found before it is needed.
+        let access_log_format = crate::access_log::Format::parse(&cli.access_log_format)?;
+        let config = Config {
+            app,
+            listen: Vec::new(),
+            secure_listeners: 0,
+            uds_permissions: uds_permissions(&cli)?,
+            workers: within("--workers", cli.workers as u64, 1, MAX_WORKERS as u64)? as usize,
+            max_blocking_threads: max_blocking_threads(&cli)?,
+            blocking_threads: cli.blocking_threads,
+            max_websockets: cli.max_websockets,
+            preload: cli.preload,
+            static_map: static_map(&cli.static_map)?,
+            mime_types: mime_types(&cli.mime_type)?,
+            static_max_age: cli.static_max_age,
+            static_index: cli.static_index,
+            static_follow_symlinks: cli.static_follow_symlinks,
+            blocking_threads_idle: seconds(
+                "--blocking-threads-idle-timeout",
+                cli.blocking_threads_idle_timeout,
+                0.05,
+                DAY,
+            )?,
+            max_queue_wait: (cli.max_queue_wait != 0.0)
+                .then(|| seconds("--max-queue-wait", cli.max_queue_wait, 0.01, DAY))
+                .transpose()?,
+            graceful_timeout: seconds(
+                "--graceful-timeout",
+                cli.graceful_timeout,
+                0.0,
+                MAX_GRACEFUL_TIMEOUT_SECS,
+            )?,
+            limits: limits(&cli)?,
+            max_body_size: within("--max-body-size", cli.max_body_size, 0, 1 << 40)?,
+            body_buffer_size: within("--body-buffer-size", cli.body_buffer_size, 0, 1 << 30)?
+                as usize,
+            max_connections: within("--max-connections", cli.max_connections as u64, 1, 1 << 20)?
+                as usize,
+            timeouts,
+            backlog: within("--backlog", u64::from(cli.backlog), 1, 65535)? as i32,
+            timeout,
+            silent_timeout,
+            max_requests: within("--max-requests", cli.max_requests, 0, 1 << 40)?,
+            max_requests_jitter: within(
+                "--max-requests-jitter",
+                cli.max_requests_jitter,
+                0,
+                1 << 40,
+            )?,
+            workers_max_rss: within("--workers-max-rss", cli.workers_max_rss, 0, 1 << 30)?,
+            trusted: trusted(&cli)?,
+            proxy_protocol: cli.proxy_protocol,
+            proxy_allow: Trusted::parse("--proxy-allow-from", &cli.proxy_allow_from)?,
+            tls: None,
+            tls_options,
+            identity: Default::default(),
+            check_only: cli.check_config,
+            root_path: cli
+                .root_path
+                .as_deref()
+                .map(root_path)
+                .transpose()?
+                .flatten(),
+            root_path_app: cli.root_path_outside == crate::cli::Outside::App,
+            warnings,
+            log_level: cli.log_level,
+            log_format: cli.log_format,
+            stats: cli.stats,
+            static_response: cli.static_response,
+            // Inline mode has no handler thread for its loop to share a core with.
+            batch_scheduling: cli.scheduling_policy == crate::cli::SchedulingPolicy::Batch
+                && cli.blocking_threads > 0,
+            metrics: metrics(&cli)?,
+            cpu_affinity: None,
+            adaptive_affinity: cli.cpu_affinity.trim() == "adaptive",
+            idle_poll: idle_poll(&cli)?,
+            reload: reload_ignore(&cli)?,
+            // Last, the values moved out of `cli`.
+            access_log: (cli.access_log || cli.access_log_file.is_some()).then(|| {
+                let target = crate::access_log::Target::from_flag(cli.access_log_file);
+                (target, access_log_format)
+            }),
+            pid_file: cli.pid_file,
+            app_dir: cli.app_dir,
+            pythonpath: cli.pythonpath,
+            error_log_file: cli.error_log_file.filter(|p| p.as_os_str() != "-"),
+            venv: cli.venv,
+        };
+        Ok(Unresolved {
+            config,
+            listen,
+            user: cli.user,
+            group: cli.group,
+            cpu_affinity: Some(cli.cpu_affinity)
+                .filter(|spec| !matches!(spec.trim(), "none" | "adaptive")),
+            root_path_given: cli.root_path.is_some(),
+        })
+    }
+}
+
+/// A [`Config`] whose command line was checked, with what needs the system still to do.
+#[derive(Debug)]
+pub struct Unresolved {
+    /// Complete but for `listen`, `secure_listeners`, `tls`, `identity` and
+    /// `cpu_affinity`, and with the directories as given.
+    config: Config,
+    listen: Listen,
+    /// `--user` and `--group`, as given.
+    user: Option<String>,
+    group: Option<String>,
+    /// `--cpu-affinity` when it names CPUs (`auto` or a list).
+    cpu_affinity: Option<String>,
+    /// Whether `--root-path` was given (else `SCRIPT_NAME` may stand for it).
+    root_path_given: bool,
+}
+
+impl Unresolved {
+    /// The step that touches the system: looks the host names up, reads the TLS files, the
+    /// user database and the CPUs this process may use, makes the directories absolute and
+    /// checks them, and takes an inherited `SCRIPT_NAME` as `--root-path`.
+    pub fn resolve(self) -> Result<Config, String> {
+        let Unresolved {
+            mut config,
+            listen,
+            user,
+            group,
+            cpu_affinity: affinity,
+            root_path_given,
+        } = self;
+        let c = &mut config;
+        (c.listen, c.secure_listeners) = listen.resolve()?;
+        c.tls = c
+            .tls_options
+            .as_ref()
+            .map(crate::tls::server_config)
+            .transpose()?;
+        if let Some(venv) = &c.venv {
+            if !venv.join("pyvenv.cfg").is_file() {
+                return Err(format!(
+                    "--venv {}: not a virtualenv (no pyvenv.cfg)",
+                    venv.display()
+                ));
+            }
+        }
+        c.venv = c.venv.take().map(|v| std::path::absolute(&v).unwrap_or(v));
+        let app_dir = std::path::absolute(&c.app_dir)
+            .map_err(|e| format!("--app-dir {:?}: {e}", c.app_dir))?;
+        if !app_dir.is_dir() {
+            return Err(format!("--app-dir {:?}: not a directory", c.app_dir));
+        }
+        c.app_dir = app_dir;
+        c.pythonpath = std::mem::take(&mut c.pythonpath)
+            .into_iter()
+            .filter(|d| !d.as_os_str().is_empty())
+            .map(|dir| {
+                let abs = std::path::absolute(&dir)
+                    .map_err(|e| format!("--pythonpath {}: {e}", dir.display()))?;
+                match abs.is_dir() {
+                    true => Ok(abs),
+                    false => Err(format!("--pythonpath {}: not a directory", dir.display())),
+                }
+            })
+            .collect::<Result<_, String>>()?;
+        for (prefix, dir) in &mut c.static_map {
+            *dir = std::path::absolute(&*dir)
+                .map_err(|e| format!("--static-map {prefix}={}: {e}", dir.display()))?;
+        }
+        if !root_path_given {
+            c.root_path = script_name(&mut c.warnings)?;
+        }
+        c.identity = crate::sys::privileges::Identity::resolve(user.as_deref(), group.as_deref())?;
+        // A worker gets its CPU from the master (checked there, against the CPUs the master
+        // may use); its own set may since have been narrowed under it.
+        c.cpu_affinity = match affinity {
+            _ if std::env::var_os(crate::sys::ipc::WORKER_ENV).is_some() => None,
+            Some(spec) => Some(cpu_affinity(&spec, &crate::sys::allowed_cpus())?),
+            None => None,
+        };
+        Ok(config)
+    }
+}
+
+/// The addresses the command line names, before a host name among them is looked up.
+#[derive(Debug)]
+struct Listen {
+    /// `--bind`, else `--uds`, else `--host` and `--port`: TLS covers their TCP addresses.
+    secure: Vec<Address>,
+    /// Which of those three it was, for messages.
+    secure_flag: &'static str,
+    /// `--insecure-bind`.
+    insecure: Vec<Address>,
+}
+
+impl Listen {
+    fn from_cli(cli: &Cli) -> Result<Listen, String> {
+        let secure = if !cli.bind.is_empty() {
             if cli.bind.len() > MAX_LISTENERS {
                 return Err(format!("--bind: at most {} addresses", MAX_LISTENERS));
             }
-            let mut all = Vec::new();
-            for b in &cli.bind {
-                for spec in ListenSpec::parse(b.trim())? {
-                    if !all
-                        .iter()
-                        .any(|s: &ListenSpec| s.describe() == spec.describe())
-                    {
-                        all.push(spec);
-                    }
-                }
-            }
-            all
+            let all: Result<Vec<Address>, String> =
+                cli.bind.iter().map(|b| Address::parse(b.trim())).collect();
+            all?
         } else {
-            match cli.uds {
+            match &cli.uds {
                 Some(path) if path.to_string_lossy().trim().is_empty() => {
                     return Err(format!("--uds {path:?}: empty; give the socket's path"));
                 }
-                Some(path) => vec![ListenSpec::Unix(path)],
+                Some(path) => vec![Address::Spec(ListenSpec::Unix(path.clone()))],
                 None => {
                     let host = cli
                         .host
@@ -434,21 +633,55 @@ impl Config {
                             cli.host
                         ));
                     }
-                    crate::sys::listen::resolve("--host", host, cli.port)?
-                        .into_iter()
-                        .map(ListenSpec::Tcp)
-                        .collect()
+                    vec![Address::host(host, cli.port)]
                 }
             }
         };
-        // `--insecure-bind`: after the others, so `listen[..secure_listeners]` are the ones
-        // TLS covers.
-        let mut listen = listen;
+        let insecure = cli
+            .insecure_bind
+            .iter()
+            .map(|b| {
+                Address::parse(b.trim())
+                    .map_err(|e| format!("--insecure-bind: {}", e.trim_start_matches("--bind ")))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let standard = secure.iter().chain(&insecure).find_map(|a| match a {
+            Address::Spec(ListenSpec::Fd(fd)) if *fd < 3 => Some(*fd),
+            _ => None,
+        });
+        if let Some(fd) = standard {
+            return Err(format!(
+                "--bind fd://{fd}: descriptors 0, 1 and 2 are standard input, output and error"
+            ));
+        }
+        let secure_flag = match (cli.bind.is_empty(), cli.uds.is_some()) {
+            (false, _) => "--bind",
+            (true, true) => "--uds",
+            (true, false) => "--host",
+        };
+        Ok(Listen {
+            secure,
+            secure_flag,
+            insecure,
+        })
+    }
+
+    /// The sockets, the secure ones first (each once), and how many those are.
+    fn resolve(self) -> Result<(Vec<ListenSpec>, usize), String> {
+        let mut listen: Vec<ListenSpec> = Vec::new();
+        for address in self.secure {
+            for spec in address.resolve(self.secure_flag)? {
+                if !listen.iter().any(|s| s.describe() == spec.describe()) {
+                    listen.push(spec);
+                }
+            }
+        }
         let secure_listeners = listen.len();
-        for b in &cli.insecure_bind {
-            for spec in ListenSpec::parse(b.trim())
-                .map_err(|e| format!("--insecure-bind: {}", e.trim_start_matches("--bind ")))?
-            {
+        for address in self.insecure {
+            let specs = address
+                .resolve("--bind")
+                .map_err(|e| format!("--insecure-bind: {}", e.trim_start_matches("--bind ")))?;
+            for spec in specs {
                 let any_port = matches!(&spec, ListenSpec::Tcp(a) if a.port() == 0);
                 if !any_port && listen.iter().any(|s| s.describe() == spec.describe()) {
                     return Err(format!(
@@ -459,420 +692,378 @@ impl Config {
                 listen.push(spec);
             }
         }
-        let tls_options = match (&cli.certfile, &cli.keyfile) {
-            (Some(certfile), Some(keyfile)) => Some(crate::tls::Options {
-                certfile: certfile.clone(),
-                keyfile: keyfile.clone(),
-                ca_certs: cli.ca_certs.clone(),
-                client_cert: cli.client_cert.unwrap_or(if cli.ca_certs.is_some() {
-                    crate::tls::ClientCert::Required
-                } else {
-                    crate::tls::ClientCert::None
-                }),
-            }),
-            (None, None) => {
-                if cli.ca_certs.is_some() || cli.client_cert.is_some() {
-                    return Err("--ca-certs and --client-cert need --certfile and --keyfile".into());
-                }
-                if !cli.insecure_bind.is_empty() {
-                    return Err("--insecure-bind is for a plain port beside HTTPS ones: without --certfile every \
-                         --bind is plain already"
-                        .into());
-                }
-                None
-            }
-            (Some(_), None) => return Err("--certfile needs --keyfile".into()),
-            (None, Some(_)) => return Err("--keyfile needs --certfile".into()),
-        };
-        let tls = tls_options
-            .as_ref()
-            .map(crate::tls::server_config)
-            .transpose()?;
-        if tls.is_some()
-            && !listen[..secure_listeners]
-                .iter()
-                .any(|l| !matches!(l, ListenSpec::Unix(_)))
-        {
-            return Err(
-                "--certfile: no TCP address to serve HTTPS on (TLS covers the TCP \
-                        addresses of --bind/--host; Unix sockets stay plain)"
-                    .into(),
-            );
-        }
         if listen.len() > MAX_LISTENERS {
             return Err(format!(
                 "--bind: {} addresses, at most {MAX_LISTENERS}",
                 listen.len()
             ));
         }
-        let uds_permissions = match &cli.uds_permissions {
-            Some(m) => Some(crate::sys::privileges::octal_mode(m.trim()).ok_or_else(|| {
-                format!("--uds-permissions {m:?}: expected an octal mode such as 660")
-            })?),
-            None => None,
-        };
-        if cli.workers == 0 || cli.workers > MAX_WORKERS {
-            return Err(format!(
-                "--workers {}: must be between 1 and {MAX_WORKERS}",
-                cli.workers
-            ));
+        Ok((listen, secure_listeners))
+    }
+}
+
+/// `--certfile`, `--keyfile`, `--ca-certs` and `--client-cert`, each needing the others it
+/// goes with, and an address TLS covers.
+fn tls_options(cli: &Cli, listen: &Listen) -> Result<Option<crate::tls::Options>, String> {
+    let options = match (&cli.certfile, &cli.keyfile) {
+        (Some(certfile), Some(keyfile)) => crate::tls::Options {
+            certfile: certfile.clone(),
+            keyfile: keyfile.clone(),
+            ca_certs: cli.ca_certs.clone(),
+            client_cert: cli.client_cert.unwrap_or(if cli.ca_certs.is_some() {
+                crate::tls::ClientCert::Required
+            } else {
+                crate::tls::ClientCert::None
+            }),
+        },
+        (None, None) => {
+            if cli.ca_certs.is_some() || cli.client_cert.is_some() {
+                return Err("--ca-certs and --client-cert need --certfile and --keyfile".into());
+            }
+            if !cli.insecure_bind.is_empty() {
+                return Err(
+                    "--insecure-bind is for a plain port beside HTTPS ones: without \
+                     --certfile every --bind is plain already"
+                        .into(),
+                );
+            }
+            return Ok(None);
         }
-        let graceful_timeout = seconds(
-            "--graceful-timeout",
-            cli.graceful_timeout,
-            0.0,
-            MAX_GRACEFUL_TIMEOUT_SECS,
-        )?;
-        let max_request_line = within(
-            "--max-request-line",
-            cli.max_request_line as u64,
-            64,
-            1 << 20,
-        )? as usize;
-        let max_head = within(
-            "--max-header-size",
-            cli.max_header_size as u64,
-            1024,
-            1 << 20,
-        )? as usize;
+        (Some(_), None) => return Err("--certfile needs --keyfile".into()),
+        (None, Some(_)) => return Err("--keyfile needs --certfile".into()),
+    };
+    if listen.secure.iter().all(Address::is_unix) {
+        return Err(
+            "--certfile: no TCP address to serve HTTPS on (TLS covers the TCP \
+                    addresses of --bind/--host; Unix sockets stay plain)"
+                .into(),
+        );
+    }
+    Ok(Some(options))
+}
+
+/// `--uds-permissions`: an octal mode.
+fn uds_permissions(cli: &Cli) -> Result<Option<u32>, String> {
+    cli.uds_permissions
+        .as_ref()
+        .map(|m| {
+            crate::sys::privileges::octal_mode(m.trim()).ok_or_else(|| {
+                format!("--uds-permissions {m:?}: expected an octal mode such as 660")
+            })
+        })
+        .transpose()
+}
+
+/// `--max-request-line`, `--max-header-size` and `--max-headers`.
+fn limits(cli: &Cli) -> Result<Limits, String> {
+    let max_request_line = within(
+        "--max-request-line",
+        cli.max_request_line as u64,
+        64,
+        1 << 20,
+    )? as usize;
+    let max_head = within(
+        "--max-header-size",
+        cli.max_header_size as u64,
+        1024,
+        1 << 20,
+    )? as usize;
+    Ok(Limits {
         // The request line is part of the head: a smaller head limit caps it too.
-        let max_request_line = max_request_line.min(max_head);
-        let max_headers = within(
+        max_request_line: max_request_line.min(max_head),
+        max_head,
+        max_headers: within(
             "--max-headers",
             cli.max_headers as u64,
             1,
             crate::http::limits::MAX_HEADERS_CAP as u64,
-        )? as usize;
-        let max_body_size = within("--max-body-size", cli.max_body_size, 0, 1 << 40)?;
-        let body_buffer_size =
-            within("--body-buffer-size", cli.body_buffer_size, 0, 1 << 30)? as usize;
-        let max_connections =
-            within("--max-connections", cli.max_connections as u64, 1, 1 << 20)? as usize;
-        let backlog = within("--backlog", u64::from(cli.backlog), 1, 65535)? as i32;
-        within("--max-requests", cli.max_requests, 0, 1 << 40)?;
-        within("--max-requests-jitter", cli.max_requests_jitter, 0, 1 << 40)?;
-        within("--workers-max-rss", cli.workers_max_rss, 0, 1 << 30)?;
-        if let Some(ListenSpec::Fd(fd)) = listen
-            .iter()
-            .find(|l| matches!(l, ListenSpec::Fd(fd) if *fd < 3))
+        )? as usize,
+    })
+}
+
+/// `--timeout` (`None`: no limit), the silent timeout, and the connection timeouts.
+fn timeouts(cli: &Cli) -> Result<(Option<Duration>, Duration, Timeouts), String> {
+    /// How far past a long --timeout the derived silent timeout is.
+    const SILENT_PAST_TIMEOUT: f64 = 30.0;
+    let timeout = (cli.timeout != 0.0)
+        .then(|| seconds("--timeout", cli.timeout, 0.05, DAY))
+        .transpose()?;
+    // A --timeout at or past the silent timeout's default (Django's 120, say) moves it
+    // along, unless it was given: a request past --timeout is reported before its worker
+    // could be killed as silent.
+    let silent = match timeout {
+        Some(t)
+            if !cli.given.contains("silent_timeout") && t.as_secs_f64() >= cli.silent_timeout =>
         {
-            return Err(format!(
-                "--bind fd://{fd}: descriptors 0, 1 and 2 are standard input, output and error"
-            ));
+            t.as_secs_f64() + SILENT_PAST_TIMEOUT
         }
-        // Checked even when the access log is off, so a typo is found before it is needed.
-        let access_log_format = crate::access_log::Format::parse(&cli.access_log_format)?;
-        const DAY: f64 = 86_400.0;
-        /// How far past a long --timeout the derived silent timeout is.
-        const SILENT_PAST_TIMEOUT: f64 = 30.0;
-        let timeout = if cli.timeout == 0.0 {
-            None
-        } else {
-            Some(seconds("--timeout", cli.timeout, 0.05, DAY)?)
-        };
-        // A --timeout at or past the silent timeout's default (Django's 120, say) moves it
-        // along, unless it was given: a request past --timeout is reported before its
-        // worker could be killed as silent.
-        let silent = match timeout {
-            Some(t)
-                if !cli.given.contains("silent_timeout")
-                    && t.as_secs_f64() >= cli.silent_timeout =>
-            {
-                t.as_secs_f64() + SILENT_PAST_TIMEOUT
-            }
-            _ => cli.silent_timeout,
-        };
-        let silent_timeout = seconds("--silent-timeout", silent, 1.0, 2.0 * DAY)?;
-        if let Some(t) = timeout.filter(|t| *t >= silent_timeout) {
-            return Err(format!(
-                "--silent-timeout {}: must be longer than --timeout {} (a worker is silent \
-                 while its loop thread waits on the app in inline mode, and a request past \
-                 --timeout should be reported before its worker is killed)",
-                cli.silent_timeout,
-                t.as_secs_f64()
-            ));
-        }
-        let timeouts = Timeouts {
-            header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
-            keep_alive: seconds("--keep-alive-timeout", cli.keep_alive_timeout, 0.05, DAY)?,
-            body: seconds("--body-timeout", cli.body_timeout, 0.05, DAY)?,
-            body_min_rate: cli.body_min_rate,
-            write: seconds("--write-timeout", cli.write_timeout, 0.05, DAY)?,
-        };
-        if cli.blocking_threads > MAX_BLOCKING_THREADS {
-            return Err(format!(
-                "--blocking-threads {}: must be between 0 (the app runs inline on the loop \
-                 thread) and {MAX_BLOCKING_THREADS}",
-                cli.blocking_threads
-            ));
-        }
-        let max_blocking_threads = match (cli.blocking_threads, cli.max_blocking_threads) {
-            (0, Some(_)) => {
-                return Err("--max-blocking-threads: there are no handler threads with \
-                            --blocking-threads 0 (the app runs inline on the loop thread)"
-                    .into())
-            }
-            (0, None) => 0,
-            (floor, None) => DEFAULT_MAX_BLOCKING_THREADS.max(floor),
-            (floor, Some(max)) if max < floor || max > MAX_BLOCKING_THREADS => {
-                return Err(format!(
-                    "--max-blocking-threads {max}: must be between --blocking-threads ({floor}) \
-                     and {MAX_BLOCKING_THREADS}"
-                ))
-            }
-            (_, Some(max)) => max,
-        };
-        if let Some(venv) = &cli.venv {
-            if !venv.join("pyvenv.cfg").is_file() {
-                return Err(format!(
-                    "--venv {}: not a virtualenv (no pyvenv.cfg)",
-                    venv.display()
+        _ => cli.silent_timeout,
+    };
+    let silent_timeout = seconds("--silent-timeout", silent, 1.0, 2.0 * DAY)?;
+    if let Some(t) = timeout.filter(|t| *t >= silent_timeout) {
+        return Err(format!(
+            "--silent-timeout {}: must be longer than --timeout {} (a worker is silent while \
+             its loop thread waits on the app in inline mode, and a request past --timeout \
+             should be reported before its worker is killed)",
+            cli.silent_timeout,
+            t.as_secs_f64()
+        ));
+    }
+    let timeouts = Timeouts {
+        header: seconds("--header-timeout", cli.header_timeout, 0.05, DAY)?,
+        keep_alive: seconds("--keep-alive-timeout", cli.keep_alive_timeout, 0.05, DAY)?,
+        body: seconds("--body-timeout", cli.body_timeout, 0.05, DAY)?,
+        body_min_rate: cli.body_min_rate,
+        write: seconds("--write-timeout", cli.write_timeout, 0.05, DAY)?,
+    };
+    Ok((timeout, silent_timeout, timeouts))
+}
+
+/// `--max-blocking-threads`, checked with `--blocking-threads` (0 when inline).
+fn max_blocking_threads(cli: &Cli) -> Result<usize, String> {
+    if cli.blocking_threads > MAX_BLOCKING_THREADS {
+        return Err(format!(
+            "--blocking-threads {}: must be between 0 (the app runs inline on the loop \
+             thread) and {MAX_BLOCKING_THREADS}",
+            cli.blocking_threads
+        ));
+    }
+    match (cli.blocking_threads, cli.max_blocking_threads) {
+        (0, Some(_)) => Err("--max-blocking-threads: there are no handler threads with \
+                             --blocking-threads 0 (the app runs inline on the loop thread)"
+            .into()),
+        (0, None) => Ok(0),
+        (floor, None) => Ok(DEFAULT_MAX_BLOCKING_THREADS.max(floor)),
+        (floor, Some(max)) if max < floor || max > MAX_BLOCKING_THREADS => Err(format!(
+            "--max-blocking-threads {max}: must be between --blocking-threads ({floor}) and \
+             {MAX_BLOCKING_THREADS}"
+        )),
+        (_, Some(max)) => Ok(max),
+    }
+}
+
+/// The peers whose forwarding headers are believed: `--forwarded-allow-ips`, and none
+/// behind `--proxy-protocol` without `--proxy-forwarded-headers` (behind a TCP balancer,
+/// every forwarding header came from the client).
+fn trusted(cli: &Cli) -> Result<Trusted, String> {
+    let listed = Trusted::parse("--forwarded-allow-ips", &cli.forwarded_allow_ips)?;
+    Ok(match cli.proxy_protocol && !cli.proxy_forwarded_headers {
+        true => Trusted::default(),
+        false => listed,
+    })
+}
+
+/// `--metrics-port` with `--metrics-address`.
+fn metrics(cli: &Cli) -> Result<Option<SocketAddr>, String> {
+    let Some(port) = cli.metrics_port else {
+        return Ok(None);
+    };
+    Ok(Some(SocketAddr::new(
+        parse_ip("--metrics-address", &cli.metrics_address)?,
+        port,
+    )))
+}
+
+/// `--idle-poll` (`None`: the loop sleeps at once).
+fn idle_poll(cli: &Cli) -> Result<Option<Duration>, String> {
+    let us = within("--idle-poll", cli.idle_poll, 0, MAX_IDLE_POLL_US)?;
+    Ok(Some(Duration::from_micros(us)).filter(|d| !d.is_zero()))
+}
+
+/// `--reload`, with its `--reload-ignore` patterns.
+fn reload_ignore(cli: &Cli) -> Result<Option<Vec<String>>, String> {
+    if let Some(bad) = cli.reload_ignore.iter().find(|p| p.contains('\0')) {
+        return Err(format!("--reload-ignore {bad:?}: contains a NUL byte"));
+    }
+    Ok(cli.reload.then(|| {
+        cli.reload_ignore
+            .iter()
+            .map(|p| p.trim().to_string())
+            .filter(|p| !p.is_empty())
+            .collect()
+    }))
+}
+
+/// What the flags accept but do nothing with here, said rather than silently dropped (the
+/// master logs them once), after `foreign`'s (the other servers' spellings); and
+/// `--worker-class`, which only names what m0serve's workers are.
+fn warnings(cli: &Cli, foreign: Vec<String>, listen: &Listen) -> Result<Vec<String>, String> {
+    let mut warnings = foreign;
+    // `adaptive` is the default; said, it warns where it does nothing.
+    if cli.cpu_affinity.trim() == "adaptive"
+        && cli.given.contains("cpu_affinity")
+        && cli.blocking_threads != 1
+    {
+        warnings.push(format!(
+            "--cpu-affinity adaptive: does nothing with --blocking-threads {} (it runs the \
+             loop beside a worker's one handler thread)",
+            cli.blocking_threads
+        ));
+    }
+    if !cli.bind.is_empty() {
+        for (id, flag) in [("uds", "--uds"), ("host", "--host"), ("port", "--port")] {
+            // An image may set M0SERVE_HOST and M0SERVE_PORT for every container; a --bind
+            // of one of them is no mistake.
+            let image_default = id != "uds" && cli.from_env.contains(id);
+            if cli.given.contains(id) && !image_default {
+                warnings.push(format!(
+                    "{flag}: ignored, --bind gives the addresses (add this one to it)"
                 ));
             }
         }
-        let venv = cli
-            .venv
-            .as_ref()
-            .map(|v| std::path::absolute(v).unwrap_or_else(|_| v.clone()));
-        let metrics = match cli.metrics_port {
-            Some(port) => {
-                let ip = parse_ip("--metrics-address", &cli.metrics_address)?;
-                Some(SocketAddr::new(ip, port))
-            }
-            None => None,
-        };
-        if let Some(bad) = cli.reload_ignore.iter().find(|p| p.contains('\0')) {
-            return Err(format!("--reload-ignore {bad:?}: contains a NUL byte"));
-        }
-        let app_dir = std::path::absolute(&cli.app_dir)
-            .map_err(|e| format!("--app-dir {:?}: {e}", cli.app_dir))?;
-        if !app_dir.is_dir() {
-            return Err(format!("--app-dir {:?}: not a directory", cli.app_dir));
-        }
-        let mut warnings = std::mem::take(&mut cli.foreign_warnings);
-        // `adaptive` is the default; said, it warns where it does nothing.
-        let adaptive_affinity = cli.cpu_affinity.trim() == "adaptive";
-        if adaptive_affinity && cli.given.contains("cpu_affinity") && cli.blocking_threads != 1 {
-            warnings.push(format!(
-                "--cpu-affinity adaptive: does nothing with --blocking-threads {} (it runs the \
-                 loop beside a worker's one handler thread)",
-                cli.blocking_threads
-            ));
-        }
-        // Values that do nothing in this configuration: said, not silently dropped.
-        if !cli.bind.is_empty() {
-            for (id, flag) in [("uds", "--uds"), ("host", "--host"), ("port", "--port")] {
-                // An image may set M0SERVE_HOST and M0SERVE_PORT for every container; a
-                // --bind of one of them is no mistake.
-                let image_default = id != "uds" && cli.from_env.contains(id);
-                if cli.given.contains(id) && !image_default {
-                    warnings.push(format!(
-                        "{flag}: ignored, --bind gives the addresses (add this one to it)"
-                    ));
-                }
+    }
+    if cli.timeout > 0.0 && cli.blocking_threads == 0 {
+        warnings.push(format!(
+            "--timeout {}: does nothing in inline mode (--blocking-threads 0); \
+             --silent-timeout bounds a request there",
+            cli.timeout
+        ));
+    }
+    if cli.max_requests_jitter > 0 && cli.max_requests == 0 {
+        warnings.push("--max-requests-jitter: does nothing without --max-requests".into());
+    }
+    let unix = listen
+        .secure
+        .iter()
+        .chain(&listen.insecure)
+        .any(Address::is_unix);
+    if cli.uds_permissions.is_some() && !unix {
+        warnings.push(
+            "--uds-permissions: no Unix socket is bound here (--uds, --bind unix:PATH)".into(),
+        );
+    }
+    if let Some(class) = &cli.worker_class {
+        match class.trim() {
+            // gunicorn's threaded worker is what m0serve's are: a pool of threads, its size
+            // --threads (read as --blocking-threads).
+            "gthread" => {}
+            "sync" => warnings.push(format!(
+                "--worker-class {class}: ignored; m0serve's workers each run a loop thread and \
+                 --blocking-threads handler threads (--workers and --blocking-threads set \
+                 their numbers)"
+            )),
+            other => {
+                return Err(format!(
+                    "--worker-class {other}: not supported; m0serve serves WSGI apps with its \
+                     own workers (a loop thread and --blocking-threads handler threads), not \
+                     gunicorn's worker classes"
+                ))
             }
         }
-        if cli.timeout > 0.0 && cli.blocking_threads == 0 {
-            warnings.push(format!(
-                "--timeout {}: does nothing in inline mode (--blocking-threads 0); \
-                 --silent-timeout bounds a request there",
-                cli.timeout
-            ));
-        }
-        if cli.max_requests_jitter > 0 && cli.max_requests == 0 {
-            warnings.push("--max-requests-jitter: does nothing without --max-requests".into());
-        }
-        if cli.uds_permissions.is_some() && !listen.iter().any(|l| matches!(l, ListenSpec::Unix(_)))
-        {
+    }
+    if cli.proxy_protocol {
+        if !cli.proxy_forwarded_headers && cli.given.contains("forwarded_allow_ips") {
             warnings.push(
-                "--uds-permissions: no Unix socket is bound here (--uds, --bind unix:PATH)".into(),
+                "--forwarded-allow-ips: does nothing behind --proxy-protocol (a TCP load \
+                 balancer writes no forwarding header, so any came from the client): \
+                 --proxy-allow-from names the balancers that may send a PROXY header, and \
+                 --proxy-forwarded-headers believes forwarding headers after one"
+                    .into(),
             );
         }
-        if let Some(class) = &cli.worker_class {
-            match class.trim() {
-                // gunicorn's threaded worker is what m0serve's are: a pool of threads,
-                // its size --threads (read as --blocking-threads).
-                "gthread" => {}
-                "sync" => warnings.push(format!(
-                    "--worker-class {class}: ignored; m0serve's workers each run a loop \
-                     thread and --blocking-threads handler threads (--workers and \
-                     --blocking-threads set their numbers)"
-                )),
-                other => {
-                    return Err(format!(
-                        "--worker-class {other}: not supported; m0serve serves WSGI apps with \
-                         its own workers (a loop thread and --blocking-threads handler \
-                         threads), not gunicorn's worker classes"
-                    ))
-                }
+    } else {
+        for (id, flag) in [
+            ("proxy_allow_from", "--proxy-allow-from"),
+            ("proxy_forwarded_headers", "--proxy-forwarded-headers"),
+        ] {
+            if cli.given.contains(id) {
+                warnings.push(format!("{flag}: does nothing without --proxy-protocol"));
             }
         }
-        if cli.proxy_protocol {
-            if !cli.proxy_forwarded_headers && cli.given.contains("forwarded_allow_ips") {
-                warnings.push(
-                    "--forwarded-allow-ips: does nothing behind --proxy-protocol (a TCP load \
-                     balancer writes no forwarding header, so any came from the client): \
-                     --proxy-allow-from names the balancers that may send a PROXY header, and \
-                     --proxy-forwarded-headers believes forwarding headers after one"
-                        .into(),
-                );
-            }
-        } else {
-            for (id, flag) in [
-                ("proxy_allow_from", "--proxy-allow-from"),
-                ("proxy_forwarded_headers", "--proxy-forwarded-headers"),
-            ] {
-                if cli.given.contains(id) {
-                    warnings.push(format!("{flag}: does nothing without --proxy-protocol"));
-                }
-            }
-        }
-        let mut pythonpath = Vec::new();
-        for dir in cli.pythonpath.iter().filter(|d| !d.as_os_str().is_empty()) {
-            let abs = std::path::absolute(dir)
-                .map_err(|e| format!("--pythonpath {}: {e}", dir.display()))?;
-            if !abs.is_dir() {
-                return Err(format!("--pythonpath {}: not a directory", dir.display()));
-            }
-            pythonpath.push(abs);
-        }
-        let root_path = match (
-            &cli.root_path,
-            std::env::var("SCRIPT_NAME").ok().filter(|v| !v.is_empty()),
-        ) {
-            (Some(r), _) => root_path(r)?,
-            // Inherited, it changes what is served: said at start, and named if bad.
-            (None, Some(r)) => {
-                let p = root_path(&r).map_err(|e| {
-                    let why = e
-                        .trim_start_matches(&format!("--root-path {r:?}: "))
-                        .to_string();
-                    format!("SCRIPT_NAME={r:?} in the environment (taken as --root-path): {why}")
-                })?;
-                if let Some(p) = &p {
-                    warnings.push(format!(
-                        "SCRIPT_NAME={r} in the environment: serving under {p} as with \
-                         --root-path {p} (other paths get 404 unless --root-path-outside app)"
-                    ));
-                }
-                p
-            }
-            (None, None) => None,
-        };
-        Ok(Config {
-            app,
-            listen,
-            uds_permissions,
-            workers: cli.workers,
-            blocking_threads: cli.blocking_threads,
-            max_blocking_threads,
-            max_websockets: cli.max_websockets,
-            preload: cli.preload,
-            static_map: static_map(&cli.static_map)?,
-            mime_types: mime_types(&cli.mime_type)?,
-            static_max_age: cli.static_max_age,
-            static_index: cli.static_index,
-            static_follow_symlinks: cli.static_follow_symlinks,
-            blocking_threads_idle: seconds(
-                "--blocking-threads-idle-timeout",
-                cli.blocking_threads_idle_timeout,
-                0.05,
-                DAY,
-            )?,
-            max_queue_wait: if cli.max_queue_wait == 0.0 {
-                None
-            } else {
-                Some(seconds("--max-queue-wait", cli.max_queue_wait, 0.01, DAY)?)
-            },
-            graceful_timeout,
-            limits: crate::http::limits::Limits {
-                max_request_line,
-                max_head,
-                max_headers,
-            },
-            max_body_size,
-            body_buffer_size,
-            max_connections,
-            timeouts,
-            backlog,
-            timeout,
-            silent_timeout,
-            max_requests: cli.max_requests,
-            max_requests_jitter: cli.max_requests_jitter,
-            workers_max_rss: cli.workers_max_rss,
-            trusted: Some(crate::wsgi::proxy::Trusted::parse(
-                "--forwarded-allow-ips",
-                &cli.forwarded_allow_ips,
-            )?)
-            // Behind a TCP balancer, every forwarding header came from the client.
-            .filter(|_| !cli.proxy_protocol || cli.proxy_forwarded_headers)
-            .unwrap_or_default(),
-            proxy_protocol: cli.proxy_protocol,
-            proxy_allow: crate::wsgi::proxy::Trusted::parse(
-                "--proxy-allow-from",
-                &cli.proxy_allow_from,
-            )?,
-            access_log: if cli.access_log || cli.access_log_file.is_some() {
-                Some((
-                    crate::access_log::Target::from_flag(cli.access_log_file),
-                    access_log_format,
-                ))
-            } else {
-                None
-            },
-            pid_file: cli.pid_file,
-            secure_listeners,
-            tls,
-            tls_options,
-            identity: crate::sys::privileges::Identity::resolve(
-                cli.user.as_deref(),
-                cli.group.as_deref(),
-            )?,
-            check_only: cli.check_config,
-            app_dir,
-            pythonpath,
-            root_path,
-            root_path_app: cli.root_path_outside == crate::cli::Outside::App,
-            warnings,
-            log_level: cli.log_level,
-            log_format: cli.log_format,
-            error_log_file: cli.error_log_file.filter(|p| p.as_os_str() != "-"),
-            stats: cli.stats,
-            static_response: cli.static_response,
-            // Inline mode has no handler thread for its loop to share a core with.
-            batch_scheduling: cli.scheduling_policy == crate::cli::SchedulingPolicy::Batch
-                && cli.blocking_threads > 0,
-            metrics,
-            // A worker gets its CPU from the master (checked there, against the CPUs the
-            // master may use); its own set may since have been narrowed under it.
-            cpu_affinity: match cli.cpu_affinity.as_str() {
-                _ if std::env::var_os(crate::sys::ipc::WORKER_ENV).is_some() => None,
-                spec if matches!(spec.trim(), "none" | "adaptive") => None,
-                spec => Some(cpu_affinity(spec, &crate::sys::allowed_cpus())?),
-            },
-            adaptive_affinity,
-            idle_poll: Some(Duration::from_micros(within(
-                "--idle-poll",
-                cli.idle_poll,
-                0,
-                MAX_IDLE_POLL_US,
-            )?))
-            .filter(|d| !d.is_zero()),
-            venv,
-            reload: cli.reload.then(|| {
-                cli.reload_ignore
-                    .iter()
-                    .map(|p| p.trim().to_string())
-                    .filter(|p| !p.is_empty())
-                    .collect()
-            }),
-        })
     }
+    Ok(warnings)
+}
+
+/// `SCRIPT_NAME` inherited from the environment, taken as `--root-path` (it changes what is
+/// served: said at start, and named if bad).
+fn script_name(warnings: &mut Vec<String>) -> Result<Option<String>, String> {
+    let Some(r) = std::env::var("SCRIPT_NAME").ok().filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    let p = root_path(&r).map_err(|e| {
+        let why = e.trim_start_matches(&format!("--root-path {r:?}: "));
+        format!("SCRIPT_NAME={r:?} in the environment (taken as --root-path): {why}")
+    })?;
+    if let Some(p) = &p {
+        warnings.push(format!(
+            "SCRIPT_NAME={r} in the environment: serving under {p} as with --root-path {p} \
+             (other paths get 404 unless --root-path-outside app)"
+        ));
+    }
+    Ok(p)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `from_cli` touches nothing: a name no resolver knows, TLS files, a user, directories
+    /// and CPUs that do not exist all pass it, and `resolve` finds each, one at a time.
+    #[test]
+    fn from_cli_looks_nothing_up_and_resolve_does() {
+        use clap::Parser;
+        let args = |extra: &[&str]| {
+            let base = ["m0serve", "app:application", "--cpu-affinity", "none"];
+            let cli = Cli::try_parse_from(base.iter().chain(extra)).unwrap();
+            Config::from_cli(cli)
+        };
+        let cases: [(&[&str], &str); 8] = [
+            (
+                &["--host", "no-such-host.invalid"],
+                "--host \"no-such-host.invalid\"",
+            ),
+            (
+                &[
+                    "--bind",
+                    "127.0.0.1:0",
+                    "--insecure-bind",
+                    "no-such-host.invalid:1",
+                    "--certfile",
+                    "/no/such.pem",
+                    "--keyfile",
+                    "/no/such.key",
+                ],
+                "--insecure-bind: \"no-such-host.invalid\"",
+            ),
+            (
+                &["--certfile", "/no/such.pem", "--keyfile", "/no/such.key"],
+                "--certfile /no/such.pem",
+            ),
+            (
+                &["--user", "no-such-user-m0s"],
+                "--user no-such-user-m0s: no such user",
+            ),
+            (
+                &["--app-dir", "/no/such/dir"],
+                "--app-dir \"/no/such/dir\": not a directory",
+            ),
+            (
+                &["--pythonpath", "/no/such/dir"],
+                "--pythonpath /no/such/dir: not a directory",
+            ),
+            (
+                &["--venv", "/no/such/venv"],
+                "--venv /no/such/venv: not a virtualenv",
+            ),
+            (&["--cpu-affinity", "100000"], "--cpu-affinity \"100000\""),
+        ];
+        for (extra, error) in cases {
+            let unresolved = args(extra).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+            let e = unresolved.resolve().unwrap_err();
+            assert!(e.starts_with(error), "{extra:?}: {e}");
+        }
+        // The checks that need nothing from the system are made first.
+        let e = args(&["--host", "no-such-host.invalid", "--workers", "0"]).unwrap_err();
+        assert!(e.starts_with("--workers 0: must be between 1 and"), "{e}");
+        let config = args(&["--bind", "127.0.0.1:0", "--bind", "unix:/tmp/m0s-x.sock"])
+            .and_then(Unresolved::resolve)
+            .unwrap();
+        assert_eq!(
+            config.describe_listen(),
+            "http://127.0.0.1:0, unix:/tmp/m0s-x.sock"
+        );
+        assert!(config.app_dir.is_absolute());
+    }
 
     #[test]
     fn cpu_affinity_lists_ranges_and_auto() {

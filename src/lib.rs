@@ -424,7 +424,10 @@ pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     } else if let Err(e) = config::prepare_process(&cli) {
         return refuse(&e);
     }
-    let config = match config::Config::from_cli(cli).and_then(|c| host.check(&c).map(|()| c)) {
+    let config = match config::Config::from_cli(cli)
+        .and_then(config::Unresolved::resolve)
+        .and_then(|c| host.check(&c).map(|()| c))
+    {
         Ok(c) => c,
         Err(e) => return refuse(&e),
     };

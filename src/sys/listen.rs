@@ -25,11 +25,51 @@ pub enum ListenSpec {
 /// The port a `--bind` without one listens on (gunicorn's).
 pub const DEFAULT_PORT: u16 = 8000;
 
-impl ListenSpec {
+/// An address from the command line, before a host name in it is looked up.
+#[derive(Clone, Debug)]
+pub enum Address {
+    Spec(ListenSpec),
+    /// A host name and port: [`Address::resolve`] asks the resolver for its addresses.
+    Name(String, u16),
+}
+
+impl Address {
+    /// `host` (an IP address, a name, or empty for every IPv4 interface) and `port`: only
+    /// a name is left to look up.
+    pub fn host(host: &str, port: u16) -> Address {
+        if host.is_empty() {
+            return Address::Spec(ListenSpec::Tcp(SocketAddr::new(
+                std::net::Ipv4Addr::UNSPECIFIED.into(),
+                port,
+            )));
+        }
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => Address::Spec(ListenSpec::Tcp(SocketAddr::new(ip, port))),
+            Err(_) => Address::Name(host.to_string(), port),
+        }
+    }
+
+    /// Whether it is a Unix socket's path (a name is always TCP).
+    pub fn is_unix(&self) -> bool {
+        matches!(self, Address::Spec(ListenSpec::Unix(_)))
+    }
+
+    /// The sockets it stands for: a name's every address, in the resolver's order; `flag`
+    /// names it in an error.
+    pub fn resolve(self, flag: &str) -> Result<Vec<ListenSpec>, String> {
+        match self {
+            Address::Spec(spec) => Ok(vec![spec]),
+            Address::Name(host, port) => Ok(lookup(flag, &host, port)?
+                .into_iter()
+                .map(ListenSpec::Tcp)
+                .collect()),
+        }
+    }
+
     /// One `--bind` value, as gunicorn reads them: `HOST:PORT` (HOST an address or a name,
     /// which listens on every address it resolves to), `[V6]:PORT`, `:PORT` (every IPv4
     /// interface), `HOST` (port 8000), `unix:PATH` or `fd://N`.
-    pub fn parse(s: &str) -> Result<Vec<ListenSpec>, String> {
+    pub fn parse(s: &str) -> Result<Address, String> {
         // An empty value (`M0SERVE_BIND=`, a trailing comma) is a mistake, not a request for
         // every interface: that takes `:PORT` or `0.0.0.0`, said outright.
         if s.is_empty() {
@@ -42,18 +82,18 @@ impl ListenSpec {
             if path.trim().is_empty() {
                 return Err(format!("--bind {s:?}: empty path after unix:"));
             }
-            return Ok(vec![ListenSpec::Unix(PathBuf::from(path))]);
+            return Ok(Address::Spec(ListenSpec::Unix(PathBuf::from(path))));
         }
         if let Some(n) = s.strip_prefix("fd://") {
             return n
                 .parse::<i32>()
                 .ok()
                 .filter(|&fd| fd >= 0)
-                .map(|fd| vec![ListenSpec::Fd(fd)])
+                .map(|fd| Address::Spec(ListenSpec::Fd(fd)))
                 .ok_or_else(|| format!("--bind {s:?}: not a descriptor number"));
         }
         if let Ok(addr) = s.parse::<SocketAddr>() {
-            return Ok(vec![ListenSpec::Tcp(addr)]);
+            return Ok(Address::Spec(ListenSpec::Tcp(addr)));
         }
         let bad = || {
             format!("--bind {s:?}: expected HOST:PORT, [V6]:PORT, :PORT, HOST, unix:PATH or fd://N")
@@ -65,12 +105,11 @@ impl ListenSpec {
             None => (s, DEFAULT_PORT),
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        Ok(resolve("--bind", host, port)?
-            .into_iter()
-            .map(ListenSpec::Tcp)
-            .collect())
+        Ok(Address::host(host, port))
     }
+}
 
+impl ListenSpec {
     pub fn describe(&self) -> String {
         match self {
             ListenSpec::Tcp(a) => a.to_string(),
@@ -80,19 +119,10 @@ impl ListenSpec {
     }
 }
 
-/// Every address `host` (an IP address, a name, or empty for 0.0.0.0) stands for, with
-/// `port`, without duplicates, in the resolver's order.
-pub fn resolve(flag: &str, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
-    if host.is_empty() {
-        return Ok(vec![SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            port,
-        )]);
-    }
-    if let Ok(ip) = host.parse::<IpAddr>() {
-        return Ok(vec![SocketAddr::new(ip, port)]);
-    }
+/// Every address the name `host` stands for, with `port`, without duplicates, in the
+/// resolver's order.
+fn lookup(flag: &str, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    use std::net::ToSocketAddrs;
     let found = (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("{flag} {host:?}: cannot resolve it: {e}"))?;
