@@ -8,7 +8,7 @@ are sampled after a warm-up and again after the soak: both must come back flat.
     cargo build --release
     scripts/soak.py [--requests 1000000] [--binary target/release/m0serve]
 
-Prints a table for BENCHMARKS.md ("soak") and exits 1 when memory or descriptors grew past
+Prints a table for benchmarks/decisions.md ("soak") and exits 1 when memory or descriptors grew past
 the tolerance, or when a bad request got an answer other than the expected status.
 """
 
