@@ -31,8 +31,8 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use m0serve::pipeline::park::{wait_until, WakeFlag};
-use m0serve::pipeline::ring::{ring, Consumer, Producer};
+use m0serve::internals::{ring, Consumer, Producer};
+use m0serve::internals::{wait_until, WakeFlag};
 
 #[path = "support/harness.rs"]
 mod harness;

@@ -28,20 +28,20 @@
 //!
 //! with `M0S_PARTS_CALLS` 1000 and then 11000 ("Collected" in valgrind's summary).
 
-use m0serve::pipeline::msg::{ConnRef, Peer, Request};
-use m0serve::pipeline::shared::{HandlerShared, LoopShared};
-use m0serve::wsgi::environ::EnvBuilder;
-use m0serve::wsgi::{Bridge, Observers, ServerInfo, Sink};
+use m0serve::internals::EnvBuilder;
+use m0serve::internals::{Bridge, Observers, ServerInfo, Sink};
+use m0serve::internals::{ConnRef, Peer, Request};
+use m0serve::internals::{HandlerShared, LoopShared};
 use pyo3::prelude::*;
 use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use m0serve::http::date::DateCache;
-use m0serve::http::encode::{decide_framing, HeadWriter};
-use m0serve::http::limits::Limits;
-use m0serve::http::parse::{parse_head, Version};
+use m0serve::internals::DateCache;
+use m0serve::internals::Limits;
+use m0serve::internals::{decide_framing, HeadWriter};
+use m0serve::internals::{parse_head, Version};
 
 #[path = "support/harness.rs"]
 mod harness;
@@ -206,7 +206,7 @@ fn main() {
 
     // The environ (handler thread): interned keys, the base dict copied, values from the
     // request's bytes. The dict is dropped each time, as after a request.
-    m0serve::python::initialize(None).expect("Python starts");
+    m0serve::internals::initialize(None).expect("Python starts");
     let request = record(FIREFOX_GET);
     let info = ServerInfo {
         server_name: "127.0.0.1".into(),

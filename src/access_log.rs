@@ -29,14 +29,15 @@ use crate::http::parse::{Head, Version};
 use crate::pipeline::msg::Peer;
 
 /// gunicorn's default access log format.
-pub const DEFAULT_FORMAT: &str = r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s""#;
+pub(crate) const DEFAULT_FORMAT: &str =
+    r#"%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s""#;
 
 /// A handler's buffered lines are written once they pass this size.
 const FLUSH_BYTES: usize = 16 * 1024;
 
 /// A buffered line older than this is written before the handler's next request runs (so a
 /// slow request does not hold the previous requests' lines back).
-pub const FLUSH_AGE: std::time::Duration = std::time::Duration::from_millis(200);
+pub(crate) const FLUSH_AGE: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Writes to standard error (a pipe, often shared by the workers) go in runs of whole lines
 /// no longer than this: pipes keep writes up to `PIPE_BUF` (4096) whole.
@@ -44,7 +45,7 @@ const PIPE_WRITE_MAX: usize = 4096;
 
 /// One piece of a format: literal text, or a fact of the response.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Atom {
+pub(crate) enum Atom {
     Lit(String),
     Remote,
     Time,
@@ -77,7 +78,7 @@ pub enum Atom {
 
 /// A parsed `--access-log-format`.
 #[derive(Clone, Debug)]
-pub enum Format {
+pub(crate) enum Format {
     /// The atoms, the response headers they name (`%({name}o)s`, lowercase) and the
     /// environ keys (`%({KEY}e)s`, as written).
     Atoms {
@@ -89,7 +90,7 @@ pub enum Format {
 }
 
 impl Format {
-    pub fn parse(s: &str) -> Result<Format, String> {
+    pub(crate) fn parse(s: &str) -> Result<Format, String> {
         if s == "json" {
             return Ok(Format::Json);
         }
@@ -174,7 +175,7 @@ impl Format {
     }
 
     /// The environ keys the format shows, in `Environ` order.
-    pub fn environ_keys(&self) -> &[String] {
+    pub(crate) fn environ_keys(&self) -> &[String] {
         match self {
             Format::Atoms { environ, .. } => environ,
             Format::Json => &[],
@@ -182,7 +183,7 @@ impl Format {
     }
 
     /// The response headers the format shows (lowercase), in `ResponseHeader` order.
-    pub fn response_header_names(&self) -> &[String] {
+    pub(crate) fn response_header_names(&self) -> &[String] {
         match self {
             Format::Atoms { response, .. } => response,
             Format::Json => &[],
@@ -192,7 +193,7 @@ impl Format {
 
 /// Where the access log goes (`--access-log`, `--access-log-file`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// `--access-log` alone.
     Stderr,
     /// `--access-log-file -`, as gunicorn reads it.
@@ -202,7 +203,7 @@ pub enum Target {
 
 impl Target {
     /// `--access-log-file`'s value: `-` is standard output.
-    pub fn from_flag(path: Option<PathBuf>) -> Target {
+    pub(crate) fn from_flag(path: Option<PathBuf>) -> Target {
         match path {
             None => Target::Stderr,
             Some(p) if p.as_os_str() == "-" => Target::Stdout,
@@ -210,7 +211,7 @@ impl Target {
         }
     }
 
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Target::Stderr => "standard error".into(),
             Target::Stdout => "standard output".into(),
@@ -220,7 +221,7 @@ impl Target {
 }
 
 /// Where lines go: shared by every handler of a worker.
-pub struct LogFile {
+pub(crate) struct LogFile {
     /// The file and its path, or `None` for a standard stream. The lock is taken once per
     /// flush (a 16 KiB batch), and by `reopen`.
     file: Option<(Mutex<File>, PathBuf)>,
@@ -238,7 +239,7 @@ fn open_append(path: &Path) -> io::Result<File> {
 
 impl LogFile {
     /// A file opened for appending, or a standard stream.
-    pub fn open(target: &Target) -> io::Result<LogFile> {
+    pub(crate) fn open(target: &Target) -> io::Result<LogFile> {
         let file = match target {
             Target::File(p) => Some((Mutex::new(open_append(p)?), p.to_path_buf())),
             Target::Stderr | Target::Stdout => None,
@@ -250,7 +251,7 @@ impl LogFile {
     }
 
     /// SIGUSR1: opens the file's path again (after a log rotation moved the old file).
-    pub fn reopen(&self) {
+    pub(crate) fn reopen(&self) {
         let Some((file, path)) = &self.file else {
             return;
         };
@@ -308,31 +309,31 @@ fn write_lines(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// The facts of one response.
-pub struct Entry<'a> {
-    pub peer: Peer,
+pub(crate) struct Entry<'a> {
+    pub(crate) peer: Peer,
     /// The client a trusted proxy named (`--forwarded-allow-ips`): what `%(h)s` and
     /// `remote_addr` show instead of the peer, as the app's `REMOTE_ADDR` does.
-    pub client: Option<&'a str>,
+    pub(crate) client: Option<&'a str>,
     /// The request head as received, with its parse.
-    pub head_bytes: &'a [u8],
-    pub head: &'a Head,
-    pub status: u16,
-    pub body_bytes: u64,
-    pub duration: Duration,
+    pub(crate) head_bytes: &'a [u8],
+    pub(crate) head: &'a Head,
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
+    pub(crate) duration: Duration,
     /// The values of `AccessLog::response_header_names`, in order (`None`: not sent).
-    pub response_headers: &'a [Option<Vec<u8>>],
+    pub(crate) response_headers: &'a [Option<Vec<u8>>],
     /// The values of `Format::environ_keys`, in order (`None`: not in the environ).
-    pub environ_values: &'a [Option<String>],
+    pub(crate) environ_values: &'a [Option<String>],
 }
 
 /// A worker's access log: the format and where lines go, shared by its handlers.
 pub struct AccessLog {
-    pub format: Format,
-    pub sink: LogFile,
+    pub(crate) format: Format,
+    pub(crate) sink: LogFile,
 }
 
 /// One handler's access log: its buffer, over the worker's shared format and sink.
-pub struct AccessLogger {
+pub(crate) struct AccessLogger {
     shared: Arc<AccessLog>,
     buf: Vec<u8>,
     /// When the oldest buffered line was added.
@@ -345,7 +346,7 @@ pub struct AccessLogger {
 struct TimeCache(u64, String);
 
 impl AccessLogger {
-    pub fn new(shared: Arc<AccessLog>) -> AccessLogger {
+    pub(crate) fn new(shared: Arc<AccessLog>) -> AccessLogger {
         AccessLogger {
             shared,
             buf: Vec::with_capacity(FLUSH_BYTES + 1024),
@@ -356,16 +357,16 @@ impl AccessLogger {
     }
 
     /// The response headers the format shows (`Entry::response_headers` follows them).
-    pub fn response_header_names(&self) -> &[String] {
+    pub(crate) fn response_header_names(&self) -> &[String] {
         self.shared.format.response_header_names()
     }
 
     /// The environ keys the format shows (`Entry::environ_values` follows them).
-    pub fn environ_keys(&self) -> &[String] {
+    pub(crate) fn environ_keys(&self) -> &[String] {
         self.shared.format.environ_keys()
     }
 
-    pub fn record(&mut self, e: &Entry<'_>) {
+    pub(crate) fn record(&mut self, e: &Entry<'_>) {
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         match &self.shared.format {
@@ -388,7 +389,7 @@ impl AccessLogger {
     }
 
     /// Writes the buffered lines (before the handler waits, and at exit).
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         if !self.buf.is_empty() {
             self.shared.sink.write(&self.buf);
             self.buf.clear();
@@ -397,7 +398,7 @@ impl AccessLogger {
     }
 
     /// Writes the buffer if its oldest line has waited `FLUSH_AGE` (before a request runs).
-    pub fn flush_if_old(&mut self) {
+    pub(crate) fn flush_if_old(&mut self) {
         if self.oldest.is_some_and(|t| t.elapsed() >= FLUSH_AGE) {
             self.flush();
         }

@@ -11,14 +11,14 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser};
 
 use crate::log::{Format as LogFormat, Level};
 
-pub mod foreign;
-pub mod gunicorn_conf;
+pub(crate) mod foreign;
+pub(crate) mod gunicorn_conf;
 
 use foreign::Rewritten;
 
 /// `--root-path-outside`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Outside {
+pub(crate) enum Outside {
     #[value(name = "404")]
     NotFound,
     App,
@@ -26,7 +26,7 @@ pub enum Outside {
 
 /// `--scheduling-policy`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SchedulingPolicy {
+pub(crate) enum SchedulingPolicy {
     Batch,
     Normal,
 }
@@ -53,10 +53,10 @@ pub enum SchedulingPolicy {
                   https://github.com/m0serve/m0serve/blob/main/docs/migration.md",
     args_override_self = true
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The WSGI application: `module:attr`, or `module:factory()` to call a factory.
     #[arg(env = "M0SERVE_APP", value_name = "APP", hide_env = true)]
-    pub app: String,
+    pub(crate) app: String,
 
     /// Host address (or name) to bind.
     #[arg(
@@ -66,7 +66,7 @@ pub struct Cli {
         env = "M0SERVE_HOST",
         default_value = "127.0.0.1"
     )]
-    pub host: String,
+    pub(crate) host: String,
 
     /// Port to bind (0 picks a free port; the startup log line names it).
     #[arg(
@@ -76,7 +76,7 @@ pub struct Cli {
         env = "M0SERVE_PORT",
         default_value_t = 8000
     )]
-    pub port: u16,
+    pub(crate) port: u16,
 
     /// Where to listen, repeatable: HOST:PORT, [V6]:PORT, :PORT, unix:PATH, fd://N.
     ///
@@ -93,7 +93,7 @@ pub struct Cli {
         value_name = "ADDRESS",
         value_delimiter = ','
     )]
-    pub bind: Vec<String>,
+    pub(crate) bind: Vec<String>,
 
     /// Serve HTTPS with this certificate chain (PEM).
     ///
@@ -108,7 +108,7 @@ pub struct Cli {
         value_name = "FILE",
         alias = "ssl-certificate"
     )]
-    pub certfile: Option<PathBuf>,
+    pub(crate) certfile: Option<PathBuf>,
 
     /// The private key of --certfile (PEM).
     ///
@@ -121,7 +121,7 @@ pub struct Cli {
         value_name = "FILE",
         alias = "ssl-keyfile"
     )]
-    pub keyfile: Option<PathBuf>,
+    pub(crate) keyfile: Option<PathBuf>,
 
     /// Certificate authorities (PEM) that sign the clients' certificates: asks clients for
     /// one (mutual TLS); see --client-cert.
@@ -133,7 +133,7 @@ pub struct Cli {
         env = "M0SERVE_CA_CERTS",
         value_name = "FILE"
     )]
-    pub ca_certs: Option<PathBuf>,
+    pub(crate) ca_certs: Option<PathBuf>,
 
     /// With --ca-certs: `required` (the default) refuses a client without a valid
     /// certificate at the handshake; `optional` serves it too. A verified certificate's
@@ -147,7 +147,7 @@ pub struct Cli {
         value_name = "MODE",
         value_enum
     )]
-    pub client_cert: Option<crate::tls::ClientCert>,
+    pub(crate) client_cert: Option<crate::tls::ClientCert>,
 
     /// Also listen, without TLS, here (repeatable; the --bind forms): a plain port beside
     /// the HTTPS ones, for a health check or a redirect.
@@ -160,7 +160,7 @@ pub struct Cli {
         value_name = "ADDRESS",
         value_delimiter = ','
     )]
-    pub insecure_bind: Vec<String>,
+    pub(crate) insecure_bind: Vec<String>,
 
     /// Permissions of the Unix sockets m0serve binds, in octal (e.g. 660).
     #[arg(
@@ -171,7 +171,7 @@ pub struct Cli {
         env = "M0SERVE_UDS_PERMISSIONS",
         value_name = "MODE"
     )]
-    pub uds_permissions: Option<String>,
+    pub(crate) uds_permissions: Option<String>,
 
     /// Bind a Unix domain socket at PATH instead of TCP.
     #[arg(
@@ -182,7 +182,7 @@ pub struct Cli {
         env = "M0SERVE_UDS",
         value_name = "PATH"
     )]
-    pub uds: Option<PathBuf>,
+    pub(crate) uds: Option<PathBuf>,
 
     /// Worker processes, each with its own Python interpreter.
     ///
@@ -196,7 +196,7 @@ pub struct Cli {
         env = "M0SERVE_WORKERS",
         default_value_t = 1
     )]
-    pub workers: usize,
+    pub(crate) workers: usize,
 
     /// gunicorn's worker class, for command lines brought over: `gthread` is what m0serve's
     /// workers are (a loop thread and --blocking-threads handler threads), `sync` is
@@ -210,7 +210,7 @@ pub struct Cli {
         env = "M0SERVE_WORKER_CLASS",
         value_name = "CLASS"
     )]
-    pub worker_class: Option<String>,
+    pub(crate) worker_class: Option<String>,
 
     /// Import the app once, in a process that forks the workers, so they share its memory.
     ///
@@ -220,7 +220,7 @@ pub struct Cli {
     /// threads cannot be forked safely: it is then imported by each worker, with a
     /// warning.
     #[arg(hide_env = true, help_heading = "Processes and threads", long, env = "M0SERVE_PRELOAD", value_parser = clap::builder::BoolishValueParser::new())]
-    pub preload: bool,
+    pub(crate) preload: bool,
 
     /// Seconds a request may run before its stack is logged and its worker recycled.
     ///
@@ -236,7 +236,7 @@ pub struct Cli {
         default_value_t = 0.0,
         value_name = "SECS"
     )]
-    pub timeout: f64,
+    pub(crate) timeout: f64,
 
     /// Seconds a worker's loop thread may go without its heartbeat to the master (one a
     /// second while it runs) before the master kills it (SIGKILL) and starts another: a
@@ -252,7 +252,7 @@ pub struct Cli {
         default_value_t = 60.0,
         value_name = "SECS"
     )]
-    pub silent_timeout: f64,
+    pub(crate) silent_timeout: f64,
 
     /// Recycle a worker after it has served this many requests (0: never); its
     /// replacement is ready before it drains.
@@ -265,7 +265,7 @@ pub struct Cli {
         default_value_t = 0,
         value_name = "N"
     )]
-    pub max_requests: u64,
+    pub(crate) max_requests: u64,
 
     /// Add a random 0..=J to each worker's --max-requests, so workers do not all recycle
     /// at once.
@@ -278,7 +278,7 @@ pub struct Cli {
         default_value_t = 0,
         value_name = "J"
     )]
-    pub max_requests_jitter: u64,
+    pub(crate) max_requests_jitter: u64,
 
     /// Recycle a worker whose resident memory passes this many MiB (0: never).
     #[arg(
@@ -290,7 +290,7 @@ pub struct Cli {
         default_value_t = 0,
         value_name = "MIB"
     )]
-    pub workers_max_rss: u64,
+    pub(crate) workers_max_rss: u64,
 
     /// Seconds a graceful stop (SIGTERM, SIGINT, a reload) waits for requests in flight
     /// before it closes their connections.
@@ -303,7 +303,7 @@ pub struct Cli {
         default_value_t = 30.0,
         value_name = "SECS"
     )]
-    pub graceful_timeout: f64,
+    pub(crate) graceful_timeout: f64,
 
     /// Handler threads per worker at start (0: the app runs on the loop thread).
     ///
@@ -316,7 +316,7 @@ pub struct Cli {
         env = "M0SERVE_BLOCKING_THREADS",
         default_value_t = 1
     )]
-    pub blocking_threads: usize,
+    pub(crate) blocking_threads: usize,
 
     /// Most handler threads per worker, added while all wait on I/O (default 64).
     ///
@@ -331,7 +331,7 @@ pub struct Cli {
         env = "M0SERVE_MAX_BLOCKING_THREADS",
         value_name = "N"
     )]
-    pub max_blocking_threads: Option<usize>,
+    pub(crate) max_blocking_threads: Option<usize>,
 
     /// Seconds a handler thread above --blocking-threads may stay idle before it goes
     /// (Granian's flag of the same name).
@@ -344,7 +344,7 @@ pub struct Cli {
         default_value_t = 30.0,
         value_name = "SECS"
     )]
-    pub blocking_threads_idle_timeout: f64,
+    pub(crate) blocking_threads_idle_timeout: f64,
 
     /// WebSockets a worker serves at once with a handler thread started in the place of
     /// each: the app's call holds its thread for as long as the WebSocket lives (with
@@ -359,7 +359,7 @@ pub struct Cli {
         default_value_t = 256,
         value_name = "N"
     )]
-    pub max_websockets: usize,
+    pub(crate) max_websockets: usize,
 
     /// Seconds a request may wait for a handler; past it, 503 (0: no limit).
     ///
@@ -377,7 +377,7 @@ pub struct Cli {
         default_value_t = 0.5,
         value_name = "SECS"
     )]
-    pub max_queue_wait: f64,
+    pub(crate) max_queue_wait: f64,
 
     /// Kernel accept queue length for the listening socket.
     #[arg(
@@ -389,7 +389,7 @@ pub struct Cli {
         default_value_t = 1024,
         value_name = "N"
     )]
-    pub backlog: u32,
+    pub(crate) backlog: u32,
 
     /// Write the master's process id to PATH (removed at exit).
     #[arg(
@@ -401,7 +401,7 @@ pub struct Cli {
         env = "M0SERVE_PID_FILE",
         value_name = "PATH"
     )]
-    pub pid_file: Option<PathBuf>,
+    pub(crate) pid_file: Option<PathBuf>,
 
     /// The standalone binary's virtualenv, whose site-packages the app imports from
     /// (default: VIRTUAL_ENV, else the virtualenv the binary lies in, else the interpreter it
@@ -415,7 +415,7 @@ pub struct Cli {
         env = "M0SERVE_VENV",
         value_name = "PATH"
     )]
-    pub venv: Option<PathBuf>,
+    pub(crate) venv: Option<PathBuf>,
 
     /// Run as this user after binding (started as root).
     ///
@@ -431,7 +431,7 @@ pub struct Cli {
         env = "M0SERVE_USER",
         value_name = "USER"
     )]
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
 
     /// After binding, run as this group (a name or a numeric id); the default with --user
     /// is that user's primary group.
@@ -444,7 +444,7 @@ pub struct Cli {
         env = "M0SERVE_GROUP",
         value_name = "GROUP"
     )]
-    pub group: Option<String>,
+    pub(crate) group: Option<String>,
 
     /// File mode creation mask, in octal (e.g. 027), set before anything is bound or
     /// written: Unix sockets (unless --uds-permissions), the pid file, and files the app
@@ -458,7 +458,7 @@ pub struct Cli {
         env = "M0SERVE_UMASK",
         value_name = "MASK"
     )]
-    pub umask: Option<String>,
+    pub(crate) umask: Option<String>,
 
     /// Directory put first on `sys.path` before the app is imported.
     #[arg(
@@ -470,7 +470,7 @@ pub struct Cli {
         default_value = ".",
         value_name = "DIR"
     )]
-    pub app_dir: PathBuf,
+    pub(crate) app_dir: PathBuf,
 
     /// Change to DIR before anything else (the app's relative paths, and a relative
     /// --app-dir, start there).
@@ -482,7 +482,7 @@ pub struct Cli {
         env = "M0SERVE_CHDIR",
         value_name = "DIR"
     )]
-    pub chdir: Option<PathBuf>,
+    pub(crate) chdir: Option<PathBuf>,
 
     /// More directories for `sys.path`, after --app-dir, in order; comma-separated or
     /// repeated.
@@ -495,7 +495,7 @@ pub struct Cli {
         value_name = "DIRS",
         value_delimiter = ','
     )]
-    pub pythonpath: Vec<PathBuf>,
+    pub(crate) pythonpath: Vec<PathBuf>,
 
     /// Set an environment variable for the app, `KEY=VALUE`; repeatable (one from the
     /// environment variable).
@@ -508,7 +508,7 @@ pub struct Cli {
         env = "M0SERVE_ENV",
         value_name = "KEY=VALUE"
     )]
-    pub env_vars: Vec<String>,
+    pub(crate) env_vars: Vec<String>,
 
     /// Set the app's environment variables from FILE: `KEY=VALUE` lines (`export ` and
     /// quotes allowed, `#` comments); --env wins over it.
@@ -520,7 +520,7 @@ pub struct Cli {
         env = "M0SERVE_ENV_FILE",
         value_name = "FILE"
     )]
-    pub env_file: Option<PathBuf>,
+    pub(crate) env_file: Option<PathBuf>,
 
     /// Serve the app under this URL prefix (a proxy passes `/prefix/...` on unchanged): a
     /// request under it gets SCRIPT_NAME=PREFIX and PATH_INFO the rest. Default: the
@@ -533,7 +533,7 @@ pub struct Cli {
         env = "M0SERVE_ROOT_PATH",
         value_name = "PREFIX"
     )]
-    pub root_path: Option<String>,
+    pub(crate) root_path: Option<String>,
 
     /// With --root-path, a request outside the prefix: `404` (answered by the server) or
     /// `app` (passed on as it is, with SCRIPT_NAME empty).
@@ -546,7 +546,7 @@ pub struct Cli {
         value_enum,
         default_value = "404"
     )]
-    pub root_path_outside: Outside,
+    pub(crate) root_path_outside: Outside,
 
     /// Serve the files under DIR at URL prefix PREFIX from the loop, without the app.
     ///
@@ -563,7 +563,7 @@ pub struct Cli {
         value_name = "PREFIX=DIR",
         value_delimiter = ','
     )]
-    pub static_map: Vec<String>,
+    pub(crate) static_map: Vec<String>,
 
     /// The Content-Type of a static file by extension, over the built-in table
     /// (`webmanifest=application/manifest+json`); repeatable.
@@ -576,7 +576,7 @@ pub struct Cli {
         value_name = "EXT=TYPE",
         value_delimiter = ','
     )]
-    pub mime_type: Vec<String>,
+    pub(crate) mime_type: Vec<String>,
 
     /// Cache-Control max-age, in seconds, of a static file whose name carries no content
     /// hash (0: `no-cache`); a hashed name (`app.3f2a9c1d0b7e.css`) is `immutable` for a
@@ -590,17 +590,17 @@ pub struct Cli {
         default_value_t = 60,
         value_name = "SECONDS"
     )]
-    pub static_max_age: u64,
+    pub(crate) static_max_age: u64,
 
     /// Serve a directory's `index.html` (a directory named without its slash is
     /// redirected to it); directories are never listed.
     #[arg(hide_env = true, help_heading = "Static files", hide_short_help = true, long, env = "M0SERVE_STATIC_INDEX", value_parser = clap::builder::BoolishValueParser::new())]
-    pub static_index: bool,
+    pub(crate) static_index: bool,
 
     /// Follow symbolic links that lead outside a --static-map directory (a `collectstatic
     /// --link` tree); the request path itself still cannot climb out.
     #[arg(hide_env = true, help_heading = "Static files", hide_short_help = true, long, env = "M0SERVE_STATIC_FOLLOW_SYMLINKS", value_parser = clap::builder::BoolishValueParser::new())]
-    pub static_follow_symlinks: bool,
+    pub(crate) static_follow_symlinks: bool,
 
     /// Longest request line, in bytes (longer: 414).
     #[arg(
@@ -612,7 +612,7 @@ pub struct Cli {
         default_value_t = 8190,
         value_name = "BYTES"
     )]
-    pub max_request_line: usize,
+    pub(crate) max_request_line: usize,
 
     /// Largest request head (request line and headers), in bytes (larger: 431).
     #[arg(
@@ -624,7 +624,7 @@ pub struct Cli {
         default_value_t = 65536,
         value_name = "BYTES"
     )]
-    pub max_header_size: usize,
+    pub(crate) max_header_size: usize,
 
     /// Most header lines in a request (more: 431).
     #[arg(
@@ -636,20 +636,20 @@ pub struct Cli {
         default_value_t = 100,
         value_name = "N"
     )]
-    pub max_headers: usize,
+    pub(crate) max_headers: usize,
 
     /// Largest request body, in bytes, or with a K, M or G suffix (larger: 413, answered
     /// before `100 Continue` and before the app runs when the length is declared). 0 is a
     /// limit, not none: every request with a body gets 413.
     #[arg(hide_env = true, help_heading = "Limits and timeouts", hide_short_help = true, long, env = "M0SERVE_MAX_BODY_SIZE", default_value = "100M", value_name = "SIZE",
           value_parser = parse_size)]
-    pub max_body_size: u64,
+    pub(crate) max_body_size: u64,
 
     /// Request bodies larger than this (bytes, or K, M, G) are spooled to a temporary file
     /// instead of being held in memory; `wsgi.input` reads them back from it.
     #[arg(hide_env = true, help_heading = "Limits and timeouts", hide_short_help = true, long, env = "M0SERVE_BODY_BUFFER_SIZE", default_value = "1M", value_name = "SIZE",
           value_parser = parse_size)]
-    pub body_buffer_size: u64,
+    pub(crate) body_buffer_size: u64,
 
     /// Most connections one worker holds open; past it the worker stops accepting and the
     /// kernel's backlog holds the rest.
@@ -662,7 +662,7 @@ pub struct Cli {
         default_value_t = 10_000,
         value_name = "N"
     )]
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
 
     /// Seconds a client may take to send a whole request head, counted from its first byte
     /// (from the accept for a new connection's first) and never restarted by later bytes;
@@ -676,7 +676,7 @@ pub struct Cli {
         default_value_t = 10.0,
         value_name = "SECS"
     )]
-    pub header_timeout: f64,
+    pub(crate) header_timeout: f64,
 
     /// Seconds an idle keep-alive connection stays open.
     #[arg(
@@ -688,7 +688,7 @@ pub struct Cli {
         default_value_t = 5.0,
         value_name = "SECS"
     )]
-    pub keep_alive_timeout: f64,
+    pub(crate) keep_alive_timeout: f64,
 
     /// Seconds a request body may go without new bytes; then 408 and the connection
     /// closes.
@@ -701,7 +701,7 @@ pub struct Cli {
         default_value_t = 30.0,
         value_name = "SECS"
     )]
-    pub body_timeout: f64,
+    pub(crate) body_timeout: f64,
 
     /// Slowest average rate a request body may arrive at, in bytes per second, once its
     /// first --body-timeout seconds are over (each BYTES received buy one more second); a
@@ -715,7 +715,7 @@ pub struct Cli {
         default_value_t = 1024,
         value_name = "BYTES"
     )]
-    pub body_min_rate: u64,
+    pub(crate) body_min_rate: u64,
 
     /// Seconds a response may wait on a client that reads none of it; then the connection
     /// is dropped.
@@ -728,13 +728,13 @@ pub struct Cli {
         default_value_t = 30.0,
         value_name = "SECS"
     )]
-    pub write_timeout: f64,
+    pub(crate) write_timeout: f64,
 
     /// Write an access log line per response, to standard error.
     ///
     /// --access-log-file writes it elsewhere.
     #[arg(hide_env = true, help_heading = "Logging", long, env = "M0SERVE_ACCESS_LOG", value_parser = clap::builder::BoolishValueParser::new())]
-    pub access_log: bool,
+    pub(crate) access_log: bool,
 
     /// Write the access log to PATH (`-`: standard output).
     ///
@@ -746,7 +746,7 @@ pub struct Cli {
         env = "M0SERVE_ACCESS_LOG_FILE",
         value_name = "PATH"
     )]
-    pub access_log_file: Option<PathBuf>,
+    pub(crate) access_log_file: Option<PathBuf>,
 
     /// The access log format: gunicorn's `%(name)s` atoms
     /// (https://github.com/m0serve/m0serve/blob/main/docs/operations.md#access-log), or
@@ -760,7 +760,7 @@ pub struct Cli {
         value_name = "FORMAT",
         default_value = crate::access_log::DEFAULT_FORMAT
     )]
-    pub access_log_format: String,
+    pub(crate) access_log_format: String,
 
     /// Proxies whose forwarding headers set REMOTE_ADDR and the scheme.
     ///
@@ -774,7 +774,7 @@ pub struct Cli {
         default_value = "127.0.0.1,::1",
         value_name = "LIST"
     )]
-    pub forwarded_allow_ips: String,
+    pub(crate) forwarded_allow_ips: String,
 
     /// Every connection starts with a PROXY protocol header (v1 or v2, as HAProxy and AWS
     /// NLB send), whose source address becomes REMOTE_ADDR and REMOTE_PORT. Only peers in
@@ -782,7 +782,7 @@ pub struct Cli {
     /// are closed (logged at debug, counted in the metrics). Forwarding headers are not
     /// believed on these connections (see --proxy-forwarded-headers).
     #[arg(hide_env = true, help_heading = "Proxies", hide_short_help = true, long, env = "M0SERVE_PROXY_PROTOCOL", value_parser = clap::builder::BoolishValueParser::new())]
-    pub proxy_protocol: bool,
+    pub(crate) proxy_protocol: bool,
 
     /// With --proxy-protocol: the load balancers that may send a PROXY header, as
     /// comma-separated addresses and CIDRs, or `*`; empty for none (peers on a Unix
@@ -796,14 +796,14 @@ pub struct Cli {
         default_value = "127.0.0.1,::1",
         value_name = "LIST"
     )]
-    pub proxy_allow_from: String,
+    pub(crate) proxy_allow_from: String,
 
     /// With --proxy-protocol: an HTTP proxy in front of the TCP load balancer adds
     /// Forwarded / X-Forwarded-* headers, so believe them when the address the PROXY header
     /// names is in --forwarded-allow-ips. Off by default: a TCP balancer writes no HTTP
     /// header, so any such header came from the client.
     #[arg(hide_env = true, help_heading = "Proxies", hide_short_help = true, long, env = "M0SERVE_PROXY_FORWARDED_HEADERS", value_parser = clap::builder::BoolishValueParser::new())]
-    pub proxy_forwarded_headers: bool,
+    pub(crate) proxy_forwarded_headers: bool,
 
     /// Serve Prometheus metrics and /healthz on this port.
     ///
@@ -817,7 +817,7 @@ pub struct Cli {
         env = "M0SERVE_METRICS_PORT",
         value_name = "PORT"
     )]
-    pub metrics_port: Option<u16>,
+    pub(crate) metrics_port: Option<u16>,
 
     /// The address the metrics port listens on.
     #[arg(
@@ -829,11 +829,11 @@ pub struct Cli {
         default_value = "127.0.0.1",
         value_name = "ADDRESS"
     )]
-    pub metrics_address: String,
+    pub(crate) metrics_address: String,
 
     /// Restart the workers when a `.py` file under --app-dir changes (development only).
     #[arg(hide_env = true, help_heading = "Development and tuning", long, env = "M0SERVE_RELOAD", value_parser = clap::builder::BoolishValueParser::new())]
-    pub reload: bool,
+    pub(crate) reload: bool,
 
     /// With --reload: paths (relative to --app-dir) or file names matching these glob
     /// patterns are not watched, repeatable or comma-separated (e.g. `tests/*`).
@@ -846,7 +846,7 @@ pub struct Cli {
         value_name = "PATTERN",
         value_delimiter = ','
     )]
-    pub reload_ignore: Vec<String>,
+    pub(crate) reload_ignore: Vec<String>,
 
     /// Check the configuration and import the app, then exit.
     ///
@@ -855,11 +855,11 @@ pub struct Cli {
     /// What this host lacks and the server's may not (a log file's directory, `fd://N`)
     /// is a warning. Serves nothing and creates nothing.
     #[arg(hide_env = true, help_heading = "Serving", long, env = "M0SERVE_CHECK_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
-    pub check_config: bool,
+    pub(crate) check_config: bool,
 
     /// Print each thread's pipeline counters at exit (they are also printed on SIGUSR2).
     #[arg(hide_env = true, help_heading = "Metrics", hide_short_help = true, long, env = "M0SERVE_STATS", value_parser = clap::builder::BoolishValueParser::new())]
-    pub stats: bool,
+    pub(crate) stats: bool,
 
     /// How the kernel schedules each worker's loop and handler threads: `batch`
     /// (SCHED_BATCH: a thread woken waits for the one running on its core to sleep, so
@@ -876,7 +876,7 @@ pub struct Cli {
         value_enum,
         default_value = "batch"
     )]
-    pub scheduling_policy: SchedulingPolicy,
+    pub(crate) scheduling_policy: SchedulingPolicy,
 
     /// Where each worker's threads run. `adaptive` (the default): with one handler thread,
     /// the loop runs on the CPU its handler is on (and follows it there) while the worker
@@ -900,7 +900,7 @@ pub struct Cli {
         value_name = "CPUS",
         default_value = "adaptive"
     )]
-    pub cpu_affinity: String,
+    pub(crate) cpu_affinity: String,
 
     /// Microseconds each worker's loop goes on polling its sockets, once its work is done
     /// and no request is at a handler thread, before it sleeps: the next request then finds
@@ -919,12 +919,12 @@ pub struct Cli {
         default_value_t = 0,
         value_name = "MICROSECONDS"
     )]
-    pub idle_poll: u64,
+    pub(crate) idle_poll: u64,
 
     /// Benchmarking only: the loop answers every request with a fixed hello-world response
     /// itself, without calling the app (the loop thread's ceiling).
     #[arg(hide_env = true, help_heading = "Development and tuning", hide_short_help = true, long, env = "M0SERVE_STATIC_RESPONSE", value_parser = clap::builder::BoolishValueParser::new())]
-    pub static_response: bool,
+    pub(crate) static_response: bool,
 
     /// Read more flags from FILE, one per line.
     ///
@@ -942,16 +942,16 @@ pub struct Cli {
         env = "M0SERVE_CONFIG",
         value_name = "FILE"
     )]
-    pub config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
 
     /// Print the resolved configuration, each value with where it came from (default,
     /// file, environment, flag), and exit.
     #[arg(hide_env = true, help_heading = "Serving", hide_short_help = true, long, env = "M0SERVE_PRINT_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
-    pub print_config: bool,
+    pub(crate) print_config: bool,
 
     /// Print docs/configuration.md (every option, generated from this definition).
     #[arg(long, hide = true)]
-    pub print_flags_markdown: bool,
+    pub(crate) print_flags_markdown: bool,
 
     /// Error log level.
     ///
@@ -965,7 +965,7 @@ pub struct Cli {
         default_value = "info",
         ignore_case = true
     )]
-    pub log_level: Level,
+    pub(crate) log_level: Level,
 
     /// Error log format: `text` (`[2026-12-01 17:17:08 +0000] [PID] [LEVEL] [THREAD]
     /// message`) or `json` (one object a line: time in ISO 8601 with its zone, level, pid,
@@ -980,7 +980,7 @@ pub struct Cli {
         default_value = "text",
         ignore_case = true
     )]
-    pub log_format: LogFormat,
+    pub(crate) log_format: LogFormat,
 
     /// Write the error log, and everything the app writes to standard error, to PATH
     /// (appending; reopened on SIGUSR1); `-` is standard error.
@@ -992,30 +992,30 @@ pub struct Cli {
         env = "M0SERVE_ERROR_LOG_FILE",
         value_name = "PATH"
     )]
-    pub error_log_file: Option<PathBuf>,
+    pub(crate) error_log_file: Option<PathBuf>,
 
     /// The options given (flag, file or environment) rather than left to their defaults,
     /// by clap id (`cpu_affinity`): for warnings about a value that does nothing.
     #[arg(skip)]
-    pub given: std::collections::BTreeSet<String>,
+    pub(crate) given: std::collections::BTreeSet<String>,
 
     /// Of `given`, those the environment set (an image's `M0SERVE_HOST`, say).
     #[arg(skip)]
-    pub from_env: std::collections::BTreeSet<String>,
+    pub(crate) from_env: std::collections::BTreeSet<String>,
 
     /// What the foreign spellings in the command line, `GUNICORN_CMD_ARGS` and the
     /// `--config` file did (`foreign::rewrite`), to log at start.
     #[arg(skip)]
-    pub foreign_warnings: Vec<String>,
+    pub(crate) foreign_warnings: Vec<String>,
 
     /// Granian's `--factory`: the app is a factory to call (`module:factory()`).
     #[arg(long, hide = true)]
-    pub factory: bool,
+    pub(crate) factory: bool,
 }
 
 /// Parses a command line (`argv[0]` first). `Err(code)` after clap printed help, the
 /// version or an error naming the flag at fault.
-pub fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i32> {
+pub(crate) fn parse(argv: &[OsString], runner: &gunicorn_conf::Runner) -> Result<Cli, i32> {
     let fail = |e: clap::Error| {
         // An unknown flag gets m0serve's own message (clap's "similar argument" may be a
         // flag of another meaning: --threads was offered --reload); the rest name the flag
@@ -1352,7 +1352,7 @@ fn file_value(v: &str) -> &str {
 
 /// docs/configuration.md, from the clap definition itself (a test keeps the file equal to
 /// this, so it cannot go stale).
-pub fn flags_markdown() -> String {
+pub(crate) fn flags_markdown() -> String {
     let mut out = String::from(
         "# Configuration\n\n\
          Every option of `m0serve`, generated from its command-line definition \
@@ -1445,7 +1445,7 @@ fn print_config(matches: &ArgMatches, first: &ArgMatches, gunicorn_env: Option<&
 }
 
 /// A byte count: digits, optionally followed by K, M or G (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (digits, mult) = match t.char_indices().last() {
         Some((i, 'k' | 'K')) => (&t[..i], 1u64 << 10),

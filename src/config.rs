@@ -12,22 +12,22 @@ use crate::sys::listen::{Address, ListenSpec, MAX_LISTENERS};
 use crate::wsgi::proxy::Trusted;
 
 /// Most handler threads a worker may have: each holds a Python thread state and two rings.
-pub const MAX_BLOCKING_THREADS: usize = 1024;
+pub(crate) const MAX_BLOCKING_THREADS: usize = 1024;
 
 /// `--max-blocking-threads` by default: enough for an app that waits on its database to
 /// serve as many requests at once as a Granian or gunicorn-gthread user would give it
 /// threads for, while a thread that is not needed is never started (the pool grows only
 /// while its threads wait).
-pub const DEFAULT_MAX_BLOCKING_THREADS: usize = 64;
+pub(crate) const DEFAULT_MAX_BLOCKING_THREADS: usize = 64;
 
 /// Most worker processes: each is a whole interpreter.
-pub const MAX_WORKERS: usize = 1024;
+pub(crate) const MAX_WORKERS: usize = 1024;
 
 /// Longest `--graceful-timeout` (a day).
-pub const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
+pub(crate) const MAX_GRACEFUL_TIMEOUT_SECS: f64 = 86_400.0;
 /// `--idle-poll`'s upper bound (10 ms): the polling is for requests microseconds apart; a
 /// longer window would only hold a CPU through gaps that no poll shortens.
-pub const MAX_IDLE_POLL_US: u64 = 10_000;
+pub(crate) const MAX_IDLE_POLL_US: u64 = 10_000;
 
 /// A day in seconds: the longest most timeouts may be.
 const DAY: f64 = 86_400.0;
@@ -59,95 +59,95 @@ fn within(flag: &str, v: u64, lo: u64, hi: u64) -> Result<u64, String> {
 }
 
 #[derive(Clone, Debug)]
-pub struct Config {
-    pub app: AppSpec,
-    pub listen: Vec<ListenSpec>,
+pub(crate) struct Config {
+    pub(crate) app: AppSpec,
+    pub(crate) listen: Vec<ListenSpec>,
     /// How many of `listen` come from --bind/--host (the rest: --insecure-bind).
-    pub secure_listeners: usize,
+    pub(crate) secure_listeners: usize,
     /// `--certfile` and the rest, read into a rustls configuration.
-    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+    pub(crate) tls: Option<std::sync::Arc<rustls::ServerConfig>>,
     /// The flags it was read from (each worker reads the files again, as `--user`).
-    pub tls_options: Option<crate::tls::Options>,
+    pub(crate) tls_options: Option<crate::tls::Options>,
     /// `--uds-permissions`.
-    pub uds_permissions: Option<u32>,
-    pub workers: usize,
-    pub blocking_threads: usize,
+    pub(crate) uds_permissions: Option<u32>,
+    pub(crate) workers: usize,
+    pub(crate) blocking_threads: usize,
     /// `--max-blocking-threads`: the most handler threads the pool grows to (0 inline).
-    pub max_blocking_threads: usize,
+    pub(crate) max_blocking_threads: usize,
     /// `--blocking-threads-idle-timeout`.
-    pub blocking_threads_idle: std::time::Duration,
+    pub(crate) blocking_threads_idle: std::time::Duration,
     /// `--max-websockets`.
-    pub max_websockets: usize,
+    pub(crate) max_websockets: usize,
     /// `--preload`: a preloader imports the app and forks the workers.
-    pub preload: bool,
+    pub(crate) preload: bool,
     /// `--static-map`: URL prefix (no trailing slash), absolute directory.
-    pub static_map: Vec<(String, PathBuf)>,
+    pub(crate) static_map: Vec<(String, PathBuf)>,
     /// `--mime-type`: extension (lower case, no dot), type.
-    pub mime_types: Vec<(String, String)>,
-    pub static_max_age: u64,
-    pub static_index: bool,
-    pub static_follow_symlinks: bool,
+    pub(crate) mime_types: Vec<(String, String)>,
+    pub(crate) static_max_age: u64,
+    pub(crate) static_index: bool,
+    pub(crate) static_follow_symlinks: bool,
     /// `--max-queue-wait`: `None` when off (0).
-    pub max_queue_wait: Option<std::time::Duration>,
-    pub graceful_timeout: std::time::Duration,
-    pub limits: Limits,
-    pub max_body_size: u64,
-    pub body_buffer_size: usize,
-    pub max_connections: usize,
-    pub timeouts: Timeouts,
-    pub backlog: i32,
+    pub(crate) max_queue_wait: Option<std::time::Duration>,
+    pub(crate) graceful_timeout: std::time::Duration,
+    pub(crate) limits: Limits,
+    pub(crate) max_body_size: u64,
+    pub(crate) body_buffer_size: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) backlog: i32,
     /// `--timeout`: `None` for no limit.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// `--silent-timeout`.
-    pub silent_timeout: Duration,
-    pub max_requests: u64,
-    pub max_requests_jitter: u64,
-    pub workers_max_rss: u64,
-    pub pid_file: Option<PathBuf>,
+    pub(crate) silent_timeout: Duration,
+    pub(crate) max_requests: u64,
+    pub(crate) max_requests_jitter: u64,
+    pub(crate) workers_max_rss: u64,
+    pub(crate) pid_file: Option<PathBuf>,
     /// `--user` and `--group`, resolved.
-    pub identity: crate::sys::privileges::Identity,
+    pub(crate) identity: crate::sys::privileges::Identity,
     /// `--check-config`: check, import the app, exit.
-    pub check_only: bool,
+    pub(crate) check_only: bool,
     /// The peers whose forwarding headers are believed: `--forwarded-allow-ips`, and none
     /// behind `--proxy-protocol` without `--proxy-forwarded-headers`.
-    pub trusted: crate::wsgi::proxy::Trusted,
+    pub(crate) trusted: crate::wsgi::proxy::Trusted,
     /// `--proxy-protocol`.
-    pub proxy_protocol: bool,
+    pub(crate) proxy_protocol: bool,
     /// `--proxy-allow-from`: who may send a PROXY header.
-    pub proxy_allow: crate::wsgi::proxy::Trusted,
+    pub(crate) proxy_allow: crate::wsgi::proxy::Trusted,
     /// `--access-log`: where and in which format.
-    pub access_log: Option<(crate::access_log::Target, crate::access_log::Format)>,
-    pub app_dir: PathBuf,
+    pub(crate) access_log: Option<(crate::access_log::Target, crate::access_log::Format)>,
+    pub(crate) app_dir: PathBuf,
     /// `--pythonpath`, absolute, after `app_dir` on `sys.path`.
-    pub pythonpath: Vec<PathBuf>,
+    pub(crate) pythonpath: Vec<PathBuf>,
     /// `--root-path` (or SCRIPT_NAME): `/prefix`, without a trailing slash.
-    pub root_path: Option<String>,
+    pub(crate) root_path: Option<String>,
     /// `--root-path-outside app`: a request outside the prefix goes to the app.
-    pub root_path_app: bool,
+    pub(crate) root_path_app: bool,
     /// What the flags accept but warn about (logged once, by the master).
-    pub warnings: Vec<String>,
-    pub log_level: Level,
-    pub log_format: crate::log::Format,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) log_level: Level,
+    pub(crate) log_format: crate::log::Format,
     /// `--error-log-file` (`None`: standard error, also for `-`).
-    pub error_log_file: Option<PathBuf>,
-    pub stats: bool,
-    pub static_response: bool,
+    pub(crate) error_log_file: Option<PathBuf>,
+    pub(crate) stats: bool,
+    pub(crate) static_response: bool,
     /// `--scheduling-policy batch` with handler threads: the worker's loop and handler
     /// threads are SCHED_BATCH.
-    pub batch_scheduling: bool,
+    pub(crate) batch_scheduling: bool,
     /// `--cpu-affinity`: the CPUs workers are pinned to, worker N to the Nth (round robin).
-    pub cpu_affinity: Option<Vec<usize>>,
+    pub(crate) cpu_affinity: Option<Vec<usize>>,
     /// `--cpu-affinity adaptive` (the default): each worker's loop runs beside its one
     /// handler thread while that suits them (`worker::placement`).
-    pub adaptive_affinity: bool,
+    pub(crate) adaptive_affinity: bool,
     /// `--idle-poll`: how long a loop polls before it sleeps (`None`: it sleeps at once).
-    pub idle_poll: Option<Duration>,
+    pub(crate) idle_poll: Option<Duration>,
     /// `--metrics-port` (with `--metrics-address`).
-    pub metrics: Option<SocketAddr>,
+    pub(crate) metrics: Option<SocketAddr>,
     /// `--reload`, with its `--reload-ignore` patterns.
-    pub reload: Option<Vec<String>>,
+    pub(crate) reload: Option<Vec<String>>,
     /// `--venv`, made absolute.
-    pub venv: Option<PathBuf>,
+    pub(crate) venv: Option<PathBuf>,
 }
 
 /// `--cpu-affinity` other than `none`: `auto` (every CPU in `allowed`, in order) or a list
@@ -312,7 +312,7 @@ fn mime_types(values: &[String]) -> Result<Vec<(String, String)>, String> {
 
 /// `--env-file` lines: `KEY=VALUE`, optionally `export KEY=VALUE`, the value optionally in
 /// single or double quotes; blank lines and `#` comments skipped.
-pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
+pub(crate) fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line = line.trim();
@@ -326,7 +326,7 @@ pub fn parse_env_file(text: &str) -> Result<Vec<(String, String)>, String> {
 }
 
 /// `KEY=VALUE` (the value optionally quoted).
-pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env_pair(s: &str) -> Result<(String, String), String> {
     let (k, v) = s
         .split_once('=')
         .ok_or_else(|| format!("{s:?}: expected KEY=VALUE"))?;
@@ -351,7 +351,7 @@ pub fn parse_env_pair(s: &str) -> Result<(String, String), String> {
 /// What the master does to its own process before the configuration is read (a worker
 /// inherits all of it): `--umask`, `--chdir`, then `--env-file` and `--env` into the environment, which the
 /// workers, and so the app, inherit.
-pub fn prepare_process(cli: &Cli) -> Result<(), String> {
+pub(crate) fn prepare_process(cli: &Cli) -> Result<(), String> {
     if let Some(mask) = &cli.umask {
         crate::sys::privileges::set_umask(crate::sys::privileges::parse_umask(mask)?);
     }
@@ -379,7 +379,7 @@ pub fn prepare_process(cli: &Cli) -> Result<(), String> {
 impl Config {
     /// The listen addresses, for messages, as the start-up log names them: `http://ADDR`,
     /// `https://ADDR` where TLS covers it, `unix:PATH`, `fd://N`.
-    pub fn describe_listen(&self) -> String {
+    pub(crate) fn describe_listen(&self) -> String {
         let all: Vec<String> = self
             .listen
             .iter()
@@ -395,7 +395,7 @@ impl Config {
 
     /// Whether TLS covers the `i`th listening socket, `tcp` if it is a TCP one: every TCP
     /// socket of --bind/--host (or passed by systemd) when --certfile is given.
-    pub fn is_tls(&self, i: usize, tcp: bool) -> bool {
+    pub(crate) fn is_tls(&self, i: usize, tcp: bool) -> bool {
         self.tls.is_some() && tcp && !(i >= self.secure_listeners && i < self.listen.len())
     }
 
@@ -403,7 +403,7 @@ impl Config {
     /// environment variable is read here (the parsing read those flags' own). What needs the
     /// system is left in the [`Unresolved`] it returns, whose `resolve` the entry point
     /// calls next.
-    pub fn from_cli(mut cli: Cli) -> Result<Unresolved, String> {
+    pub(crate) fn from_cli(mut cli: Cli) -> Result<Unresolved, String> {
         let app = AppSpec::parse(&cli.app)?;
         let app = if cli.factory { app.called() } else { app };
         let listen = Listen::from_cli(&cli)?;
@@ -513,7 +513,7 @@ impl Config {
 
 /// A [`Config`] whose command line was checked, with what needs the system still to do.
 #[derive(Debug)]
-pub struct Unresolved {
+pub(crate) struct Unresolved {
     /// Complete but for `listen`, `secure_listeners`, `tls`, `identity` and
     /// `cpu_affinity`, and with the directories as given.
     config: Config,
@@ -531,7 +531,7 @@ impl Unresolved {
     /// The step that touches the system: looks the host names up, reads the TLS files, the
     /// user database and the CPUs this process may use, makes the directories absolute and
     /// checks them, and takes an inherited `SCRIPT_NAME` as `--root-path`.
-    pub fn resolve(self) -> Result<Config, String> {
+    pub(crate) fn resolve(self) -> Result<Config, String> {
         let Unresolved {
             mut config,
             listen,

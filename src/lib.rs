@@ -1,42 +1,67 @@
 //! m0serve: a WSGI (PEP 3333) application server.
 //!
-//! One mio event-loop thread ([`worker::event_loop`]) owns every socket and never runs
-//! Python; handler threads ([`worker::handler`]) hold the GIL while they run the app. The
-//! two meet through lock-free SPSC rings ([`pipeline::ring`]) with a park-only-if-parked
-//! handshake ([`pipeline::park`]).
+//! One mio event-loop thread (`worker::event_loop`) owns every socket and never runs
+//! Python; handler threads (`worker::handler`) hold the GIL while they run the app. The
+//! two meet through lock-free SPSC rings (`pipeline::ring`) with a park-only-if-parked
+//! handshake (`pipeline::park`).
 //! `docs/architecture.md` walks one request through these modules.
+
+#![cfg_attr(loom, allow(dead_code))]
 
 // Under `--cfg loom` only the lock-free core is built: the models in `pipeline::ring` and
 // `pipeline::park` exercise it, and nothing else may run on loom's atomics.
 #[cfg(not(loom))]
-pub mod access_log;
+pub(crate) mod access_log;
 #[cfg(not(loom))]
-pub mod cli;
+pub(crate) mod cli;
 #[cfg(not(loom))]
-pub mod config;
+pub(crate) mod config;
 #[cfg(not(loom))]
-pub mod http;
+pub(crate) mod http;
 #[cfg(not(loom))]
-pub mod log;
+pub(crate) mod log;
 #[cfg(not(loom))]
-pub mod master;
+pub(crate) mod master;
 #[cfg(not(loom))]
-pub mod metrics;
+pub(crate) mod metrics;
 #[cfg(not(loom))]
-pub mod package;
-pub mod pipeline;
+pub(crate) mod package;
+pub(crate) mod pipeline;
 #[cfg(not(loom))]
-pub mod python;
+pub(crate) mod python;
 #[cfg(not(loom))]
-pub mod sys;
+pub(crate) mod sys;
 #[cfg(not(loom))]
-pub mod text;
+pub(crate) mod text;
 #[cfg(not(loom))]
-pub mod tls;
+pub(crate) mod tls;
 #[cfg(not(loom))]
-pub mod worker;
+pub(crate) mod worker;
 #[cfg(not(loom))]
-pub mod wsgi;
+pub(crate) mod wsgi;
+
+/// The parts the benchmarks (`benches/`) and the fuzz targets (`fuzz/`) drive directly.
+/// Not an API: the crate's one public function is [`run`]; everything else is
+/// `pub(crate)`, so that the compiler finds what nothing uses.
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::http::body::ChunkedDecoder;
+    pub use crate::http::date::DateCache;
+    pub use crate::http::encode::{decide_framing, HeadWriter};
+    pub use crate::http::limits::Limits;
+    pub use crate::http::parse::{parse_head, Version};
+    pub use crate::http::proxy_protocol;
+    pub use crate::http::static_files;
+    pub use crate::pipeline::msg::{ConnRef, Peer, Request};
+    pub use crate::pipeline::park::{wait_until, WakeFlag};
+    pub use crate::pipeline::ring::{ring, Consumer, Producer};
+    pub use crate::pipeline::shared::{HandlerShared, LoopShared};
+    pub use crate::python::initialize;
+    pub use crate::worker::conn::{Conn, Effects, Next, ReadCtx, Sock};
+    pub use crate::wsgi::environ::EnvBuilder;
+    pub use crate::wsgi::{Bridge, Observers, ServerInfo, Sink};
+}
 
 /// Every Rust allocation of the binary and of the Python package's extension module.
 /// Buffers cross threads: the loop allocates a request that a handler frees, and a handler
@@ -232,7 +257,7 @@ fn check_places(config: &config::Config) -> Result<Vec<String>, String> {
 /// worker executes.
 #[cfg(not(loom))]
 #[derive(Clone, Debug)]
-pub enum Host {
+pub(crate) enum Host {
     /// The `m0serve` binary, CPython embedded: it initialises the interpreter itself (from
     /// `--venv`, `VIRTUAL_ENV`, the virtualenv it lies in, or the build interpreter) and a
     /// worker runs the binary again.
@@ -360,7 +385,7 @@ pub fn run() -> i32 {
 /// Runs the server with the command line `argv` (`argv[0]` first), hosted as `host`;
 /// returns the exit code.
 #[cfg(not(loom))]
-pub fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
+pub(crate) fn run_with(argv: &[std::ffi::OsString], host: Host) -> i32 {
     sys::open_standard_descriptors();
     // Until the server sets up its own handling (it ignores SIGPIPE), output to a closed
     // pipe (`m0serve --print-config | head`) ends the process quietly, as it does any Unix

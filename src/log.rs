@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 #[repr(u8)]
-pub enum Level {
+pub(crate) enum Level {
     /// Also `critical` (gunicorn's highest level).
     #[value(alias = "critical")]
     Error = 1,
@@ -26,7 +26,7 @@ pub enum Level {
 /// `--log-format`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 #[repr(u8)]
-pub enum Format {
+pub(crate) enum Format {
     /// `[2026-12-01 17:17:08 +0000] [PID] [LEVEL] [THREAD] message`
     Text = 0,
     /// `{"time": "2026-12-01T17:17:08.123+00:00", "level": "info", "pid": PID,
@@ -37,29 +37,29 @@ pub enum Format {
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Info as u8);
 static FORMAT: AtomicU8 = AtomicU8::new(Format::Text as u8);
 
-pub fn set_level(level: Level) {
+pub(crate) fn set_level(level: Level) {
     // Relaxed: a plain configuration value; no other memory is published with it.
     LEVEL.store(level as u8, Ordering::Relaxed);
 }
 
-pub fn set_format(format: Format) {
+pub(crate) fn set_format(format: Format) {
     // Relaxed: as `set_level`.
     FORMAT.store(format as u8, Ordering::Relaxed);
 }
 
 /// `--log-format json`: every line a JSON record.
-pub fn is_json() -> bool {
+pub(crate) fn is_json() -> bool {
     // Relaxed: see `set_format`.
     FORMAT.load(Ordering::Relaxed) == Format::Json as u8
 }
 
-pub fn enabled(level: Level) -> bool {
+pub(crate) fn enabled(level: Level) -> bool {
     // Relaxed: see `set_level`.
     level as u8 <= LEVEL.load(Ordering::Relaxed)
 }
 
 #[doc(hidden)]
-pub fn write(level: Level, args: std::fmt::Arguments<'_>) {
+pub(crate) fn write(level: Level, args: std::fmt::Arguments<'_>) {
     use std::io::Write;
     let thread = std::thread::current();
     let tname = thread.name().unwrap_or("main");
@@ -155,7 +155,7 @@ static ERROR_LOG: OnceLock<PathBuf> = OnceLock::new();
 /// `--error-log-file PATH`: opens PATH for appending and puts it in place of standard error
 /// (descriptor 2), so the server's lines and everything Python writes to `sys.stderr` (the
 /// app's tracebacks) go to it. Each process (the master, every worker) does this itself.
-pub fn redirect_stderr(path: &Path) -> io::Result<()> {
+pub(crate) fn redirect_stderr(path: &Path) -> io::Result<()> {
     let _ = ERROR_LOG.set(path.to_path_buf());
     put_on_stderr(path)
 }
@@ -177,7 +177,7 @@ fn put_on_stderr(path: &Path) -> io::Result<()> {
 }
 
 /// SIGUSR1: opens `--error-log-file` again (after a rotation moved the old file).
-pub fn reopen() {
+pub(crate) fn reopen() {
     if let Some(path) = ERROR_LOG.get() {
         if let Err(e) = put_on_stderr(path) {
             crate::log::warning!("cannot reopen the error log {}: {e}", path.display());

@@ -46,7 +46,7 @@ use crate::pipeline::stats::bump;
 
 /// Upper bounds of the histogram buckets, in nanoseconds (the `+Inf` bucket follows): from
 /// 100 µs (a queue wait on an idle server) to 10 s.
-pub const BUCKETS_NS: [u64; 16] = [
+pub(crate) const BUCKETS_NS: [u64; 16] = [
     100_000,
     250_000,
     500_000,
@@ -71,7 +71,7 @@ const CLASSES: usize = 5;
 
 /// One histogram: a count per bucket (not cumulative; a scrape adds them up) and the sum.
 #[repr(C)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     counts: [AtomicU64; NB],
     sum_ns: AtomicU64,
 }
@@ -79,7 +79,7 @@ pub struct Histogram {
 impl Histogram {
     /// Records one observation. Single writer (the section's thread).
     #[inline]
-    pub fn observe(&self, d: Duration) {
+    pub(crate) fn observe(&self, d: Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         let i = BUCKETS_NS.iter().position(|&b| ns <= b).unwrap_or(NB - 1);
         bump(&self.counts[i], 1);
@@ -89,7 +89,7 @@ impl Histogram {
 
 /// Why a connection was closed before its first request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refused {
+pub(crate) enum Refused {
     /// Plain HTTP to a TLS port (answered 400 in plain text first).
     TlsPlainHttp,
     /// A TLS handshake that failed.
@@ -101,7 +101,7 @@ pub enum Refused {
 }
 
 impl Refused {
-    pub const ALL: [Refused; 4] = [
+    pub(crate) const ALL: [Refused; 4] = [
         Refused::TlsPlainHttp,
         Refused::TlsHandshake,
         Refused::ProxyUntrusted,
@@ -109,7 +109,7 @@ impl Refused {
     ];
 
     /// Its label in the metrics.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Refused::TlsPlainHttp => "tls_plain_http",
             Refused::TlsHandshake => "tls_handshake",
@@ -121,11 +121,11 @@ impl Refused {
 
 /// What one thread writes. 64-byte aligned, so two threads never share a cache line.
 #[repr(C, align(64))]
-pub struct Section {
+pub(crate) struct Section {
     requests: [AtomicU64; CLASSES],
-    pub duration: Histogram,
-    pub queue_wait: Histogram,
-    pub app: Histogram,
+    pub(crate) duration: Histogram,
+    pub(crate) queue_wait: Histogram,
+    pub(crate) app: Histogram,
     busy_ns: AtomicU64,
     /// The loop's section only: open client connections (a gauge).
     connections: AtomicU64,
@@ -156,7 +156,7 @@ fn class(code: u16) -> Option<usize> {
 impl Section {
     /// One response with status `code` (codes outside 100..=599 are not counted).
     #[inline]
-    pub fn count_status(&self, code: u16) {
+    pub(crate) fn count_status(&self, code: u16) {
         if let Some(c) = class(code) {
             bump(&self.requests[c], 1);
         }
@@ -164,7 +164,13 @@ impl Section {
 
     /// A handler's request is done: its status, its times.
     #[inline]
-    pub fn request_done(&self, code: u16, queue_wait: Duration, app: Duration, total: Duration) {
+    pub(crate) fn request_done(
+        &self,
+        code: u16,
+        queue_wait: Duration,
+        app: Duration,
+        total: Duration,
+    ) {
         self.count_status(code);
         self.queue_wait.observe(queue_wait);
         self.app.observe(app);
@@ -177,14 +183,14 @@ impl Section {
 
     /// The loop's section: a connection closed before its first request.
     #[inline]
-    pub fn count_refused(&self, why: Refused) {
+    pub(crate) fn count_refused(&self, why: Refused) {
         bump(&self.refused[why as usize], 1);
     }
 
     /// The loop's section: a request answered 503 for its wait; the worker counts as
     /// shedding until `until` (`stats::mono_ns`).
     #[inline]
-    pub fn count_shed(&self, until: u64) {
+    pub(crate) fn count_shed(&self, until: u64) {
         bump(&self.shed, 1);
         // Relaxed: a reading with one writer, compared against the clock by scrapes.
         self.shedding_until.store(until, Ordering::Relaxed);
@@ -193,7 +199,7 @@ impl Section {
     /// The loop's section: a `--static-map` answer with status `code` (also counted by
     /// `count_status`).
     #[inline]
-    pub fn count_static(&self, code: u16) {
+    pub(crate) fn count_static(&self, code: u16) {
         if let Some(c) = class(code) {
             bump(&self.static_requests[c], 1);
         }
@@ -201,20 +207,20 @@ impl Section {
 
     /// A handler's section: a request whose client left before the app ran.
     #[inline]
-    pub fn count_abandoned(&self) {
+    pub(crate) fn count_abandoned(&self) {
         bump(&self.abandoned, 1);
     }
 
     /// The loop's section: the open connections now.
     #[inline]
-    pub fn set_connections(&self, n: usize) {
+    pub(crate) fn set_connections(&self, n: usize) {
         // Relaxed: a gauge with one writer (the loop; the master once the loop is gone).
         self.connections.store(n as u64, Ordering::Relaxed);
     }
 
     /// The loop's section: the handler threads running now.
     #[inline]
-    pub fn set_threads(&self, n: usize) {
+    pub(crate) fn set_threads(&self, n: usize) {
         // Relaxed: as `set_connections`.
         self.threads.store(n as u64, Ordering::Relaxed);
     }
@@ -243,7 +249,7 @@ struct SlotHeader {
 }
 
 /// The shared counters of every worker, mapped into this process.
-pub struct Region {
+pub(crate) struct Region {
     map: crate::sys::shm::Mapping,
     slots: usize,
     handlers: usize,
@@ -284,7 +290,7 @@ fn slot_bytes(handlers: usize) -> usize {
 impl Region {
     /// The master's: a new shared file for `slots` workers of `handlers` handler sections
     /// each, zeroed (by the kernel: a fresh memfd reads as zeros).
-    pub fn create(slots: usize, handlers: usize) -> io::Result<Region> {
+    pub(crate) fn create(slots: usize, handlers: usize) -> io::Result<Region> {
         let len = file_bytes(slots, handlers)
             .ok_or_else(|| io::Error::other("too many metrics slots"))?;
         let fd = crate::sys::shm::sealed_memfd(c"m0serve-metrics", len)?;
@@ -298,7 +304,7 @@ impl Region {
     }
 
     /// A worker's: the file the master passed as `fd`.
-    pub fn open(fd: RawFd) -> io::Result<Region> {
+    pub(crate) fn open(fd: RawFd) -> io::Result<Region> {
         // SAFETY: the master left this descriptor open across the exec for this process.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: fcntl on a descriptor this process owns.
@@ -338,16 +344,16 @@ impl Region {
     }
 
     /// The descriptor to hand to a worker.
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 
-    pub fn slots(&self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         self.slots
     }
 
     /// Handler sections per slot.
-    pub fn handlers(&self) -> usize {
+    pub(crate) fn handlers(&self) -> usize {
         self.handlers
     }
 
@@ -378,14 +384,14 @@ impl Region {
     }
 
     /// The master: a worker with `pid` now uses `slot`.
-    pub fn claim(&self, slot: usize, pid: libc::pid_t) {
+    pub(crate) fn claim(&self, slot: usize, pid: libc::pid_t) {
         let h = self.slot_header(slot);
         h.pid.store(pid as u64, Ordering::Relaxed);
         h.used.store(1, Ordering::Relaxed);
     }
 
     /// The master: `slot`'s worker exited; `replaced`: it is counted as a restart.
-    pub fn release(&self, slot: usize, replaced: bool) {
+    pub(crate) fn release(&self, slot: usize, replaced: bool) {
         self.slot_header(slot).pid.store(0, Ordering::Relaxed);
         self.section(slot, 0).set_connections(0);
         self.section(slot, 0).set_threads(0);
@@ -399,7 +405,7 @@ impl Region {
 
     /// Workers running that shed a request lately (`Section::count_shed`), by `now`
     /// (`stats::mono_ns`).
-    pub fn shedding(&self, now: u64) -> u64 {
+    pub(crate) fn shedding(&self, now: u64) -> u64 {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         (0..self.slots)
             .filter(|&slot| {
@@ -410,7 +416,7 @@ impl Region {
     }
 
     /// The text exposition of every slot's counters, added up.
-    pub fn render(&self, out: &mut Vec<u8>) {
+    pub(crate) fn render(&self, out: &mut Vec<u8>) {
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut requests = [0u64; CLASSES];
         let mut hists = [[0u64; NB]; 3];
@@ -574,7 +580,7 @@ pub struct Recorder {
 
 impl Recorder {
     /// The loop's section of `slot`.
-    pub fn for_loop(region: Arc<Region>, slot: usize) -> Recorder {
+    pub(crate) fn for_loop(region: Arc<Region>, slot: usize) -> Recorder {
         Recorder {
             region,
             slot,
@@ -583,7 +589,7 @@ impl Recorder {
     }
 
     /// Handler `h`'s section of `slot`.
-    pub fn for_handler(region: Arc<Region>, slot: usize, h: usize) -> Recorder {
+    pub(crate) fn for_handler(region: Arc<Region>, slot: usize, h: usize) -> Recorder {
         Recorder {
             region,
             slot,
@@ -591,7 +597,7 @@ impl Recorder {
         }
     }
 
-    pub fn section(&self) -> &Section {
+    pub(crate) fn section(&self) -> &Section {
         self.region.section(self.slot, self.section)
     }
 }
@@ -600,7 +606,7 @@ impl Recorder {
 /// not map the counters), `/healthz` or `/livez` (200 "ok": liveness), `/readyz` (503 while
 /// a worker sheds, else 200: readiness), anything else 404. `keep_alive`: the
 /// client did not ask to close. `head`: no body.
-pub fn http_answer(
+pub(crate) fn http_answer(
     region: Option<&Region>,
     path: &[u8],
     keep_alive: bool,

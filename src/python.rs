@@ -21,16 +21,16 @@ use pyo3::types::PyList;
 /// `module:attr`, or `module:factory(ARGS)` with ARGS Python literals (`"prod"`,
 /// `debug=True`), as gunicorn takes them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AppSpec {
-    pub module: String,
-    pub attr: String,
+pub(crate) struct AppSpec {
+    pub(crate) module: String,
+    pub(crate) attr: String,
     /// A factory's arguments as written between its parentheses (empty for `()`); `None`
     /// for an app that is not called.
-    pub call: Option<String>,
+    pub(crate) call: Option<String>,
 }
 
 impl AppSpec {
-    pub fn parse(s: &str) -> Result<AppSpec, String> {
+    pub(crate) fn parse(s: &str) -> Result<AppSpec, String> {
         let (module, attr) = match s.split_once(':') {
             Some((m, a)) => (m.trim(), a.trim()),
             None => (s.trim(), "application"),
@@ -71,7 +71,7 @@ impl AppSpec {
 
     /// Granian's `--factory`: the attribute is a factory, called without arguments unless
     /// the spec gave some.
-    pub fn called(mut self) -> AppSpec {
+    pub(crate) fn called(mut self) -> AppSpec {
         self.call.get_or_insert_with(String::new);
         self
     }
@@ -97,7 +97,7 @@ fn venv_python(venv: &Path) -> Option<PathBuf> {
 
 /// Why this interpreter: what chose the environment Python starts from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Chosen {
+pub(crate) enum Chosen {
     /// `--venv`.
     VenvFlag,
     /// The `VIRTUAL_ENV` variable (an activated virtualenv).
@@ -128,14 +128,14 @@ impl fmt::Display for Chosen {
 /// The interpreter whose path configuration Python starts from, and why that one.
 #[derive(Clone, Debug)]
 pub struct Interpreter {
-    pub program: PathBuf,
+    pub(crate) program: PathBuf,
     /// The virtualenv it belongs to, when a virtualenv chose it.
-    pub venv: Option<PathBuf>,
-    pub chosen: Chosen,
+    pub(crate) venv: Option<PathBuf>,
+    pub(crate) chosen: Chosen,
 }
 
 /// Where the embedded interpreter's path configuration starts (`venv`: `--venv`), and why.
-pub fn program_name(venv: Option<&Path>) -> Interpreter {
+pub(crate) fn program_name(venv: Option<&Path>) -> Interpreter {
     let in_venv = |dir: &Path, chosen| {
         venv_python(dir).map(|program| Interpreter {
             program,
@@ -187,7 +187,7 @@ fn major_minor(version: &str) -> Option<&str> {
 
 /// The Python version a virtualenv was made by, from its `pyvenv.cfg` (`version`, as
 /// `python -m venv` writes it, or `version_info`, as virtualenv and uv do).
-pub fn venv_version(venv: &Path) -> Option<String> {
+pub(crate) fn venv_version(venv: &Path) -> Option<String> {
     let text = std::fs::read_to_string(venv.join("pyvenv.cfg")).ok()?;
     let value = |key: &str| {
         text.lines().find_map(|line| {
@@ -209,7 +209,7 @@ fn embedded_version() -> String {
 /// The binary refuses a virtualenv made by another Python version than the one it embeds
 /// (its site-packages, compiled extensions first, are not for this interpreter), with the
 /// fix. A virtualenv whose version it cannot read is left to Python.
-pub fn check_venv_version(venv: Option<&Path>) -> Result<(), String> {
+pub(crate) fn check_venv_version(venv: Option<&Path>) -> Result<(), String> {
     let interpreter = program_name(venv);
     let Some(dir) = &interpreter.venv else {
         return Ok(());
@@ -281,7 +281,7 @@ pub fn initialize(venv: Option<&Path>) -> Result<Interpreter, String> {
 
 /// The version, `sys.prefix` and why that environment, for the startup line and errors:
 /// "Python 3.11.7 (/srv/app/.venv, from VIRTUAL_ENV)".
-pub fn describe(py: Python<'_>, interpreter: &Interpreter) -> String {
+pub(crate) fn describe(py: Python<'_>, interpreter: &Interpreter) -> String {
     let get = || -> PyResult<String> {
         let sys = py.import("sys")?;
         let version: String = sys.getattr("version")?.extract()?;
@@ -299,7 +299,7 @@ pub fn describe(py: Python<'_>, interpreter: &Interpreter) -> String {
 /// been written to stderr and the error names the module or attribute at fault.
 /// `interp` (from [`describe`]) is named when the module cannot be imported;
 /// `pythonpath` (`--pythonpath`) follows `app_dir` at the front of `sys.path`.
-pub fn load_app(
+pub(crate) fn load_app(
     py: Python<'_>,
     spec: &AppSpec,
     app_dir: &Path,
@@ -476,7 +476,7 @@ fn suggest_attr(module: &Bound<'_, PyModule>, spec: &AppSpec) -> Option<String> 
 /// Takes `name` out of `os.environ` where Python runs already (the package's worker, whose
 /// interpreter read the environment at its start); nothing before Python starts, where
 /// the process's own environment is what it will read.
-pub fn forget_env(name: &str) {
+pub(crate) fn forget_env(name: &str) {
     // SAFETY: Py_IsInitialized may be called at any time.
     if unsafe { ffi::Py_IsInitialized() } == 0 {
         return;
@@ -495,7 +495,7 @@ pub fn forget_env(name: &str) {
 /// Runs Python `code` in this process's embedded interpreter with `sys.argv[1]` set to
 /// `arg` (the binary's side of running a gunicorn configuration, for a master that runs no
 /// Python); the exit code: 0, or 1 after the traceback.
-pub fn run_script(code: &str, arg: &std::ffi::OsStr) -> i32 {
+pub(crate) fn run_script(code: &str, arg: &std::ffi::OsStr) -> i32 {
     if let Err(e) = initialize(None) {
         eprintln!("m0serve: error: {e}");
         return 1;
@@ -520,7 +520,7 @@ pub fn run_script(code: &str, arg: &std::ffi::OsStr) -> i32 {
 
 /// `err` with its traceback, as Python's `traceback.format_exception` writes it (or its
 /// message alone, if that fails).
-pub fn format_exception(py: Python<'_>, err: &PyErr) -> String {
+pub(crate) fn format_exception(py: Python<'_>, err: &PyErr) -> String {
     py.import("traceback")
         .and_then(|m| {
             m.call_method1(
@@ -536,7 +536,7 @@ pub fn format_exception(py: Python<'_>, err: &PyErr) -> String {
 /// Writes `err`'s traceback to standard error in one write, as Python prints it, or under
 /// `--log-format json` as one error record. Unlike `PyErr::print` (Python's
 /// `PyErr_Print`), a `SystemExit` is printed, not obeyed: it must not end the process.
-pub fn print_exception(py: Python<'_>, err: &PyErr) {
+pub(crate) fn print_exception(py: Python<'_>, err: &PyErr) {
     use std::io::Write;
     let text = format_exception(py, err);
     flush_stdio(py);
@@ -548,7 +548,7 @@ pub fn print_exception(py: Python<'_>, err: &PyErr) {
 }
 
 /// `--timeout`: registers `faulthandler` on `sys::signals::stack_dump()` (all threads).
-pub fn register_stack_dump(py: Python<'_>) -> PyResult<()> {
+pub(crate) fn register_stack_dump(py: Python<'_>) -> PyResult<()> {
     let fh = py.import("faulthandler")?;
     let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("all_threads", true)?;
@@ -564,7 +564,7 @@ pub fn register_stack_dump(py: Python<'_>) -> PyResult<()> {
 /// Applies the decrefs pyo3 deferred for references dropped off the GIL (the loop thread
 /// drops each `msg::PyBytesRef` once it is written). pyo3 drains its pool whenever a thread
 /// attaches, even when already attached: with nothing pending this is a flag check.
-pub fn drop_deferred_refs(_py: Python<'_>) {
+pub(crate) fn drop_deferred_refs(_py: Python<'_>) {
     Python::attach(|_| {});
 }
 
@@ -572,7 +572,7 @@ pub fn drop_deferred_refs(_py: Python<'_>) {
 /// when `sys.stdout` is not a terminal, Python buffers it in blocks, so it is switched to
 /// line buffering (`sys.stderr` is line-buffered already). Nothing changes on a terminal,
 /// and a stream that cannot be reconfigured is left as it is.
-pub fn line_buffer_stdout(py: Python<'_>) {
+pub(crate) fn line_buffer_stdout(py: Python<'_>) {
     let Ok(stdout) = py.import("sys").and_then(|sys| sys.getattr("stdout")) else {
         return;
     };
@@ -594,7 +594,7 @@ pub fn line_buffer_stdout(py: Python<'_>) {
 /// Replaces `os._exit` with the same call preceded by `sys::fatal::run_hook` (the GIL
 /// released meanwhile): an app that ends the process that way lets the loop write the
 /// responses already finished first.
-pub fn hook_os_exit(py: Python<'_>) -> PyResult<()> {
+pub(crate) fn hook_os_exit(py: Python<'_>) -> PyResult<()> {
     let os = py.import("os")?;
     os.setattr("_exit", wrap_pyfunction!(os_exit, &os)?)
 }
@@ -612,7 +612,7 @@ fn os_exit(py: Python<'_>, status: i32) {
     })
 }
 
-pub fn flush_stdio(py: Python<'_>) {
+pub(crate) fn flush_stdio(py: Python<'_>) {
     if let Ok(sys) = py.import("sys") {
         for name in ["stdout", "stderr"] {
             if let Ok(stream) = sys.getattr(name) {

@@ -16,7 +16,7 @@ use rustls::{RootCertStore, ServerConfig};
 
 /// `--client-cert`: whether clients present a certificate signed by `--ca-certs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ClientCert {
+pub(crate) enum ClientCert {
     /// Not asked for.
     None,
     /// Asked for; a client without one is served, one with an invalid one is refused.
@@ -27,11 +27,11 @@ pub enum ClientCert {
 
 /// The TLS flags, as given.
 #[derive(Clone, Debug)]
-pub struct Options {
-    pub certfile: PathBuf,
-    pub keyfile: PathBuf,
-    pub ca_certs: Option<PathBuf>,
-    pub client_cert: ClientCert,
+pub(crate) struct Options {
+    pub(crate) certfile: PathBuf,
+    pub(crate) keyfile: PathBuf,
+    pub(crate) ca_certs: Option<PathBuf>,
+    pub(crate) client_cert: ClientCert,
 }
 
 /// Reads every PEM section of `path`: `Err` names the flag and the file.
@@ -87,7 +87,7 @@ fn private_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 
 /// The server configuration: TLS 1.3 and 1.2, ALPN `http/1.1`, the certificate chain and
 /// key, and the client verifier for `--client-cert`.
-pub fn server_config(o: &Options) -> Result<Arc<ServerConfig>, String> {
+pub(crate) fn server_config(o: &Options) -> Result<Arc<ServerConfig>, String> {
     let chain = certificates("--certfile", &o.certfile)?;
     let key = private_key(&o.keyfile)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -269,7 +269,7 @@ fn escape_value(v: &str, out: &mut String) {
 /// The subject of a DER certificate as an RFC 4514 string (`CN=client,O=Example`: the
 /// last RDN first), as `openssl x509 -subject -nameopt RFC2253` prints it for the usual
 /// attributes; `None` if the certificate cannot be read.
-pub fn subject_dn(cert: &[u8]) -> Option<String> {
+pub(crate) fn subject_dn(cert: &[u8]) -> Option<String> {
     let (_, certificate, _) = der_element(cert)?;
     let (_, tbs, _) = der_element(certificate)?;
     let mut rest = tbs;

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::http::body::ChunkedDecoder;
+use m0serve::internals::ChunkedDecoder;
 
 /// (decoded bytes, finished, failed, bytes used)
 fn run(input: &[u8], step: usize) -> (Vec<u8>, bool, bool, usize) {

@@ -8,10 +8,10 @@ use std::io::Write;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::http::date::DateCache;
-use m0serve::http::limits::Limits;
-use m0serve::pipeline::msg::{ConnRef, Peer};
-use m0serve::worker::conn::{Conn, Effects, Next, ReadCtx, Sock};
+use m0serve::internals::DateCache;
+use m0serve::internals::Limits;
+use m0serve::internals::{ConnRef, Peer};
+use m0serve::internals::{Conn, Effects, Next, ReadCtx, Sock};
 
 fuzz_target!(|data: &[u8]| {
     // A socket buffer takes this much without blocking.

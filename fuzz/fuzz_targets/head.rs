@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::http::limits::Limits;
-use m0serve::http::parse::parse_head;
+use m0serve::internals::Limits;
+use m0serve::internals::parse_head;
 
 fuzz_target!(|data: &[u8]| {
     let small = Limits {

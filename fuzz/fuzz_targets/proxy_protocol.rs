@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::http::proxy_protocol::{parse, Parsed};
+use m0serve::internals::proxy_protocol::{parse, Parsed};
 
 fuzz_target!(|data: &[u8]| {
     let whole = parse(data);

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use m0serve::http::static_files::{self as sf, Range};
+use m0serve::internals::static_files::{self as sf, Range};
 
 fuzz_target!(|data: &[u8]| {
     let mut out = Vec::new();

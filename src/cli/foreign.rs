@@ -6,7 +6,7 @@
 
 /// What becomes of a foreign flag.
 #[derive(Clone, Copy, Debug)]
-pub enum Becomes {
+pub(crate) enum Becomes {
     /// The m0serve flag of the same meaning (`--threads` is `--blocking-threads`... see
     /// `rewrite` for the few that set two).
     Same(&'static str),
@@ -29,11 +29,11 @@ pub enum Becomes {
 /// A foreign flag: its long name (no dashes), whose it is (`gunicorn's`), whether it
 /// takes a value, and what it becomes.
 #[derive(Clone, Copy, Debug)]
-pub struct Spelling {
-    pub name: &'static str,
-    pub from: &'static str,
-    pub value: bool,
-    pub becomes: Becomes,
+pub(crate) struct Spelling {
+    pub(crate) name: &'static str,
+    pub(crate) from: &'static str,
+    pub(crate) value: bool,
+    pub(crate) becomes: Becomes,
 }
 
 const G: &str = "gunicorn's";
@@ -57,7 +57,7 @@ fn static_path_mount(dir: &str) -> Result<Vec<String>, String> {
 }
 
 /// Every foreign spelling m0serve knows, gunicorn's first.
-pub const SPELLINGS: &[Spelling] = &[
+pub(crate) const SPELLINGS: &[Spelling] = &[
     s("threads", G, true, Converted(threads, None)),
     s("access-logfile", G, true, Same("access-log-file")),
     s("access-logformat", G, true, Same("access-log-format")),
@@ -370,11 +370,11 @@ fn http_version(v: &str) -> Result<Vec<String>, String> {
 
 /// A command line with foreign spellings rewritten, and the warnings to log at start.
 #[derive(Debug, Default)]
-pub struct Rewritten {
-    pub args: Vec<std::ffi::OsString>,
-    pub warnings: Vec<String>,
+pub(crate) struct Rewritten {
+    pub(crate) args: Vec<std::ffi::OsString>,
+    pub(crate) warnings: Vec<String>,
     /// The app a gunicorn configuration file names (`wsgi_app`).
-    pub app: Option<String>,
+    pub(crate) app: Option<String>,
 }
 
 /// `--name`, or `-x` with a letter: a flag, not a value (`-`, `-1` are values).
@@ -387,14 +387,14 @@ fn is_flag(word: &str) -> bool {
 }
 
 /// Looks up a foreign long flag.
-pub fn find(name: &str) -> Option<&'static Spelling> {
+pub(crate) fn find(name: &str) -> Option<&'static Spelling> {
     SPELLINGS.iter().find(|s| s.name == name)
 }
 
 /// Rewrites the foreign spellings in `args` (no `argv[0]`). `takes_value(long or short)`
 /// says whether one of m0serve's own flags takes the next word as its value (so a value
 /// is never read as a flag). `Err` refuses a flag, with the m0serve way.
-pub fn rewrite(
+pub(crate) fn rewrite(
     args: &[std::ffi::OsString],
     takes_value: &dyn Fn(&str) -> bool,
 ) -> Result<Rewritten, String> {
@@ -518,7 +518,7 @@ pub fn rewrite(
 
 /// The message for an unknown flag: no guess at a flag of another meaning, only a typo's
 /// correction (at most two edits from one of m0serve's, `known`).
-pub fn unknown_flag(flag: &str, known: &[String]) -> String {
+pub(crate) fn unknown_flag(flag: &str, known: &[String]) -> String {
     let bare = flag.trim_start_matches('-');
     let bare = bare.split_once('=').map_or(bare, |(n, _)| n);
     let close = known

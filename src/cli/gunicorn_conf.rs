@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 /// The hidden first argument that makes the binary run a configuration file with
 /// `EVALUATE` and exit (`python::run_script`).
-pub const EVALUATE_FLAG: &str = "--m0serve-evaluate-gunicorn-config";
+pub(crate) const EVALUATE_FLAG: &str = "--m0serve-evaluate-gunicorn-config";
 
 /// How long a configuration file may take to run.
 const EVALUATE_LIMIT: Duration = Duration::from_secs(30);
@@ -20,7 +20,7 @@ const EVALUATE_LIMIT: Duration = Duration::from_secs(30);
 /// Runs the file named by `sys.argv[1]` and writes one line per module-level name:
 /// `set NAME VALUE`, `list NAME V1 V2...` (tab-separated), `hook NAME` for a callable,
 /// `other NAME WHY` for a value m0serve cannot read.
-pub const EVALUATE: &str = r#"
+pub(crate) const EVALUATE: &str = r#"
 import os, sys, types
 path = sys.argv[1]
 # What the file prints goes to standard error; the report alone to standard output.
@@ -65,7 +65,7 @@ report.flush()
 /// What runs a configuration file: this binary (its embedded Python), or the package's
 /// interpreter; a worker runs none and reads its master's report.
 #[derive(Clone, Debug)]
-pub enum Runner {
+pub(crate) enum Runner {
     Binary,
     Python(std::path::PathBuf),
     Worker,
@@ -237,22 +237,22 @@ const HOOKS: &[&str] = &[
 /// A configuration file, read: each setting's gunicorn flag to rewrite, the app it names
 /// (`wsgi_app`), and what is said at start.
 #[derive(Debug, Default)]
-pub struct Read {
+pub(crate) struct Read {
     /// (the setting, its flag word).
-    pub flags: Vec<(String, OsString)>,
-    pub app: Option<String>,
-    pub warnings: Vec<String>,
+    pub(crate) flags: Vec<(String, OsString)>,
+    pub(crate) app: Option<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// The environment variable that carries the master's report to its workers: the file
 /// runs in the master alone (as root before `--user`, once per start or reload), never in
 /// a worker.
-pub const REPORT_ENV: &str = "M0SERVE_GUNICORN_CONF_REPORT";
+pub(crate) const REPORT_ENV: &str = "M0SERVE_GUNICORN_CONF_REPORT";
 
 /// Reads the settings of `path`: a worker from the report its master left in
 /// `REPORT_ENV`; anyone else runs the file (with `runner`), and a master leaves the report
 /// there for its workers.
-pub fn read(path: &Path, runner: &Runner) -> Result<Read, String> {
+pub(crate) fn read(path: &Path, runner: &Runner) -> Result<Read, String> {
     if let Runner::Worker = runner {
         let report = std::env::var_os(REPORT_ENV)
             .ok_or("its master left no report of it (a worker does not run the file)")?;
@@ -269,7 +269,7 @@ pub fn read(path: &Path, runner: &Runner) -> Result<Read, String> {
 
 /// A reload: runs `path` again, so that the new workers read its settings as they are
 /// now; `Err` keeps the report read before.
-pub fn refresh(path: &Path, runner: &Runner) -> Result<(), String> {
+pub(crate) fn refresh(path: &Path, runner: &Runner) -> Result<(), String> {
     read(path, runner).map(drop)
 }
 

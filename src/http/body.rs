@@ -14,13 +14,13 @@ use super::is_tchar;
 
 /// Longest chunk-size line, in bytes without its CRLF (size digits, BWS and extensions): a
 /// bound on the bytes consumed without progress (e.g. an endless run of leading zeros).
-pub const MAX_CHUNK_SIZE_LINE_BYTES: usize = 4096;
+pub(crate) const MAX_CHUNK_SIZE_LINE_BYTES: usize = 4096;
 /// Total chunk-extension bytes allowed across one body (hyper's limit): extensions are
 /// discarded, so a peer padding every 1-byte chunk with them would otherwise make us parse
 /// up to 4096 bytes per byte of content.
-pub const MAX_CHUNK_EXT_BYTES_TOTAL: u64 = 16 * 1024;
+pub(crate) const MAX_CHUNK_EXT_BYTES_TOTAL: u64 = 16 * 1024;
 /// Longest trailer section, in bytes including its final CRLF.
-pub const MAX_TRAILER_SECTION_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_TRAILER_SECTION_BYTES: usize = 16 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyError {
@@ -31,14 +31,16 @@ pub enum BodyError {
 }
 
 impl BodyError {
-    pub fn status(&self) -> u16 {
+    #[cfg(test)]
+    pub(crate) fn status(&self) -> u16 {
         match self {
             BodyError::BadChunk(_) => 400,
             BodyError::TooLarge => 413,
         }
     }
 
-    pub fn reason(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             BodyError::BadChunk(_) => "Bad Request",
             BodyError::TooLarge => "Content Too Large",
@@ -212,16 +214,6 @@ impl ChunkedDecoder {
             State::Failed(e) => Err(e),
             state => Ok((pos, state == State::Done)),
         }
-    }
-
-    /// True once the last chunk and the trailer section are in.
-    pub fn is_done(&self) -> bool {
-        self.state == State::Done
-    }
-
-    /// Decoded bytes so far, counting the whole of a chunk whose size has been read.
-    pub fn decoded_len(&self) -> u64 {
-        self.decoded
     }
 
     /// Counts `b` against the size-line, extension and trailer limits.
@@ -874,10 +866,8 @@ mod tests {
         let mut d = ChunkedDecoder::new(MAX);
         let mut out = Vec::new();
         assert_eq!(d.decode(b"5\r\nhe", &mut out), Ok((5, false)));
-        assert_eq!(d.decoded_len(), 5);
-        assert!(!d.is_done());
+        assert_eq!(out, b"he");
         assert_eq!(d.decode(b"llo\r\n0\r\n\r\nNEXT", &mut out), Ok((10, true)));
-        assert!(d.is_done());
         assert_eq!(out, b"hello");
         assert_eq!(d.decode(b"more", &mut out), Ok((0, true)));
     }

@@ -8,7 +8,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Length of an IMF-fixdate, in bytes: `Sun, 06 Nov 1994 08:49:37 GMT`.
-pub const IMF_FIXDATE_LEN_BYTES: usize = 29;
+pub(crate) const IMF_FIXDATE_LEN_BYTES: usize = 29;
 
 /// The current IMF-fixdate, re-rendered only when the second changes.
 pub struct DateCache {
@@ -71,7 +71,7 @@ const MONTHS: [&[u8; 3]; 12] = [
 /// Renders `unix_seconds` as an RFC 9110 §5.6.7 IMF-fixdate:
 /// `day-name "," SP date1 SP time-of-day SP GMT`, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
 /// Years past 9999 do not fit the 4-digit field and are written modulo 10000.
-pub fn render_imf_fixdate(unix_seconds: u64, out: &mut [u8; IMF_FIXDATE_LEN_BYTES]) {
+pub(crate) fn render_imf_fixdate(unix_seconds: u64, out: &mut [u8; IMF_FIXDATE_LEN_BYTES]) {
     let days = unix_seconds / SECONDS_PER_DAY;
     let secs_of_day = unix_seconds % SECONDS_PER_DAY;
     let (year, month, day) = civil_from_days(days);
@@ -101,7 +101,7 @@ pub fn render_imf_fixdate(unix_seconds: u64, out: &mut [u8; IMF_FIXDATE_LEN_BYTE
 /// Reads an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110 §5.6.7) as Unix
 /// seconds; `None` for anything else (the obsolete forms included: a conditional request
 /// that uses one is answered as if it had none).
-pub fn parse_imf_fixdate(s: &[u8]) -> Option<u64> {
+pub(crate) fn parse_imf_fixdate(s: &[u8]) -> Option<u64> {
     if s.len() != IMF_FIXDATE_LEN_BYTES || &s[3..5] != b", " || &s[25..] != b" GMT" {
         return None;
     }
@@ -146,7 +146,7 @@ fn two_digits(out: &mut [u8], n: u64) {
 /// calendar (also used by the log's timestamps). Howard Hinnant, "chrono-Compatible Low-Level Date Algorithms", `civil_from_days`,
 /// restricted to days >= 0 (so all arithmetic is unsigned): shift the epoch to 0000-03-01 so
 /// that the leap day ends each 400-year era, then split into era, year of era, day of year.
-pub fn civil_from_days(days: u64) -> (u64, u64, u64) {
+pub(crate) fn civil_from_days(days: u64) -> (u64, u64, u64) {
     const DAYS_FROM_0000_03_01_TO_EPOCH: u64 = 719_468;
     const DAYS_PER_ERA: u64 = 146_097;
     let z = days + DAYS_FROM_0000_03_01_TO_EPOCH;

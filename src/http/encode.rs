@@ -9,7 +9,7 @@ use super::is_token;
 use super::parse::{parse_decimal_u64, Version};
 
 /// The `Server` header value when the app sends none.
-pub const SERVER_NAME: &[u8] = b"m0serve";
+pub(crate) const SERVER_NAME: &[u8] = b"m0serve";
 
 /// How the response body is delimited (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ pub enum HeaderKind {
 /// Parses a PEP 3333 status string: three digits, a single space, a reason phrase
 /// (RFC 9112 §4: `reason-phrase = 1*( HTAB / SP / VCHAR / obs-text )`, so no CR, LF or other
 /// CTL; it may be empty). The code must be 100..=599 (RFC 9110 §15).
-pub fn parse_status(status: &[u8]) -> Result<u16, EncodeError> {
+pub(crate) fn parse_status(status: &[u8]) -> Result<u16, EncodeError> {
     let [a, b, c, b' ', reason @ ..] = status else {
         return Err(EncodeError::BadStatus);
     };
@@ -111,10 +111,10 @@ pub fn parse_status(status: &[u8]) -> Result<u16, EncodeError> {
 
 /// Which of the headers the server would add the app's head already has.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sent {
-    pub content_length: bool,
-    pub date: bool,
-    pub server: bool,
+pub(crate) struct Sent {
+    pub(crate) content_length: bool,
+    pub(crate) date: bool,
+    pub(crate) server: bool,
 }
 
 /// Writes one response head into `out`: status line, the app's headers (validated as they
@@ -152,7 +152,7 @@ impl<'a> HeadWriter<'a> {
     /// earlier writer's `new` and `header` calls for the same status and headers wrote them
     /// (`written`); `status` and `sent` as that writer had them. Validates nothing: the
     /// caller vouches that those calls succeeded on the same input.
-    pub fn resume(out: &'a mut Vec<u8>, lines: &[u8], status: u16, sent: Sent) -> Self {
+    pub(crate) fn resume(out: &'a mut Vec<u8>, lines: &[u8], status: u16, sent: Sent) -> Self {
         let start = out.len();
         out.extend_from_slice(lines);
         HeadWriter {
@@ -164,18 +164,13 @@ impl<'a> HeadWriter<'a> {
     }
 
     /// Which server headers the app's headers so far already are.
-    pub fn sent(&self) -> Sent {
+    pub(crate) fn sent(&self) -> Sent {
         self.sent
-    }
-
-    /// The status code parsed by `new`.
-    pub fn status(&self) -> u16 {
-        self.status
     }
 
     /// What this writer has appended so far: the status line and the app's header lines
     /// until `finish`.
-    pub fn written(&self) -> &[u8] {
+    pub(crate) fn written(&self) -> &[u8] {
         &self.out[self.start..]
     }
 
@@ -277,11 +272,6 @@ impl<'a> HeadWriter<'a> {
         self.out.extend_from_slice(b"\r\n");
     }
 
-    /// Removes everything this writer appended (to answer with a 500 instead).
-    pub fn abort(self) {
-        self.out.truncate(self.start);
-    }
-
     fn push_header(&mut self, name: &[u8], value: &[u8]) {
         // One reservation instead of up to four growth checks.
         self.out.reserve(name.len() + value.len() + 4);
@@ -295,7 +285,7 @@ impl<'a> HeadWriter<'a> {
 /// A whole response the loop sends itself (its refusals, `--static-response`, the metrics
 /// port): the status line, `Content-Type`, `Content-Length`, `Connection: close` unless
 /// `keep_alive`, `Date`, `Server`, then `body` (none for a HEAD request: `head_only`).
-pub fn simple_response(
+pub(crate) fn simple_response(
     status: u16,
     reason: &str,
     content_type: &str,
@@ -319,7 +309,7 @@ pub fn simple_response(
 /// `simple_response` with `extra`: header lines, each ending in CRLF, written before the
 /// blank line.
 #[allow(clippy::too_many_arguments)]
-pub fn simple_response_with(
+pub(crate) fn simple_response_with(
     status: u16,
     reason: &str,
     content_type: &str,
@@ -357,7 +347,7 @@ pub fn simple_response_with(
 
 /// Appends one chunk: hex size, CRLF, data, CRLF (RFC 9112 §7.1). Empty data writes
 /// nothing: an empty chunk would be the last-chunk and end the body early.
-pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
+pub(crate) fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
     if data.is_empty() {
         return;
     }
@@ -369,13 +359,13 @@ pub fn write_chunk(out: &mut Vec<u8>, data: &[u8]) {
 }
 
 /// Appends a chunk's size line; the caller sends the `size` bytes and a CRLF after it.
-pub fn write_chunk_size(out: &mut Vec<u8>, size: u64) {
+pub(crate) fn write_chunk_size(out: &mut Vec<u8>, size: u64) {
     push_hex(out, size);
     out.extend_from_slice(b"\r\n");
 }
 
 /// Appends the last chunk and an empty trailer section: `0\r\n\r\n` (RFC 9112 §7.1).
-pub fn write_last_chunk(out: &mut Vec<u8>) {
+pub(crate) fn write_last_chunk(out: &mut Vec<u8>) {
     out.extend_from_slice(b"0\r\n\r\n");
 }
 
@@ -385,7 +375,7 @@ const U64_DECIMAL_DIGITS: usize = 20;
 const U64_HEX_DIGITS: usize = 16;
 
 /// Appends `n` in decimal, formatted right to left into a stack buffer.
-pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
     let mut buf = [0u8; U64_DECIMAL_DIGITS];
     let mut i = buf.len();
     loop {
@@ -400,7 +390,7 @@ pub fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// Appends `n` in lower-case hex, without leading zeros.
-pub fn push_hex(out: &mut Vec<u8>, mut n: u64) {
+pub(crate) fn push_hex(out: &mut Vec<u8>, mut n: u64) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut buf = [0u8; U64_HEX_DIGITS];
     let mut i = buf.len();
@@ -744,12 +734,7 @@ mod tests {
     }
 
     #[test]
-    fn abort_removes_the_head() {
-        let mut out = b"earlier".to_vec();
-        let (mut w, _) = HeadWriter::new(&mut out, b"200 OK").unwrap();
-        w.header(b"X", b"y").unwrap();
-        w.abort();
-        assert_eq!(out, b"earlier");
+    fn a_bad_status_writes_nothing() {
         let mut out = Vec::new();
         assert!(HeadWriter::new(&mut out, b"2000 OK").is_err());
         assert!(out.is_empty());

@@ -6,14 +6,14 @@ use std::time::Duration;
 /// Hard cap on `Limits::max_headers`: the size of the stack array httparse fills
 /// (256 slots × 32 bytes = 8 KiB of stack, left uninitialised). Also keeps header indices
 /// within `u16`.
-pub const MAX_HEADERS_CAP: usize = 256;
+pub(crate) const MAX_HEADERS_CAP: usize = 256;
 /// Default `Limits::max_request_line`, in bytes without the CRLF: gunicorn's and nginx's
 /// 8 KiB line buffers (RFC 9112 §3: recommends at least 8000 octets).
-pub const DEFAULT_MAX_REQUEST_LINE_BYTES: usize = 8190;
+pub(crate) const DEFAULT_MAX_REQUEST_LINE_BYTES: usize = 8190;
 /// Default `Limits::max_head`, in bytes including the blank line.
-pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
+pub(crate) const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
 /// Default `Limits::max_headers`, in header field lines (gunicorn's `limit_request_fields`).
-pub const DEFAULT_MAX_HEADERS: usize = 100;
+pub(crate) const DEFAULT_MAX_HEADERS: usize = 100;
 const _: () = assert!(DEFAULT_MAX_HEADERS <= MAX_HEADERS_CAP);
 /// Size limits on a request head. Each one answers with its own status: 414, 431, 431.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,13 +38,13 @@ impl Default for Limits {
 
 /// The per-connection timeouts (docs/security.md).
 #[derive(Clone, Copy, Debug)]
-pub struct Timeouts {
-    pub header: Duration,
-    pub keep_alive: Duration,
-    pub body: Duration,
+pub(crate) struct Timeouts {
+    pub(crate) header: Duration,
+    pub(crate) keep_alive: Duration,
+    pub(crate) body: Duration,
     /// `--body-min-rate`, bytes per second (0: none).
-    pub body_min_rate: u64,
-    pub write: Duration,
+    pub(crate) body_min_rate: u64,
+    pub(crate) write: Duration,
 }
 
 impl Default for Timeouts {

@@ -6,15 +6,15 @@
 //! (`PATH_INFO` decoding). Nothing here does I/O, allocates per header, or panics on any
 //! input; each module cites the RFC 9112 / RFC 9110 section at the branch that implements it.
 
-pub mod body;
-pub mod date;
-pub mod encode;
-pub mod limits;
-pub mod parse;
-pub mod percent;
+pub(crate) mod body;
+pub(crate) mod date;
+pub(crate) mod encode;
+pub(crate) mod limits;
+pub(crate) mod parse;
+pub(crate) mod percent;
 pub mod proxy_protocol;
 pub mod static_files;
-pub mod trusted;
+pub(crate) mod trusted;
 
 #[cfg(test)]
 mod tests;
@@ -42,19 +42,19 @@ pub(crate) const fn byte_class(extra: &[u8]) -> [bool; 256] {
 
 /// RFC 9110 §5.6.2: `tchar`.
 #[inline]
-pub fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     TCHAR[b as usize]
 }
 
 /// RFC 9110 §5.6.2: `token = 1*tchar`.
 #[inline]
-pub fn is_token(s: &[u8]) -> bool {
+pub(crate) fn is_token(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(|&b| is_tchar(b))
 }
 
 /// RFC 9110 §5.6.3: strips optional whitespace (SP / HTAB) from both ends.
 #[inline]
-pub fn trim_ows(mut s: &[u8]) -> &[u8] {
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }

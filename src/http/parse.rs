@@ -21,7 +21,7 @@ use super::{is_token, trim_ows};
 /// Empty lines (CRLF) skipped before a request line (RFC 9112 §2.2 allows "at least one";
 /// some clients send a CRLF after a POST body). More is not a client bug but a stream of
 /// garbage, answered with 400 instead of being skipped forever.
-pub const MAX_LEADING_EMPTY_LINES: usize = 4;
+pub(crate) const MAX_LEADING_EMPTY_LINES: usize = 4;
 /// Spans are `u32` offsets, so no head may be longer than this, in bytes, whatever the
 /// configured `max_head`.
 const MAX_HEAD_CAP_BYTES: usize = u32::MAX as usize;
@@ -31,8 +31,8 @@ const VERSION_LEN_BYTES: usize = 8;
 /// A byte range of the buffer that was parsed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
-    pub start: u32,
-    pub len: u32,
+    pub(crate) start: u32,
+    pub(crate) len: u32,
 }
 
 impl Span {
@@ -79,7 +79,7 @@ pub enum Version {
 
 /// How the request body is delimited (RFC 9112 §6.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BodyFraming {
+pub(crate) enum BodyFraming {
     None,
     Length(u64),
     Chunked,
@@ -90,54 +90,58 @@ pub enum BodyFraming {
 pub struct Head {
     pub method: Span,
     pub target: Span,
-    pub version: Version,
+    pub(crate) version: Version,
     /// In the order sent.
     pub headers: Vec<HeaderSpan>,
     /// Bytes of the head, leading empty lines and the blank line included: the body (or the
     /// next pipelined request) starts at `buf[head_len..]`.
     pub head_len: usize,
-    pub framing: BodyFraming,
+    pub(crate) framing: BodyFraming,
     /// HTTP/1.1: true unless `Connection: close`; HTTP/1.0: only with `Connection: keep-alive`
     /// (RFC 9112 §9.3).
     pub keep_alive: bool,
     /// `Expect: 100-continue` on an HTTP/1.1 request (RFC 9110 §10.1.1).
-    pub expect_continue: bool,
+    pub(crate) expect_continue: bool,
     /// An HTTP/1.1 GET asking to become a WebSocket (`Connection: upgrade` and `Upgrade:
     /// websocket`, RFC 6455 §4.1): the connection's last request, since its bytes after the
     /// head are the app's once it takes the socket (`keep_alive` is false).
-    pub websocket: bool,
+    pub(crate) websocket: bool,
     /// Index into `headers` of the Content-Type header, if any (at most one is accepted).
-    pub content_type: Option<u16>,
+    pub(crate) content_type: Option<u16>,
     /// Index into `headers` of the Content-Length header, if any (at most one is accepted).
-    pub content_length: Option<u16>,
+    pub(crate) content_length: Option<u16>,
 }
 
 impl Head {
-    pub fn method<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+    #[cfg(test)]
+    pub(crate) fn method<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
         self.method.get(buf)
     }
 
-    pub fn target<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
+    #[cfg(test)]
+    pub(crate) fn target<'a>(&self, buf: &'a [u8]) -> &'a [u8] {
         self.target.get(buf)
     }
 
+    #[cfg(test)]
     /// RFC 9110 §9.3.2: HEAD gets the GET response head without content. Methods are
     /// case-sensitive (RFC 9110 §9.1), so `head` is not HEAD.
-    pub fn is_head(&self, buf: &[u8]) -> bool {
+    pub(crate) fn is_head(&self, buf: &[u8]) -> bool {
         self.method.get(buf) == b"HEAD"
     }
 
     /// The value of the first header named `name` (lower case; names are compared without
     /// regard to case).
-    pub fn header_value<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    pub(crate) fn header_value<'a>(&self, buf: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
         self.headers
             .iter()
             .find(|h| h.name.get(buf).eq_ignore_ascii_case(name))
             .map(|h| h.value.get(buf))
     }
 
+    #[cfg(test)]
     /// Name and value of header `i` (in the order sent), or `None` past the end.
-    pub fn header<'a>(&self, buf: &'a [u8], i: usize) -> Option<(&'a [u8], &'a [u8])> {
+    pub(crate) fn header<'a>(&self, buf: &'a [u8], i: usize) -> Option<(&'a [u8], &'a [u8])> {
         self.headers
             .get(i)
             .map(|h| (h.name.get(buf), h.value.get(buf)))
@@ -160,7 +164,7 @@ pub enum HeadError {
 }
 
 impl HeadError {
-    pub fn status(&self) -> u16 {
+    pub(crate) fn status(&self) -> u16 {
         match self {
             HeadError::BadRequest(_) => 400,
             HeadError::UriTooLong => 414,
@@ -171,7 +175,7 @@ impl HeadError {
     }
 
     /// The reason phrase that goes with `status()` (RFC 9110 §15, RFC 6585 §5).
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             HeadError::BadRequest(_) => "Bad Request",
             HeadError::UriTooLong => "URI Too Long",
@@ -181,8 +185,9 @@ impl HeadError {
         }
     }
 
+    #[cfg(test)]
     /// A short description for the log.
-    pub fn detail(&self) -> &'static str {
+    pub(crate) fn detail(&self) -> &'static str {
         match self {
             HeadError::BadRequest(why) | HeadError::NotImplemented(why) => why,
             HeadError::UriTooLong => "request line too long",
@@ -194,7 +199,7 @@ impl HeadError {
 
 /// The 400 reason for an HTTP/1.1 request without Host (public so that callers and tests can
 /// tell this case apart without matching on free text).
-pub const MISSING_HOST: &str = "missing Host header";
+pub(crate) const MISSING_HOST: &str = "missing Host header";
 
 fn bad(why: &'static str) -> HeadError {
     HeadError::BadRequest(why)
@@ -701,7 +706,7 @@ fn list_members(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// RFC 9110 §8.6: Content-Length = 1*DIGIT, with no sign, space or list; `None` if invalid
 /// or if it overflows u64.
-pub fn parse_decimal_u64(s: &[u8]) -> Option<u64> {
+pub(crate) fn parse_decimal_u64(s: &[u8]) -> Option<u64> {
     if s.is_empty() {
         return None;
     }

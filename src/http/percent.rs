@@ -4,7 +4,7 @@
 /// Appends `input` to `out` with each `%XX` (two hex digits, either case) replaced by the
 /// byte it encodes (RFC 3986 §2.1). An invalid escape (`%zz`, a `%` near the end) is kept as
 /// it is, and `+` stays `+`: it means space only in form data, never in a path.
-pub fn percent_decode_into(input: &[u8], out: &mut Vec<u8>) {
+pub(crate) fn percent_decode_into(input: &[u8], out: &mut Vec<u8>) {
     out.reserve(input.len());
     let mut rest = input;
     // Copy the runs between escapes in one go; most paths have no `%` at all.
@@ -42,14 +42,14 @@ fn hex_value(b: u8) -> u8 {
 /// - asterisk-form `*` -> (`*`, ``);
 /// - authority-form `host:443` (CONNECT) and anything else -> the whole target as the path,
 ///   split at `?` if there is one.
-pub fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
+pub(crate) fn split_target(target: &[u8]) -> (&[u8], &[u8]) {
     split_target_inner(target)
 }
 
 /// A request path under the URL prefix `root` (`--root-path`, `/app`): the rest after it
 /// (`/app/x` -> `/x`, `/app` -> ``), or `None` outside it (`/apple`, `/`). Compared as sent,
 /// before percent-decoding.
-pub fn under_root<'a>(path: &'a [u8], root: &[u8]) -> Option<&'a [u8]> {
+pub(crate) fn under_root<'a>(path: &'a [u8], root: &[u8]) -> Option<&'a [u8]> {
     let rest = path.strip_prefix(root)?;
     (rest.is_empty() || rest[0] == b'/').then_some(rest)
 }
@@ -89,7 +89,7 @@ fn absolute_form_path(target: &[u8]) -> Option<&[u8]> {
 /// IPv6 literal without its brackets); `None` for the other forms. (RFC 9112 §3.2.2: the
 /// server "MUST ignore the received Host header field ... and instead use the host
 /// information of the request-target".)
-pub fn absolute_form_authority(target: &[u8]) -> Option<(&[u8], &[u8])> {
+pub(crate) fn absolute_form_authority(target: &[u8]) -> Option<(&[u8], &[u8])> {
     if matches!(target.first(), Some(b'/' | b'*') | None) {
         return None;
     }

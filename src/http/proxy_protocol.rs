@@ -22,7 +22,7 @@ const V1_PREFIX: &[u8] = b"PROXY ";
 /// proxy-protocol.txt §2.1: the longest v1 line, in bytes including its CRLF (the "worst
 /// case" UNKNOWN line with two full IPv6 addresses and ports); "If the CRLF sequence is not
 /// found in the first 107 characters, the receiver should declare the line invalid".
-pub const MAX_V1_LEN: usize = 107;
+pub(crate) const MAX_V1_LEN: usize = 107;
 /// proxy-protocol.txt §2.2: the 12-byte v2 signature (note the NUL at the 5th byte).
 const V2_SIGNATURE: &[u8] = b"\r\n\r\n\0\r\nQUIT\n";
 /// proxy-protocol.txt §2.2: signature, version/command byte, family/protocol byte and the
@@ -33,7 +33,7 @@ const V2_HEADER_BYTES: usize = 16;
 /// the TLVs a load balancer sends (ALPN, authority, unique ID of up to 128 bytes, SSL
 /// details, a CRC, a VPC endpoint ID) fit well within this; a peer announcing more is not a
 /// load balancer, and waiting for 64 KiB of it would let it hold a connection's buffer.
-pub const MAX_V2_LEN: usize = 4096;
+pub(crate) const MAX_V2_LEN: usize = 4096;
 
 /// proxy-protocol.txt §2.2: the command, the low nibble of the 13th byte.
 const CMD_LOCAL: u8 = 0x0;

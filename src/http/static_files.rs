@@ -62,7 +62,7 @@ pub fn file_path(rest: &[u8], out: &mut Vec<u8>) -> Option<Named> {
 /// A file's strong entity tag, from its modification time and size (nginx's shape, with
 /// the nanoseconds, so that an edit within the same second that keeps the size changes it
 /// too): `"5f1b2c3d.1a2b3c4d-1f40"`.
-pub fn etag(mtime_secs: i64, mtime_nsecs: u32, size: u64, out: &mut Vec<u8>) {
+pub(crate) fn etag(mtime_secs: i64, mtime_nsecs: u32, size: u64, out: &mut Vec<u8>) {
     use std::io::Write;
     let _ = write!(out, "\"{mtime_secs:x}.{mtime_nsecs:x}-{size:x}\"");
 }
@@ -236,7 +236,7 @@ const TYPES: &[(&str, &str)] = &[
 ];
 
 /// The type of what has none known.
-pub const DEFAULT_TYPE: &str = "application/octet-stream";
+pub(crate) const DEFAULT_TYPE: &str = "application/octet-stream";
 
 /// The `Content-Type` of the file `name` (its last segment is read): an `--mime-type`
 /// override for its extension first (`overrides`: lower-case extension, type), then the

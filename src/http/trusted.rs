@@ -14,7 +14,7 @@ pub struct Trusted {
 impl Trusted {
     /// A comma-separated list of addresses and CIDRs (`10.0.0.0/8`, `::1`), or `*` for any
     /// peer; an error names `flag`.
-    pub fn parse(flag: &str, list: &str) -> Result<Trusted, String> {
+    pub(crate) fn parse(flag: &str, list: &str) -> Result<Trusted, String> {
         let mut t = Trusted::default();
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             if item == "*" {
@@ -51,17 +51,17 @@ impl Trusted {
         Ok(t)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         !self.any && self.nets.is_empty()
     }
 
-    pub fn contains(&self, ip: IpAddr) -> bool {
+    pub(crate) fn contains(&self, ip: IpAddr) -> bool {
         self.any || self.names(ip)
     }
 
     /// `ip` is in a listed address or network: `*` trusts whichever peer connects, not
     /// the addresses a forwarding header names (any client can write those).
-    pub fn names(&self, ip: IpAddr) -> bool {
+    pub(crate) fn names(&self, ip: IpAddr) -> bool {
         let ip = canonical(ip);
         self.nets
             .iter()

@@ -20,9 +20,9 @@
 //! after a backoff that doubles up to `BOOT_BACKOFF_MAX`. If no worker has ever become
 //! ready, a boot failure means the app cannot start: the master stops and exits non-zero.
 
-pub mod preload;
-pub mod reload;
-pub mod systemd;
+pub(crate) mod preload;
+pub(crate) mod reload;
+pub(crate) mod systemd;
 
 use std::ffi::OsString;
 use std::io;
@@ -107,7 +107,7 @@ struct Worker {
     drain_deadline: Option<Instant>,
 }
 
-pub struct Master {
+pub(crate) struct Master {
     config: Config,
     listeners: Vec<Listener>,
     /// The Unix sockets of listeners closed at a stop, removed at exit (as root, with
@@ -273,18 +273,18 @@ impl Drop for PidFile {
 /// m0serve (python/m0serve/__init__.py, `WORKER_BOOT`). Either way the
 /// master's own arguments follow, and the worker tells it is one from [`WORKER_ENV`].
 #[derive(Clone, Debug)]
-pub struct WorkerCommand {
-    pub program: PathBuf,
-    pub argv: Vec<OsString>,
+pub(crate) struct WorkerCommand {
+    pub(crate) program: PathBuf,
+    pub(crate) argv: Vec<OsString>,
     /// What the master does first at each reload: a gunicorn configuration
     /// (`-c gunicorn.conf.py`) is run again, so that the new workers get its settings as
     /// they are then (they find them in their environment).
-    pub on_reload: Option<OnReload>,
+    pub(crate) on_reload: Option<OnReload>,
 }
 
 /// `WorkerCommand::on_reload`: `Err` is logged, and the new workers start as the old did.
 #[derive(Clone)]
-pub struct OnReload(pub std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
+pub(crate) struct OnReload(pub std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>);
 
 impl std::fmt::Debug for OnReload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -293,7 +293,7 @@ impl std::fmt::Debug for OnReload {
 }
 
 /// Binds, starts the workers and supervises them until a stop; the process's exit code.
-pub fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
+pub(crate) fn run(config: Config, command: WorkerCommand) -> Result<(), String> {
     let notifier = systemd::Notifier::from_env();
     let passed = systemd::take_listen_fds()?;
     // Before binding: a second server refused for the pid file must not have replaced a

@@ -21,7 +21,7 @@ const FORK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where a preloader is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum State {
+pub(crate) enum State {
     /// Importing the app: it forks nothing yet.
     Importing,
     /// The app imported: it forks workers when asked.
@@ -31,17 +31,17 @@ pub enum State {
 }
 
 /// One preloader process.
-pub struct Preloader {
-    pub pid: libc::pid_t,
+pub(crate) struct Preloader {
+    pub(crate) pid: libc::pid_t,
     /// The reload generation it imported the app for.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// The master's end of the control socket (read without waiting: `try_recv`).
     control: OwnedFd,
-    pub state: State,
+    pub(crate) state: State,
 }
 
 /// What a preloader said while it was importing.
-pub enum Said {
+pub(crate) enum Said {
     Nothing,
     /// It imported the app and forks workers from now on.
     Ready,
@@ -50,7 +50,7 @@ pub enum Said {
 }
 
 /// Why a fork was not done.
-pub enum NotForked {
+pub(crate) enum NotForked {
     /// The preloader found threads besides its own: forking is unsafe; it exits.
     Refused(String),
     /// This fork failed (the system refused it); the preloader goes on.
@@ -61,7 +61,7 @@ pub enum NotForked {
 
 impl Preloader {
     /// A preloader just started, `control` the master's end of its control socket.
-    pub fn new(pid: libc::pid_t, generation: u64, control: OwnedFd) -> Preloader {
+    pub(crate) fn new(pid: libc::pid_t, generation: u64, control: OwnedFd) -> Preloader {
         Preloader {
             pid,
             generation,
@@ -71,12 +71,12 @@ impl Preloader {
     }
 
     /// The control socket, for the master's poll while the preloader imports.
-    pub fn fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         self.control.as_fd()
     }
 
     /// What the preloader said since the last look, without waiting.
-    pub fn read(&mut self) -> Said {
+    pub(crate) fn read(&mut self) -> Said {
         let mut buf = [0u8; Control::MAX_MESSAGE];
         match Control::try_recv(self.control.as_fd(), &mut buf) {
             Ok((n, _)) if n > 0 => match buf[0] {
@@ -97,7 +97,7 @@ impl Preloader {
 
     /// Asks for one worker with `env` (whose status pipe's write end is `status`) and waits
     /// for the answer: the new worker's pid.
-    pub fn fork(
+    pub(crate) fn fork(
         &mut self,
         env: &WorkerEnv,
         status: BorrowedFd<'_>,
@@ -152,7 +152,7 @@ impl Preloader {
     }
 
     /// Tells it to go with `sig` (it exits at once: it serves nothing).
-    pub fn leave(&mut self, sig: libc::c_int) {
+    pub(crate) fn leave(&mut self, sig: libc::c_int) {
         self.state = State::Leaving;
         // SAFETY: kill(2) on our own unreaped child.
         unsafe { libc::kill(self.pid, sig) };

@@ -25,10 +25,10 @@ use crate::log;
 use crate::sys::syscall;
 
 /// Quiet time after the last change before the reload starts.
-pub const DEBOUNCE: Duration = Duration::from_millis(300);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(300);
 
 /// Longest a stream of changes (a code generator writing on and on) postpones the reload.
-pub const MAX_DELAY: Duration = Duration::from_secs(3);
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(3);
 
 /// Most directories watched; past it, deeper ones are left out (with a warning). The tree
 /// is walked breadth first, so what is left out is the deepest.
@@ -49,7 +49,7 @@ struct Pending {
     last: Instant,
 }
 
-pub struct Watcher {
+pub(crate) struct Watcher {
     fd: OwnedFd,
     root: PathBuf,
     ignore: Vec<CString>,
@@ -63,7 +63,7 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    pub fn new(root: &Path, ignore: &[String]) -> io::Result<Watcher> {
+    pub(crate) fn new(root: &Path, ignore: &[String]) -> io::Result<Watcher> {
         // SAFETY: inotify_init1 takes flags only and returns a new descriptor.
         let fd = unsafe { syscall!(inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC)) }?;
         let ignore = ignore
@@ -84,12 +84,12 @@ impl Watcher {
         Ok(w)
     }
 
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
 
     /// How many directories are watched.
-    pub fn watched(&self) -> usize {
+    pub(crate) fn watched(&self) -> usize {
         self.dirs.len()
     }
 
@@ -229,7 +229,7 @@ impl Watcher {
 
     /// Reads what the kernel queued (never waits): notes source changes, follows
     /// directories that come and go.
-    pub fn read(&mut self, now: Instant) {
+    pub(crate) fn read(&mut self, now: Instant) {
         let mut buf = [0u8; 8192];
         loop {
             // SAFETY: reading into a live buffer from a non-blocking descriptor we own.
@@ -332,7 +332,7 @@ impl Watcher {
     }
 
     /// When a pending change's quiet time ends (or it has waited long enough).
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         self.changed
             .as_ref()
             .map(|p| (p.last + DEBOUNCE).min(p.first + MAX_DELAY))
@@ -340,7 +340,7 @@ impl Watcher {
 
     /// The first changed path, once the changes have been quiet for `DEBOUNCE` (or have
     /// gone on for `MAX_DELAY`).
-    pub fn due(&mut self, now: Instant) -> Option<PathBuf> {
+    pub(crate) fn due(&mut self, now: Instant) -> Option<PathBuf> {
         if self.deadline().is_some_and(|d| now >= d) {
             return self.changed.take().map(|p| p.path);
         }

@@ -15,7 +15,7 @@ use std::time::Duration;
 const LISTEN_FDS_START: RawFd = 3;
 
 /// The listening sockets systemd passed to this process (descriptors 3, 4, ...), if any.
-pub fn take_listen_fds() -> Result<Vec<RawFd>, String> {
+pub(crate) fn take_listen_fds() -> Result<Vec<RawFd>, String> {
     let pid = std::env::var("LISTEN_PID").ok();
     let fds = std::env::var("LISTEN_FDS").ok();
     std::env::remove_var("LISTEN_PID");
@@ -47,7 +47,7 @@ pub fn take_listen_fds() -> Result<Vec<RawFd>, String> {
 }
 
 /// The service manager's notification socket, if this process runs under one.
-pub struct Notifier {
+pub(crate) struct Notifier {
     sock: UnixDatagram,
     addr: SocketAddr,
 }
@@ -55,7 +55,7 @@ pub struct Notifier {
 impl Notifier {
     /// From `NOTIFY_SOCKET` (a path, or `@name` in the abstract namespace), which is then
     /// removed from the environment.
-    pub fn from_env() -> Option<Notifier> {
+    pub(crate) fn from_env() -> Option<Notifier> {
         let path = std::env::var_os("NOTIFY_SOCKET")?;
         std::env::remove_var("NOTIFY_SOCKET");
         let bytes = path.as_encoded_bytes();
@@ -75,7 +75,7 @@ impl Notifier {
 
     /// Sends one notification (newline-separated `KEY=VALUE` lines). A failure is logged
     /// and otherwise ignored: the service runs on without its manager's view of it.
-    pub fn send(&self, state: &str) {
+    pub(crate) fn send(&self, state: &str) {
         if let Err(e) = self.sock.send_to_addr(state.as_bytes(), &self.addr) {
             crate::log::warning!("cannot notify the service manager: {e}");
         }
@@ -84,7 +84,7 @@ impl Notifier {
 
 /// `WATCHDOG_USEC` (for this process, per `WATCHDOG_PID` when set), taken out of the
 /// environment: how often the service manager wants `WATCHDOG=1`.
-pub fn take_watchdog() -> Option<Duration> {
+pub(crate) fn take_watchdog() -> Option<Duration> {
     let usec = std::env::var("WATCHDOG_USEC").ok();
     let pid = std::env::var("WATCHDOG_PID").ok();
     std::env::remove_var("WATCHDOG_USEC");
@@ -97,7 +97,7 @@ pub fn take_watchdog() -> Option<Duration> {
 }
 
 /// `CLOCK_MONOTONIC` now, in microseconds (`MONOTONIC_USEC=` with `RELOADING=1`).
-pub fn monotonic_usec() -> u64 {
+pub(crate) fn monotonic_usec() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

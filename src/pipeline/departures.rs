@@ -25,7 +25,7 @@ const CHUNKS: usize = 1024;
 const NONE: u64 = u64::MAX;
 
 /// See the module documentation.
-pub struct Departures {
+pub(crate) struct Departures {
     chunks: Box<[OnceLock<Box<[AtomicU64]>>]>,
 }
 
@@ -39,10 +39,10 @@ impl Default for Departures {
 
 impl Departures {
     /// Connection slots it has words for (4 Mi): the loop opens no slot past it.
-    pub const CAPACITY: usize = CHUNK * CHUNKS;
+    pub(crate) const CAPACITY: usize = CHUNK * CHUNKS;
 
     /// Loop: slot `slot` is about to be used for the first time. `false` past `CAPACITY`.
-    pub fn open(&self, slot: u32) -> bool {
+    pub(crate) fn open(&self, slot: u32) -> bool {
         let Some(chunk) = self.chunks.get(slot as usize / CHUNK) else {
             return false;
         };
@@ -51,7 +51,7 @@ impl Departures {
     }
 
     /// Loop: the client of `r` has left, or `r` answers nothing more.
-    pub fn depart(&self, r: ConnRef) {
+    pub(crate) fn depart(&self, r: ConnRef) {
         if let Some(word) = self.word(r.slot) {
             // Release: pairs with the Acquire load in `departed`, so a handler that sees
             // the departure also sees what the loop did before it (a stream cancelled).
@@ -66,7 +66,7 @@ impl Departures {
     /// one reads as not departed until it departs itself. Generations are compared
     /// wrapping, within half their range: a connection older by 2^31 generations of its
     /// slot, each a connection accepted and closed, reads as not departed.
-    pub fn departed(&self, packed: u64) -> bool {
+    pub(crate) fn departed(&self, packed: u64) -> bool {
         let slot = (packed >> 32) as u32;
         let Some(word) = self.word(slot) else {
             return false;

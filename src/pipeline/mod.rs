@@ -4,13 +4,13 @@
 
 // Under `--cfg loom` only the lock-free core is built (see lib.rs).
 #[cfg(not(loom))]
-pub mod departures;
+pub(crate) mod departures;
 #[cfg(not(loom))]
-pub mod msg;
-pub mod park;
-pub mod ring;
+pub(crate) mod msg;
+pub(crate) mod park;
+pub(crate) mod ring;
 #[cfg(not(loom))]
-pub mod shared;
+pub(crate) mod shared;
 #[cfg(not(loom))]
-pub mod stats;
-pub mod sync;
+pub(crate) mod stats;
+pub(crate) mod sync;

@@ -29,7 +29,7 @@ pub struct ConnRef {
 
 impl ConnRef {
     /// One word, for the handler's "this connection is gone" flag.
-    pub fn packed(self) -> u64 {
+    pub(crate) fn packed(self) -> u64 {
         (u64::from(self.slot) << 32) | u64::from(self.gen)
     }
 }
@@ -81,12 +81,12 @@ pub struct Request {
 pub struct LentSocket(std::num::NonZeroU32);
 
 impl LentSocket {
-    pub fn new(fd: std::os::fd::RawFd) -> Option<LentSocket> {
+    pub(crate) fn new(fd: std::os::fd::RawFd) -> Option<LentSocket> {
         let plus_one = u32::try_from(fd).ok()?.checked_add(1)?;
         std::num::NonZeroU32::new(plus_one).map(LentSocket)
     }
 
-    pub fn fd(self) -> std::os::fd::RawFd {
+    pub(crate) fn fd(self) -> std::os::fd::RawFd {
         (self.0.get() - 1) as std::os::fd::RawFd
     }
 }
@@ -99,7 +99,7 @@ impl Request {
 
 /// What a response message is in the sequence of one response.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Part {
+pub(crate) enum Part {
     /// More parts follow. Counts against the handler's chunks-in-flight credit until the
     /// loop has written it (or dropped it with its connection).
     Partial,
@@ -124,7 +124,7 @@ pub enum Part {
 /// valid and unchanged without the GIL. Dropped off the GIL (the loop thread, after the
 /// write), the reference goes to pyo3's deferred-decref pool, which a handler empties
 /// after each request (`python::drop_deferred_refs`).
-pub struct PyBytesRef {
+pub(crate) struct PyBytesRef {
     _owner: Py<PyBytes>,
     ptr: *const u8,
     len: usize,
@@ -137,7 +137,7 @@ unsafe impl Send for PyBytesRef {}
 
 impl PyBytesRef {
     /// `range` of `obj`'s bytes (clamped to them).
-    pub fn new(obj: &Bound<'_, PyBytes>, range: Range<usize>) -> PyBytesRef {
+    pub(crate) fn new(obj: &Bound<'_, PyBytes>, range: Range<usize>) -> PyBytesRef {
         let all = obj.as_bytes();
         let end = range.end.min(all.len());
         let start = range.start.min(end);
@@ -149,14 +149,14 @@ impl PyBytesRef {
         }
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         // SAFETY: `ptr..ptr+len` lies in the storage of the bytes object `_owner` keeps
         // alive; bytes objects never change or move their storage.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
     /// Drops the first `n` bytes (all of them, if fewer) from the range.
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         let n = n.min(self.len);
         // SAFETY: `n <= len`, so `ptr + n` stays within (or one past) the same range.
         self.ptr = unsafe { self.ptr.add(n) };
@@ -172,29 +172,29 @@ impl std::fmt::Debug for PyBytesRef {
 
 /// Wire bytes: owned, or borrowed from the app's `bytes` object.
 #[derive(Debug)]
-pub enum Buf {
+pub(crate) enum Buf {
     Vec(Vec<u8>),
     Py(PyBytesRef),
 }
 
 impl Buf {
-    pub fn as_slice(&self) -> &[u8] {
+    pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             Buf::Vec(v) => v,
             Buf::Py(p) => p.as_slice(),
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.as_slice().len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Drops the first `n` bytes (all of them, if fewer).
-    pub fn advance(&mut self, n: usize) {
+    pub(crate) fn advance(&mut self, n: usize) {
         match self {
             Buf::Vec(v) => {
                 v.drain(..n.min(v.len()));
@@ -210,29 +210,29 @@ impl Buf {
 /// that reads slowly holds memory and no thread. One body item more may go past it (an
 /// item is never split). A mebibyte keeps one fast download as quick as blocking on it
 /// was (each stop and resume costs the handler a wake; BENCHMARKS.md, "slow readers").
-pub const STREAM_CREDIT_BYTES: usize = 1024 * 1024;
+pub(crate) const STREAM_CREDIT_BYTES: usize = 1024 * 1024;
 
 /// Once a handler's streams together have this much unwritten, each of them may have only
 /// `STREAM_CREDIT_CROWDED_BYTES`: many slow readers share a bounded amount of memory
 /// (about this plus that much, and an item, per reader), where one alone gets the full
 /// credit.
-pub const HANDLER_CREDIT_BYTES: usize = 8 * 1024 * 1024;
-pub const STREAM_CREDIT_CROWDED_BYTES: usize = 64 * 1024;
+pub(crate) const HANDLER_CREDIT_BYTES: usize = 8 * 1024 * 1024;
+pub(crate) const STREAM_CREDIT_CROWDED_BYTES: usize = 64 * 1024;
 
 /// Inline mode (`--blocking-threads 0`), where `write()` cannot wait for the client (the
 /// thread that would write its bytes is the one running the app): most bytes of one
 /// response that may be unwritten before `write()` refuses more, and, once the worker's
 /// other streams together hold `HANDLER_CREDIT_BYTES`, `STREAM_CREDIT_BYTES`.
-pub const INLINE_WRITE_MAX_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const INLINE_WRITE_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// What one middle part counts against the credit at least, so that a body of tiny items
 /// holds a bounded number of unwritten messages (each a buffer the loop keeps until
 /// written).
-pub const STREAM_PART_MIN_BYTES: usize = 16 * 1024;
+pub(crate) const STREAM_PART_MIN_BYTES: usize = 16 * 1024;
 
 /// The bytes unwritten across all the streamed responses of one handler.
 #[derive(Debug, Default)]
-pub struct StreamBudget {
+pub(crate) struct StreamBudget {
     unwritten: AtomicUsize,
 }
 
@@ -241,7 +241,7 @@ pub struct StreamBudget {
 /// gone. One per streamed response (made at its first middle part), so a handler can hold
 /// many such responses, each waiting for its own client.
 #[derive(Debug)]
-pub struct StreamCredit {
+pub(crate) struct StreamCredit {
     unwritten: AtomicUsize,
     gone: AtomicBool,
     /// The handler producing it (the loop wakes that one when this changes), and the
@@ -251,7 +251,7 @@ pub struct StreamCredit {
 }
 
 impl StreamCredit {
-    pub fn new(handler: usize, budget: Arc<StreamBudget>) -> StreamCredit {
+    pub(crate) fn new(handler: usize, budget: Arc<StreamBudget>) -> StreamCredit {
         StreamCredit {
             unwritten: AtomicUsize::new(0),
             gone: AtomicBool::new(false),
@@ -260,18 +260,18 @@ impl StreamCredit {
         }
     }
 
-    pub fn handler(&self) -> usize {
+    pub(crate) fn handler(&self) -> usize {
         self.handler
     }
 
     /// What a middle part of `wire_len` bytes counts against the credit (both sides use
     /// this, so what the loop returns is what the handler added).
-    pub fn charge(wire_len: usize) -> usize {
+    pub(crate) fn charge(wire_len: usize) -> usize {
         wire_len.max(STREAM_PART_MIN_BYTES)
     }
 
     /// Producer: `n` more bytes pushed.
-    pub fn add(&self, n: usize) {
+    pub(crate) fn add(&self, n: usize) {
         // Relaxed, both: the counts reach the loop with the ring push that follows (its
         // Release store); the loop's own `returned` is ordered by the same push.
         self.unwritten.fetch_add(n, Ordering::Relaxed);
@@ -279,7 +279,7 @@ impl StreamCredit {
     }
 
     /// Loop: `n` bytes written (or dropped with their connection).
-    pub fn returned(&self, n: usize) {
+    pub(crate) fn returned(&self, n: usize) {
         // Release, both: pairs with the Acquire loads in `spent`; the wake itself is
         // ordered by the fences of the handler's `WakeFlag`.
         self.budget.unwritten.fetch_sub(n, Ordering::Release);
@@ -287,18 +287,18 @@ impl StreamCredit {
     }
 
     /// Loop: its connection closed.
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         // Release: pairs with the Acquire load in `is_gone`.
         self.gone.store(true, Ordering::Release);
     }
 
-    pub fn is_gone(&self) -> bool {
+    pub(crate) fn is_gone(&self) -> bool {
         // Acquire: pairs with the Release store in `cancel`.
         self.gone.load(Ordering::Acquire)
     }
 
     /// The credit is spent: the producer should wait (or set the body aside).
-    pub fn spent(&self) -> bool {
+    pub(crate) fn spent(&self) -> bool {
         // Acquire, both: pair with the Release `fetch_sub`s in `returned`.
         let own = self.unwritten.load(Ordering::Acquire);
         own >= STREAM_CREDIT_BYTES
@@ -307,7 +307,7 @@ impl StreamCredit {
     }
 
     /// Inline mode: `write()` may queue no more (`INLINE_WRITE_MAX_BYTES`).
-    pub fn inline_full(&self) -> bool {
+    pub(crate) fn inline_full(&self) -> bool {
         // Acquire, both: as in `spent`.
         let own = self.unwritten.load(Ordering::Acquire);
         // The others' unwritten bytes: one large response alone is not a crowd.
@@ -321,48 +321,48 @@ impl StreamCredit {
     }
 
     /// The producer may go on: credit came back, or there is nobody left to produce for.
-    pub fn can_go_on(&self) -> bool {
+    pub(crate) fn can_go_on(&self) -> bool {
         !self.spent() || self.is_gone()
     }
 }
 
 #[derive(Debug)]
 pub struct Response {
-    pub conn: ConnRef,
+    pub(crate) conn: ConnRef,
     /// Wire bytes: status line and headers on the first part, framed body data after.
     pub data: Vec<u8>,
     /// Written after `data`, in order: large body items straight from the app's `bytes`
     /// objects, and the framing bytes between them. Empty (no allocation) for most.
-    pub more: Vec<Buf>,
+    pub(crate) more: Vec<Buf>,
     /// A body the loop sends straight from a file after `data` and `more`
     /// (`wsgi.file_wrapper` over a regular file): `sendfile(2)`, nothing copied through
     /// user space.
-    pub file: Option<FileBody>,
-    pub part: Part,
+    pub(crate) file: Option<FileBody>,
+    pub(crate) part: Part,
     /// A streamed response's flow control: a middle part's bytes count against it until
     /// written.
-    pub stream: Option<Arc<StreamCredit>>,
+    pub(crate) stream: Option<Arc<StreamCredit>>,
 }
 
 impl Response {
     /// Bytes on the wire in `data` and `more` (not the file).
-    pub fn wire_len(&self) -> usize {
+    pub(crate) fn wire_len(&self) -> usize {
         wire_len(&self.data, &self.more)
     }
 }
 
 /// Bytes on the wire in a message's `data` and `more`.
-pub fn wire_len(data: &[u8], more: &[Buf]) -> usize {
+pub(crate) fn wire_len(data: &[u8], more: &[Buf]) -> usize {
     data.len() + more.iter().map(Buf::len).sum::<usize>()
 }
 
 /// `len` bytes of a file from `offset`, through a descriptor of its own (a dup, so the app
 /// may close its file object at once).
 #[derive(Debug)]
-pub struct FileBody {
+pub(crate) struct FileBody {
     /// Shared: the loop's open-file cache (`--static-map`) keeps it open for the next
     /// response of the same file.
-    pub fd: std::sync::Arc<std::os::fd::OwnedFd>,
-    pub offset: u64,
-    pub len: u64,
+    pub(crate) fd: std::sync::Arc<std::os::fd::OwnedFd>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
 }

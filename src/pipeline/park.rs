@@ -123,9 +123,10 @@ impl WakeFlag {
             .is_ok()
     }
 
+    #[cfg(test)]
     /// Whether the sleeper has announced and not yet been woken or cancelled. For stats and
     /// tests; the answer may be stale.
-    pub fn is_parked(&self) -> bool {
+    pub(crate) fn is_parked(&self) -> bool {
         // Relaxed: a snapshot with no data behind it.
         self.parked.load(Ordering::Relaxed)
     }
@@ -157,14 +158,14 @@ impl WakeFlag {
 /// sleeper clears the wish only when no item it could be waiting for is outstanding; a
 /// waker that reads a stale `true` makes one wake-up too many.
 #[derive(Debug, Default)]
-pub struct WantFlag {
+pub(crate) struct WantFlag {
     wanted: AtomicBool,
 }
 
 impl WantFlag {
     /// Sleeper, while awake (before its next announce): whether it wants wakes for such
     /// items. Stores only a change, so the line stays shared while the wish holds.
-    pub fn set(&self, on: bool) {
+    pub(crate) fn set(&self, on: bool) {
         // Relaxed, both: the fence of the sleeper's next announce orders the store before
         // its re-check (module doc, and the type's doc above).
         if self.wanted.load(Ordering::Relaxed) != on {
@@ -175,7 +176,7 @@ impl WantFlag {
     /// Waker, after publishing an item (the ring push's Release store): whether the sleeper
     /// wants to be woken for it. If `true`, go on as for any item (`should_wake`, wake).
     #[must_use]
-    pub fn wanted(&self) -> bool {
+    pub(crate) fn wanted(&self) -> bool {
         // SeqCst fence: pairs with the fence in the sleeper's `WakeFlag::announce`
         // (store-buffering; the type's doc).
         fence(Ordering::SeqCst);
@@ -225,7 +226,7 @@ thread_local! {
 /// and park. A thread that may run on one CPU only turns it off: there the thread it waits
 /// for cannot run while it spins, so spinning only delays what it waits for.
 #[cfg(not(loom))]
-pub fn set_spin(on: bool) {
+pub(crate) fn set_spin(on: bool) {
     SPIN.with(|s| s.set(on));
 }
 

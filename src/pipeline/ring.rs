@@ -154,13 +154,13 @@ impl<T> Producer<T> {
 
     /// Whether a [`push`](Self::push) now would fail. May be stale (the consumer may be
     /// popping right now), never wrongly "not full".
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         !Self::free_for(self.shared.slot(self.tail), self.tail)
     }
 
     /// Whether the consumer has taken every item pushed so far. A hint: it may be stale
     /// (the consumer may be popping right now), and nothing is published through it.
-    pub fn is_drained(&self) -> bool {
+    pub(crate) fn is_drained(&self) -> bool {
         let last = self.tail.wrapping_sub(1);
         // Acquire: pairs with the Release store of `seq` in `Consumer::pop`. The slot of
         // the last item pushed holds `tail` until the consumer takes it.
@@ -169,7 +169,7 @@ impl<T> Producer<T> {
 
     /// The number of items the ring holds (the requested capacity rounded up to a power of
     /// two, and to at least 2).
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.shared.capacity()
     }
 
@@ -221,7 +221,7 @@ impl<T> Consumer<T> {
 
     /// Whether at least `n` items (1 to the capacity) are ready to pop. May be stale, as
     /// `is_empty`.
-    pub fn holds_at_least(&self, n: usize) -> bool {
+    pub(crate) fn holds_at_least(&self, n: usize) -> bool {
         debug_assert!(n >= 1 && n <= self.shared.capacity());
         // Items are published in order, so the `n`th is ready only if all before it are.
         let at = self.head.wrapping_add(n - 1);

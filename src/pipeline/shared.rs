@@ -14,24 +14,24 @@ use crate::pipeline::stats::{self, HandlerCounters};
 
 /// Slots in each handler's request ring. A full ring stops the loop from taking more
 /// requests off sockets (backpressure), so this bounds queued work per handler.
-pub const REQUEST_RING_SLOTS: usize = 256;
+pub(crate) const REQUEST_RING_SLOTS: usize = 256;
 
 /// Slots in each handler's response ring: enough for every queued request's final part
 /// plus streamed chunks, so a handler rarely waits for room.
-pub const RESPONSE_RING_SLOTS: usize = 512;
+pub(crate) const RESPONSE_RING_SLOTS: usize = 512;
 
 /// State shared by the loop and every handler thread.
 pub struct LoopShared {
     /// The loop's parked flag: set while it is about to block in `epoll_wait`.
-    pub wake: WakeFlag,
-    pub waker: mio::Waker,
+    pub(crate) wake: WakeFlag,
+    pub(crate) waker: mio::Waker,
     /// Set while something waits on a connection whose request is out (bytes pipelined
     /// behind it, an answer held, its close, a full ring, a graceful stop): then a final
     /// part with nothing to write wakes the loop like any other. Otherwise the loop takes
     /// such a part at its next wake (`DEFERRED_WAKE_BOUND` bounds its sleep meanwhile).
-    pub quiet: WantFlag,
+    pub(crate) quiet: WantFlag,
     /// The connections whose clients left while they had requests in flight.
-    pub departures: Departures,
+    pub(crate) departures: Departures,
     /// A thread of the worker is dying (`flush_before_death`).
     dying: CachePadded<Dying>,
 }
@@ -63,7 +63,7 @@ impl LoopShared {
     /// app's `os._exit`): asks the loop for a pass that takes every response the handlers
     /// have pushed and writes it to its socket, and waits for that pass, at most `within`.
     /// Async-signal-safe: atomics, an eventfd write, `nanosleep`.
-    pub fn flush_before_death(&self, within: std::time::Duration) {
+    pub(crate) fn flush_before_death(&self, within: std::time::Duration) {
         // Release: pairs with the loop's Acquire load in `dying`: every push this thread
         // made before is visible to the pops of the pass that sees it.
         let ask = self.dying.asked.fetch_add(1, Ordering::Release) + 1;
@@ -85,7 +85,7 @@ impl LoopShared {
 
     /// Loop, at the start of a pass that takes the responses: the asks so far, if a thread
     /// is dying and waits for this pass (give it to `flushed` once they are written).
-    pub fn dying(&self) -> Option<u64> {
+    pub(crate) fn dying(&self) -> Option<u64> {
         // Acquire: pairs with the Release `fetch_add` in `flush_before_death`.
         let asked = self.dying.asked.load(Ordering::Acquire);
         // Relaxed: only the loop stores it.
@@ -93,14 +93,14 @@ impl LoopShared {
     }
 
     /// Loop: the pass that saw `asked` asks has written what it took.
-    pub fn flushed(&self, asked: u64) {
+    pub(crate) fn flushed(&self, asked: u64) {
         // Release: pairs with the Acquire load in `flush_before_death`.
         self.dying.flushed.store(asked, Ordering::Release);
     }
 
     /// Handler side, after pushing a response: wake the loop only if it sleeps. `true`
     /// when it did (a syscall).
-    pub fn notify(&self) -> bool {
+    pub(crate) fn notify(&self) -> bool {
         if self.wake.should_wake() {
             // A failed eventfd write leaves the loop to its next event; nothing to do here.
             let _ = self.waker.wake();
@@ -113,52 +113,52 @@ impl LoopShared {
 /// State shared by the loop and one handler thread.
 pub struct HandlerShared {
     /// The handler's parked flag.
-    pub wake: WakeFlag,
+    pub(crate) wake: WakeFlag,
     /// The loop is stopping: exit once the request ring is empty.
-    pub stop: AtomicBool,
+    pub(crate) stop: AtomicBool,
     /// The app took the socket of the request this handler serves (a WebSocket,
     /// `wsgi::handover`): the thread is the app's until that call returns, then it goes;
     /// the loop starts another in its place (`Handlers::adopt_websockets`). Release by the
     /// taking thread, Acquire by the loop.
-    pub websocket: AtomicBool,
+    pub(crate) websocket: AtomicBool,
     /// The handler's pipeline counters (it writes them, a report reads them).
-    pub counters: CachePadded<HandlerCounters>,
+    pub(crate) counters: CachePadded<HandlerCounters>,
     /// What the loop's watchdog reads (`--timeout`, the heartbeat), kept only when `watch`.
-    pub busy: BusyClock,
+    pub(crate) busy: BusyClock,
     /// The handler's index in the loop's list (inline mode's bridge is 0).
-    pub index: usize,
+    pub(crate) index: usize,
     /// The handler thread's kernel id, once it runs (0 before): where the loop reads how
     /// it spends its time (`sys::SchedStat`). Relaxed: a hint.
-    pub tid: std::sync::atomic::AtomicI32,
+    pub(crate) tid: std::sync::atomic::AtomicI32,
     /// Set by the handler thread while the request it serves has others queued behind it
     /// in its ring: the final part of its response then does not wake a sleeping loop
     /// (`wake_owed` records it), and the handler wakes the loop once, when its ring is
     /// empty or `LOOP_WAKE_BATCH` responses are owed. Relaxed, both: only the handler
     /// thread reads them, and the response ring's own Release/Acquire publishes the
     /// responses.
-    pub defer_loop_wake: AtomicBool,
-    pub wake_owed: AtomicUsize,
+    pub(crate) defer_loop_wake: AtomicBool,
+    pub(crate) wake_owed: AtomicUsize,
     /// Final parts with nothing to write pushed without a wake (`LoopShared::quiet`): they
     /// count towards `LOOP_WAKE_BATCH` with `wake_owed`, so the loop still comes by as
     /// often while it has responses to write; alone they never wake it. Relaxed: as above.
-    pub quiet_owed: AtomicUsize,
+    pub(crate) quiet_owed: AtomicUsize,
     /// `--cpu-affinity adaptive`: whether the loop places itself by this handler (set once,
     /// before any request), the CPU the handler thread was on when it last took up work
     /// (`usize::MAX` before then; kept only when placing), and whether the loop runs beside
     /// it there, when its wait does not spin (`park::set_spin`). Relaxed, all: hints,
     /// nothing published with them.
-    pub placing: AtomicBool,
-    pub cpu: AtomicUsize,
-    pub loop_beside: AtomicBool,
+    pub(crate) placing: AtomicBool,
+    pub(crate) cpu: AtomicUsize,
+    pub(crate) loop_beside: AtomicBool,
     /// What its streamed responses have unwritten, all together.
-    pub budget: Arc<StreamBudget>,
+    pub(crate) budget: Arc<StreamBudget>,
     /// The flag of the one thread that waits inside the handler's exchange (it holds the
     /// exchange lock while it waits: `write()` for credit, or a push for ring room), and
     /// which thread that is (the handler's, or one the app started). Apart from `wake`, the
     /// handler's own idle wait: each flag has one sleeper at most, so one's cancel never
     /// erases the other's announce.
-    pub exchange_wake: WakeFlag,
-    pub waiter: Mutex<Option<std::thread::Thread>>,
+    pub(crate) exchange_wake: WakeFlag,
+    pub(crate) waiter: Mutex<Option<std::thread::Thread>>,
     /// Threads in `write()` waiting for their response's stream credit (without the
     /// exchange lock: any number of them), and what they sleep on.
     credit_waiters: AtomicUsize,
@@ -169,7 +169,7 @@ pub struct HandlerShared {
     /// be waiting on that thread), and the loop takes what it pushes when the app is done.
     /// Out of it, such a thread waits for credit as on a handler thread, and wakes the loop
     /// for what it pushes.
-    pub app_running: AtomicBool,
+    pub(crate) app_running: AtomicBool,
     /// How long its pieces of work take, a moving average in ns (`u64::MAX` until the
     /// first is done), and when the one it is on began (`stats::mono_ns`; 0 while it
     /// waits): the handler writes them, the loop reads them to decide whether a request
@@ -189,16 +189,16 @@ pub struct HandlerShared {
 /// it waits. The handler writes them, the loop's sweep reads them: a body set aside for a
 /// slow client is no work, so it never looks stuck.
 #[derive(Debug, Default)]
-pub struct BusyClock {
+pub(crate) struct BusyClock {
     /// Keep the clock at all (`--timeout` or a heartbeat): two clock reads per request.
-    pub watch: bool,
+    pub(crate) watch: bool,
     since: AtomicU64,
     progress: AtomicU64,
 }
 
 impl BusyClock {
     /// Handler: a piece of work starts now.
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         if self.watch {
             let now = stats::mono_ns();
             // Relaxed, both: the loop only compares times, against its own clock.
@@ -208,7 +208,7 @@ impl BusyClock {
     }
 
     /// Handler: a response message went to the loop.
-    pub fn progressed(&self) {
+    pub(crate) fn progressed(&self) {
         if self.watch {
             // Relaxed: a time for the watchdog, nothing is published with it.
             self.progress.store(stats::mono_ns(), Ordering::Relaxed);
@@ -216,7 +216,7 @@ impl BusyClock {
     }
 
     /// Handler: it is about to wait.
-    pub fn idle(&self) {
+    pub(crate) fn idle(&self) {
         if self.watch {
             // Relaxed: as in `start`.
             self.since.store(0, Ordering::Relaxed);
@@ -225,7 +225,7 @@ impl BusyClock {
 
     /// Loop: since when the handler is on its current work, and its last message then;
     /// `None` while it waits.
-    pub fn read(&self) -> Option<(u64, u64)> {
+    pub(crate) fn read(&self) -> Option<(u64, u64)> {
         // Relaxed: see `start`.
         let since = self.since.load(Ordering::Relaxed);
         (since != 0).then(|| (since, self.progress.load(Ordering::Relaxed).max(since)))
@@ -241,7 +241,7 @@ impl HandlerShared {
     /// each side lets at least one see the other: the loop notifies, or the waiter does not
     /// sleep. The waiter re-checks while holding `credit_lock`, and the loop takes that lock
     /// before it notifies, so a notify cannot fall between the re-check and the wait.
-    pub fn wait_for_credit(&self, mut ready: impl FnMut() -> bool) {
+    pub(crate) fn wait_for_credit(&self, mut ready: impl FnMut() -> bool) {
         while !ready() {
             let held = self.credit_lock.lock().unwrap_or_else(|e| e.into_inner());
             // Relaxed, then the fence: see above (it pairs with `credits_returned`'s).
@@ -262,7 +262,7 @@ impl HandlerShared {
     /// The loop, after returning credit or closing a connection of this handler: wakes the
     /// threads in `wait_for_credit`, if there are any (a lock and a futex wake; nothing
     /// otherwise).
-    pub fn credits_returned(&self) {
+    pub(crate) fn credits_returned(&self) {
         // SeqCst fence: pairs with the one in `wait_for_credit` (store-buffering).
         fence(Ordering::SeqCst);
         // Relaxed: the fence pair decides what this load must see.
@@ -306,19 +306,19 @@ impl HandlerShared {
     }
 
     /// Handler: a piece of work begins at `now` (`stats::mono_ns`), or it waits (0).
-    pub fn set_work_since(&self, now: u64) {
+    pub(crate) fn set_work_since(&self, now: u64) {
         // Relaxed: see `service_ns`.
         self.work_since.store(now, Ordering::Relaxed);
     }
 
     /// Loop: when the piece of work the handler is on began, if it is on one.
-    pub fn work_since(&self) -> Option<u64> {
+    pub(crate) fn work_since(&self) -> Option<u64> {
         // Relaxed: see `service_ns`.
         Some(self.work_since.load(Ordering::Relaxed)).filter(|&t| t != 0)
     }
 
     /// Handler: a piece of work took `ns`; the average moves an eighth of the way.
-    pub fn note_service(&self, ns: u64) {
+    pub(crate) fn note_service(&self, ns: u64) {
         // Relaxed: see `service_ns`; only this thread writes it.
         let avg = match self.service_ns.load(Ordering::Relaxed) {
             u64::MAX => ns,
@@ -332,25 +332,25 @@ impl HandlerShared {
     }
 
     /// Handler: it holds `n` bodies set aside.
-    pub fn set_aside(&self, n: usize) {
+    pub(crate) fn set_aside(&self, n: usize) {
         // Relaxed: see `service_ns`.
         self.aside.store(n as u64, Ordering::Relaxed);
     }
 
     /// Loop: the bodies it holds set aside (`set_aside`).
-    pub fn aside(&self) -> usize {
+    pub(crate) fn aside(&self) -> usize {
         // Relaxed: see `service_ns`.
         usize::try_from(self.aside.load(Ordering::Relaxed)).unwrap_or(usize::MAX)
     }
 
     /// Loop: how many pieces of work the average is over (`note_service`).
-    pub fn service_samples(&self) -> u64 {
+    pub(crate) fn service_samples(&self) -> u64 {
         // Relaxed: see `service_ns`.
         self.service_samples.load(Ordering::Relaxed)
     }
 
     /// Loop: how long its pieces of work take, on average (`None` before the first).
-    pub fn service(&self) -> Option<std::time::Duration> {
+    pub(crate) fn service(&self) -> Option<std::time::Duration> {
         // Relaxed: see `service_ns`.
         match self.service_ns.load(Ordering::Relaxed) {
             u64::MAX => None,

@@ -14,14 +14,14 @@ use crate::log;
 
 /// Adds `n` to a counter that only the calling thread writes.
 #[inline]
-pub fn bump(counter: &AtomicU64, n: u64) {
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     // Relaxed: single writer; readers (a report) only need some recent value.
     counter.store(counter.load(Ordering::Relaxed) + n, Ordering::Relaxed);
 }
 
 /// Nanoseconds on the monotonic clock (`CLOCK_MONOTONIC`, as `Instant`), as one word that
 /// threads can share through an atomic; never 0.
-pub fn mono_ns() -> u64 {
+pub(crate) fn mono_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -37,62 +37,62 @@ pub fn mono_ns() -> u64 {
 
 /// A handler thread's counters (in `HandlerShared`, on its own cache line there).
 #[derive(Default, Debug)]
-pub struct HandlerCounters {
-    pub requests: AtomicU64,
+pub(crate) struct HandlerCounters {
+    pub(crate) requests: AtomicU64,
     /// Times the handler parked (waiting for a request, ring space or chunk credit).
-    pub parks: AtomicU64,
+    pub(crate) parks: AtomicU64,
     /// Times it woke the sleeping loop (an eventfd write).
-    pub loop_wakes: AtomicU64,
+    pub(crate) loop_wakes: AtomicU64,
     /// Responses it wrote to their lent sockets itself, wholly, and in part (the rest
     /// went to the loop).
-    pub own_writes: AtomicU64,
-    pub own_writes_partial: AtomicU64,
+    pub(crate) own_writes: AtomicU64,
+    pub(crate) own_writes_partial: AtomicU64,
 }
 
 /// The loop thread's counters.
 #[derive(Debug)]
-pub struct LoopCounters {
-    pub started: Instant,
+pub(crate) struct LoopCounters {
+    pub(crate) started: Instant,
     /// Requests handed to a handler.
-    pub requests: u64,
+    pub(crate) requests: u64,
     /// Iterations of the loop.
-    pub passes: u64,
-    pub epoll_waits: u64,
-    pub events: u64,
+    pub(crate) passes: u64,
+    pub(crate) epoll_waits: u64,
+    pub(crate) events: u64,
     /// `epoll_wait` calls that could block (after announcing).
-    pub sleeps: u64,
+    pub(crate) sleeps: u64,
     /// Handler unparks the loop paid for.
-    pub handler_wakes: u64,
+    pub(crate) handler_wakes: u64,
     /// Requests that found their handler's ring full.
-    pub ring_full: u64,
+    pub(crate) ring_full: u64,
     /// Requests held by the loop while every handler was busy on a long piece of work
     /// (counted at each try).
-    pub held: u64,
+    pub(crate) held: u64,
     /// Requests answered 503 for their wait (`--max-queue-wait`).
-    pub shed: u64,
+    pub(crate) shed: u64,
     /// Requests answered from `--static-map` files by the loop.
-    pub static_answers: u64,
+    pub(crate) static_answers: u64,
     /// Handler threads the pool started past `--blocking-threads`, and those that went
     /// again (idle); and how many run now.
-    pub threads_started: u64,
-    pub threads_retired: u64,
-    pub threads: u64,
+    pub(crate) threads_started: u64,
+    pub(crate) threads_retired: u64,
+    pub(crate) threads: u64,
     /// Time spent in blocking `epoll_wait` (measured only with `--stats`).
-    pub wait: Duration,
+    pub(crate) wait: Duration,
     /// Body bytes sent with `sendfile(2)`.
-    pub sendfile_bytes: u64,
+    pub(crate) sendfile_bytes: u64,
     /// Moves of the loop to its handler's CPU (`--cpu-affinity adaptive`): pins and
     /// follows.
-    pub moves: u64,
+    pub(crate) moves: u64,
     /// `--idle-poll` windows that found work before they passed, and those that passed.
-    pub idle_polls_caught: u64,
-    pub idle_polls_out: u64,
+    pub(crate) idle_polls_caught: u64,
+    pub(crate) idle_polls_out: u64,
     /// The windows' `epoll_wait`s that found nothing (not in `epoll_waits`).
-    pub idle_poll_calls: u64,
+    pub(crate) idle_poll_calls: u64,
 }
 
 impl LoopCounters {
-    pub fn new() -> LoopCounters {
+    pub(crate) fn new() -> LoopCounters {
         LoopCounters {
             started: Instant::now(),
             requests: 0,
@@ -125,7 +125,7 @@ impl Default for LoopCounters {
 }
 
 /// CPU time of a thread of this process.
-pub fn thread_cpu(thread: libc::pthread_t) -> Option<Duration> {
+pub(crate) fn thread_cpu(thread: libc::pthread_t) -> Option<Duration> {
     let mut clock: libc::clockid_t = 0;
     // SAFETY: `thread` is a live thread of this process (its JoinHandle or pthread_self is
     // held by the caller); `clock` is a valid out-pointer.
@@ -150,7 +150,7 @@ fn secs(d: Option<Duration>) -> String {
 }
 
 /// Writes one line for the loop and one per handler to the error log.
-pub fn report(
+pub(crate) fn report(
     c: &LoopCounters,
     measured_wait: bool,
     handlers: &[(String, &HandlerCounters, Option<libc::pthread_t>)],

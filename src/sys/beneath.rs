@@ -19,7 +19,7 @@ static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
 /// Which symbolic links a path may take.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Links {
+pub(crate) enum Links {
     /// Those that stay under the directory (with `openat2`; the fallback takes none).
     Beneath,
     /// Any (`--static-follow-symlinks`: a `collectstatic --link` tree); the path itself
@@ -29,7 +29,7 @@ pub enum Links {
 
 /// Opens `path` (relative, `/`-separated, no NUL, no `.` or `..` segment) under `dir` for
 /// reading, close-on-exec, taking the symbolic links `links` allows.
-pub fn open_beneath(dir: BorrowedFd<'_>, path: &[u8], links: Links) -> io::Result<OwnedFd> {
+pub(crate) fn open_beneath(dir: BorrowedFd<'_>, path: &[u8], links: Links) -> io::Result<OwnedFd> {
     if path.is_empty()
         || path[0] == b'/'
         || path.contains(&0)
@@ -119,7 +119,7 @@ fn walk(dir: BorrowedFd<'_>, path: &[u8]) -> io::Result<OwnedFd> {
 }
 
 /// Opens a directory to serve files beneath (`O_PATH | O_DIRECTORY`, close-on-exec).
-pub fn open_dir(path: &std::path::Path) -> io::Result<OwnedFd> {
+pub(crate) fn open_dir(path: &std::path::Path) -> io::Result<OwnedFd> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;

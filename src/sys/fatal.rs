@@ -38,7 +38,7 @@ static PREVIOUS: OnceLock<[libc::sigaction; FATAL.len()]> = OnceLock::new();
 
 /// Installs the handler for the fatal signals, with `hook` to run first. Once per process;
 /// a second call only replaces the hook.
-pub fn install(hook: fn()) -> io::Result<()> {
+pub(crate) fn install(hook: fn()) -> io::Result<()> {
     // Relaxed, all three: they are read by a signal handler on a thread of this process,
     // and `sigaction` below (a system call) comes after them in this thread's order; the
     // handler can run only after it.
@@ -79,7 +79,7 @@ fn gettid() -> libc::pid_t {
 }
 
 /// The calling thread is the one the hook does not run on.
-pub fn exempt_this_thread() {
+pub(crate) fn exempt_this_thread() {
     let tid = gettid();
     // Relaxed: read by a handler on another thread, which can only run the hook after a
     // request this thread handed it, a hand-off that orders this store before.
@@ -87,7 +87,7 @@ pub fn exempt_this_thread() {
 }
 
 /// Runs the hook, if one is installed in this process and this is not the exempt thread.
-pub fn run_hook() {
+pub(crate) fn run_hook() {
     // Relaxed: see `install` and `exempt_this_thread`.
     let hook = HOOK.load(Ordering::Relaxed);
     // SAFETY: getpid has no preconditions.

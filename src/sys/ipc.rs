@@ -10,15 +10,15 @@ use std::time::Duration;
 
 /// Set in a worker's environment by the master; its presence is what makes the process a
 /// worker. Removed by the worker at once, so nothing the app starts mistakes itself for one.
-pub const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
+pub(crate) const WORKER_ENV: &str = "M0SERVE_INTERNAL_WORKER_FDS";
 
 /// `--metrics-port`: the metrics socket, the shared counters, and the worker's slot in
 /// them (`None`: none was free; it answers scrapes but counts nothing).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MetricsFds {
-    pub listener: RawFd,
-    pub region: RawFd,
-    pub slot: Option<usize>,
+pub(crate) struct MetricsFds {
+    pub(crate) listener: RawFd,
+    pub(crate) region: RawFd,
+    pub(crate) slot: Option<usize>,
 }
 
 /// What a worker gets across its exec, as [`WORKER_ENV`] carries it:
@@ -27,22 +27,22 @@ pub struct MetricsFds {
 /// `CPU` `-` without `--cpu-affinity`; `ROLE` `preload` for the preloader, `-` for a
 /// worker).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerEnv {
-    pub listeners: Vec<RawFd>,
+pub(crate) struct WorkerEnv {
+    pub(crate) listeners: Vec<RawFd>,
     /// The status pipe's write end.
-    pub status: RawFd,
+    pub(crate) status: RawFd,
     /// How often the systemd watchdog wants a heartbeat, when there is one.
-    pub heartbeat: Option<Duration>,
-    pub metrics: Option<MetricsFds>,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) metrics: Option<MetricsFds>,
     /// `--cpu-affinity`: the CPU this worker pins itself to.
-    pub cpu: Option<usize>,
+    pub(crate) cpu: Option<usize>,
     /// `--preload`: this process is the preloader, not a worker; `status` is its end of
     /// the control socket.
-    pub preloader: bool,
+    pub(crate) preloader: bool,
 }
 
 impl WorkerEnv {
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let listeners: Vec<String> = self.listeners.iter().map(|f| f.to_string()).collect();
         let metrics = match self.metrics {
             Some(m) => format!(
@@ -65,7 +65,7 @@ impl WorkerEnv {
 
     /// The variable's value, checked: every descriptor a number above 2 (0-2 are the
     /// standard streams, never the master's to hand over).
-    pub fn decode(value: &str) -> Result<WorkerEnv, String> {
+    pub(crate) fn decode(value: &str) -> Result<WorkerEnv, String> {
         let fd = |s: &str| s.parse::<RawFd>().ok().filter(|&f| f > 2);
         let bad = || format!("{WORKER_ENV}={value:?}: not what a master of this version sets");
         let mut fields = value.split(',');
@@ -99,7 +99,7 @@ impl WorkerEnv {
     }
 
     /// Every descriptor it names.
-    pub fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
+    pub(crate) fn fds(&self) -> impl Iterator<Item = RawFd> + '_ {
         let metrics = self.metrics.iter().flat_map(|m| [m.listener, m.region]);
         self.listeners
             .iter()
@@ -121,20 +121,20 @@ const PRELOADER_ROLE: &str = "preload";
 /// workers one at a time: [`Control::FORK`] followed by the worker's [`WorkerEnv`], with
 /// the new worker's status pipe attached; the answer is [`Control::FORKED`] and its pid,
 /// or [`Control::FAILED`] and why.
-pub struct Control;
+pub(crate) struct Control;
 
 impl Control {
-    pub const READY: u8 = b'R';
-    pub const REFUSED: u8 = b'T';
-    pub const FORK: u8 = b'F';
-    pub const FORKED: u8 = b'P';
-    pub const FAILED: u8 = b'E';
+    pub(crate) const READY: u8 = b'R';
+    pub(crate) const REFUSED: u8 = b'T';
+    pub(crate) const FORK: u8 = b'F';
+    pub(crate) const FORKED: u8 = b'P';
+    pub(crate) const FAILED: u8 = b'E';
     /// The longest message: a fork request's environment, or a reason.
-    pub const MAX_MESSAGE: usize = 4096;
+    pub(crate) const MAX_MESSAGE: usize = 4096;
 
     /// A connected pair, both ends close-on-exec (the master's first, the preloader's
     /// second).
-    pub fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    pub(crate) fn pair() -> io::Result<(OwnedFd, OwnedFd)> {
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: socketpair writes two descriptors into the live two-element array.
         unsafe {
@@ -150,7 +150,7 @@ impl Control {
     }
 
     /// Sends one message (`kind` then `text`), with `fd` attached when given.
-    pub fn send(
+    pub(crate) fn send(
         sock: BorrowedFd<'_>,
         kind: u8,
         text: &[u8],
@@ -201,12 +201,18 @@ impl Control {
 
     /// Receives one message into `buf`, waiting for it: its length (0: the other end
     /// closed) and the descriptor attached to it, if any (close-on-exec).
-    pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    pub(crate) fn recv(
+        sock: BorrowedFd<'_>,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<OwnedFd>)> {
         Self::recv_with(sock, buf, 0)
     }
 
     /// `recv` without waiting: `WouldBlock` when no message is there.
-    pub fn try_recv(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    pub(crate) fn try_recv(
+        sock: BorrowedFd<'_>,
+        buf: &mut [u8],
+    ) -> io::Result<(usize, Option<OwnedFd>)> {
         Self::recv_with(sock, buf, libc::MSG_DONTWAIT)
     }
 
@@ -268,7 +274,7 @@ impl Control {
 
 /// What a worker says on its status pipe, a byte each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// Its loop serves.
     Ready,
     /// Replace me (`--max-requests` reached, or a request past `--timeout`): the master
@@ -281,7 +287,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub fn byte(self) -> u8 {
+    pub(crate) fn byte(self) -> u8 {
         match self {
             Status::Ready => b'R',
             Status::Recycle => b'M',
@@ -290,7 +296,7 @@ impl Status {
         }
     }
 
-    pub fn from_byte(b: u8) -> Option<Status> {
+    pub(crate) fn from_byte(b: u8) -> Option<Status> {
         match b {
             b'R' => Some(Status::Ready),
             b'M' => Some(Status::Recycle),
@@ -303,7 +309,7 @@ impl Status {
     /// Writes this status to the pipe. Best effort: a full pipe (a master too busy to read
     /// a second of heartbeats) or a closed one (the master gone) loses the byte, which is
     /// all that can be done then.
-    pub fn send(self, pipe: BorrowedFd<'_>) {
+    pub(crate) fn send(self, pipe: BorrowedFd<'_>) {
         let b = [self.byte()];
         // SAFETY: a one-byte write from a live buffer to a descriptor the caller holds.
         let _ = unsafe { crate::sys::syscall!(write(pipe.as_raw_fd(), b.as_ptr().cast(), 1)) };

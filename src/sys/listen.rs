@@ -11,11 +11,11 @@ use crate::sys::syscall;
 
 /// Most sockets one worker listens on (`--bind` repeated): the loop's tokens for them are
 /// reserved up front.
-pub const MAX_LISTENERS: usize = 64;
+pub(crate) const MAX_LISTENERS: usize = 64;
 
 /// Where a worker listens, as `--bind`, `--host`/`--port` or `--uds` say.
 #[derive(Clone, Debug)]
-pub enum ListenSpec {
+pub(crate) enum ListenSpec {
     Tcp(SocketAddr),
     Unix(PathBuf),
     /// A listening socket already open as this descriptor (`fd://N`).
@@ -23,11 +23,11 @@ pub enum ListenSpec {
 }
 
 /// The port a `--bind` without one listens on (gunicorn's).
-pub const DEFAULT_PORT: u16 = 8000;
+pub(crate) const DEFAULT_PORT: u16 = 8000;
 
 /// An address from the command line, before a host name in it is looked up.
 #[derive(Clone, Debug)]
-pub enum Address {
+pub(crate) enum Address {
     Spec(ListenSpec),
     /// A host name and port: [`Address::resolve`] asks the resolver for its addresses.
     Name(String, u16),
@@ -36,7 +36,7 @@ pub enum Address {
 impl Address {
     /// `host` (an IP address, a name, or empty for every IPv4 interface) and `port`: only
     /// a name is left to look up.
-    pub fn host(host: &str, port: u16) -> Address {
+    pub(crate) fn host(host: &str, port: u16) -> Address {
         if host.is_empty() {
             return Address::Spec(ListenSpec::Tcp(SocketAddr::new(
                 std::net::Ipv4Addr::UNSPECIFIED.into(),
@@ -50,13 +50,13 @@ impl Address {
     }
 
     /// Whether it is a Unix socket's path (a name is always TCP).
-    pub fn is_unix(&self) -> bool {
+    pub(crate) fn is_unix(&self) -> bool {
         matches!(self, Address::Spec(ListenSpec::Unix(_)))
     }
 
     /// The sockets it stands for: a name's every address, in the resolver's order; `flag`
     /// names it in an error.
-    pub fn resolve(self, flag: &str) -> Result<Vec<ListenSpec>, String> {
+    pub(crate) fn resolve(self, flag: &str) -> Result<Vec<ListenSpec>, String> {
         match self {
             Address::Spec(spec) => Ok(vec![spec]),
             Address::Name(host, port) => Ok(lookup(flag, &host, port)?
@@ -69,7 +69,7 @@ impl Address {
     /// One `--bind` value, as gunicorn reads them: `HOST:PORT` (HOST an address or a name,
     /// which listens on every address it resolves to), `[V6]:PORT`, `:PORT` (every IPv4
     /// interface), `HOST` (port 8000), `unix:PATH` or `fd://N`.
-    pub fn parse(s: &str) -> Result<Address, String> {
+    pub(crate) fn parse(s: &str) -> Result<Address, String> {
         // An empty value (`M0SERVE_BIND=`, a trailing comma) is a mistake, not a request for
         // every interface: that takes `:PORT` or `0.0.0.0`, said outright.
         if s.is_empty() {
@@ -110,7 +110,7 @@ impl Address {
 }
 
 impl ListenSpec {
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             ListenSpec::Tcp(a) => a.to_string(),
             ListenSpec::Unix(p) => format!("unix:{}", p.display()),
@@ -138,7 +138,7 @@ fn lookup(flag: &str, host: &str, port: u16) -> Result<Vec<SocketAddr>, String> 
     Ok(out)
 }
 
-pub enum Listener {
+pub(crate) enum Listener {
     Tcp(mio::net::TcpListener),
     Unix {
         listener: mio::net::UnixListener,
@@ -153,7 +153,11 @@ impl Listener {
     /// Binds and listens with a `backlog`-long accept queue (`--backlog`; the default 1024
     /// matches gunicorn's and Granian's: the std default of 128 overflows under a burst of
     /// connections from a load generator).
-    pub fn bind(listen: &ListenSpec, backlog: i32, uds_mode: Option<u32>) -> io::Result<Listener> {
+    pub(crate) fn bind(
+        listen: &ListenSpec,
+        backlog: i32,
+        uds_mode: Option<u32>,
+    ) -> io::Result<Listener> {
         match listen {
             ListenSpec::Fd(fd) => {
                 // `fd://N`: ours from here; it must be a listening socket already.
@@ -197,7 +201,7 @@ impl Listener {
 
     /// The listening socket a worker inherited from the master (`fd`, left open across its
     /// exec): TCP or Unix, told apart by its address family.
-    pub fn from_inherited(fd: RawFd) -> io::Result<Listener> {
+    pub(crate) fn from_inherited(fd: RawFd) -> io::Result<Listener> {
         // SAFETY: a zeroed sockaddr_storage is a valid out-buffer; getsockname writes at
         // most `len` bytes into it.
         let family = unsafe {
@@ -238,7 +242,7 @@ impl Listener {
         }
     }
 
-    pub fn raw_fd(&self) -> RawFd {
+    pub(crate) fn raw_fd(&self) -> RawFd {
         match self {
             Listener::Tcp(l) => l.as_raw_fd(),
             Listener::Unix { listener, .. } => listener.as_raw_fd(),
@@ -246,7 +250,7 @@ impl Listener {
     }
 
     /// For registration with a poller.
-    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Listener::Tcp(l) => l,
             Listener::Unix { listener, .. } => listener,
@@ -254,7 +258,7 @@ impl Listener {
     }
 
     /// What the startup line prints: `http://127.0.0.1:8000` or `unix:/path`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Listener::Tcp(l) => match l.local_addr() {
                 Ok(a) => format!("http://{a}"),
@@ -265,7 +269,7 @@ impl Listener {
     }
 
     /// `SERVER_NAME` and `SERVER_PORT` for the environ (PEP 3333 requires both).
-    pub fn server_name_port(&self) -> (String, String) {
+    pub(crate) fn server_name_port(&self) -> (String, String) {
         match self {
             Listener::Tcp(l) => match l.local_addr() {
                 Ok(a) => (a.ip().to_string(), a.port().to_string()),
@@ -280,7 +284,7 @@ impl Listener {
     /// Closes it, leaving its socket file for the caller to remove (a master running as
     /// `--user` removes it as root, at exit): the path, if this process would have removed
     /// it.
-    pub fn close_keeping_file(mut self) -> Option<std::path::PathBuf> {
+    pub(crate) fn close_keeping_file(mut self) -> Option<std::path::PathBuf> {
         match &mut self {
             Listener::Unix {
                 path,

@@ -2,15 +2,15 @@
 //! the listening sockets, signals, body spooling, and the master-worker protocol. Nothing
 //! here runs Python or speaks HTTP.
 
-pub mod beneath;
-pub mod fatal;
-pub mod ipc;
-pub mod listen;
-pub mod privileges;
-pub mod shm;
-pub mod signals;
-pub mod spawn;
-pub mod spool;
+pub(crate) mod beneath;
+pub(crate) mod fatal;
+pub(crate) mod ipc;
+pub(crate) mod listen;
+pub(crate) mod privileges;
+pub(crate) mod shm;
+pub(crate) mod signals;
+pub(crate) mod spawn;
+pub(crate) mod spool;
 
 /// Calls a libc function and maps a `-1` return to `io::Error::last_os_error()`. The call
 /// is not wrapped in `unsafe` here: each caller writes `unsafe { syscall!(...) }` under its
@@ -34,7 +34,7 @@ pub(crate) use syscall;
 /// its first 256 connections at 27 000 requests a second slept 11 ms in `accept` that way
 /// (state D), and every request then arriving waited; with one thread the growth costs no
 /// wait.
-pub fn presize_fd_table(n: usize) -> std::io::Result<()> {
+pub(crate) fn presize_fd_table(n: usize) -> std::io::Result<()> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -75,7 +75,7 @@ pub fn presize_fd_table(n: usize) -> std::io::Result<()> {
 /// the policy (`SCHED_RESET_ON_FORK` resets only real-time policies and negative nice
 /// values, so it would not help); one that wants the normal policy back can ask for it
 /// (`os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))`, no privilege needed).
-pub fn batch_scheduling() -> std::io::Result<()> {
+pub(crate) fn batch_scheduling() -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid sched_param for the call's duration; pid 0 is the calling
     // thread, and SCHED_BATCH with priority 0 needs no privilege.
@@ -84,7 +84,7 @@ pub fn batch_scheduling() -> std::io::Result<()> {
 
 /// The CPUs the calling thread may run on (its affinity: a container's cpuset, `taskset`),
 /// in ascending order.
-pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
     // SAFETY: an all-zero cpu_set_t is a valid, empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: sched_getaffinity writes at most the given size into the live set; pid 0 is
@@ -114,12 +114,12 @@ fn cpu_set(cpus: &[usize]) -> std::io::Result<libc::cpu_set_t> {
 }
 
 /// Binds the calling thread to `cpu` alone; threads it starts afterwards inherit the binding.
-pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+pub(crate) fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     set_own_cpus(&[cpu])
 }
 
 /// Lets the calling thread run on `cpus`.
-pub fn set_own_cpus(cpus: &[usize]) -> std::io::Result<()> {
+pub(crate) fn set_own_cpus(cpus: &[usize]) -> std::io::Result<()> {
     let set = cpu_set(cpus)?;
     // SAFETY: sched_setaffinity reads the live set of the given size; pid 0 is the calling
     // thread.
@@ -134,7 +134,7 @@ pub fn set_own_cpus(cpus: &[usize]) -> std::io::Result<()> {
 }
 
 /// The CPUs `thread` (a live thread of this process) may run on, in ascending order.
-pub fn thread_cpus<T>(thread: &std::thread::JoinHandle<T>) -> std::io::Result<Vec<usize>> {
+pub(crate) fn thread_cpus<T>(thread: &std::thread::JoinHandle<T>) -> std::io::Result<Vec<usize>> {
     use std::os::unix::thread::JoinHandleExt;
     // SAFETY: an all-zero cpu_set_t is a valid, empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -164,17 +164,17 @@ fn set_members(set: &libc::cpu_set_t) -> Vec<usize> {
 
 /// This process may write `path` (a file, or a directory to create one in), by its
 /// effective ids as `open(2)` would check them.
-pub fn may_write(path: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn may_write(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::W_OK)
 }
 
 /// This process may execute `path`, by its effective ids as `execve(2)` would check them.
-pub fn may_execute(path: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn may_execute(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::X_OK)
 }
 
 /// This process may read `path`, by its effective ids as `open(2)` would check them.
-pub fn may_read(path: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn may_read(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::R_OK)
 }
 
@@ -182,7 +182,7 @@ pub fn may_read(path: &std::path::Path) -> std::io::Result<()> {
 /// loader, libc, libpython where it is shared, and the extension modules a Python master
 /// imported (m0serve's own among them). A worker executing the same program loads them
 /// again by these paths.
-pub fn loaded_libraries() -> Vec<std::path::PathBuf> {
+pub(crate) fn loaded_libraries() -> Vec<std::path::PathBuf> {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
     };
@@ -210,7 +210,7 @@ pub fn loaded_libraries() -> Vec<std::path::PathBuf> {
 /// its name is a number: a program executed through a descriptor (`execveat` with
 /// `AT_EMPTY_PATH`) is named after the descriptor before Linux 6.14, and `pgrep m0serve`
 /// would miss it.
-pub fn name_after_program() {
+pub(crate) fn name_after_program() {
     let named_by_fd = std::fs::read_to_string("/proc/self/comm")
         .is_ok_and(|n| !n.trim().is_empty() && n.trim().bytes().all(|b| b.is_ascii_digit()));
     if !named_by_fd {
@@ -226,7 +226,7 @@ pub fn name_after_program() {
 }
 
 /// The calling thread's name (what `ps` and `top` show for a process's main thread).
-pub fn thread_name() -> Vec<u8> {
+pub(crate) fn thread_name() -> Vec<u8> {
     let mut buf = [0u8; 16];
     // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL included, into the live buffer.
     unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) };
@@ -234,7 +234,7 @@ pub fn thread_name() -> Vec<u8> {
 }
 
 /// Names the calling thread; the kernel keeps the first 15 bytes.
-pub fn set_thread_name(name: &[u8]) {
+pub(crate) fn set_thread_name(name: &[u8]) {
     let mut buf = [0u8; 16];
     let n = name.len().min(15);
     buf[..n].copy_from_slice(&name[..n]);
@@ -245,7 +245,7 @@ pub fn set_thread_name(name: &[u8]) {
 
 /// Opens `path` to be executed later through the descriptor (`O_PATH`, close-on-exec):
 /// that exec checks the file's own mode, not the directories above it.
-pub fn open_program(path: &std::path::Path) -> std::io::Result<std::os::fd::OwnedFd> {
+pub(crate) fn open_program(path: &std::path::Path) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
@@ -259,7 +259,7 @@ pub fn open_program(path: &std::path::Path) -> std::io::Result<std::os::fd::Owne
 /// This process may execute the file `fd` names (opened by `open_program`), by its
 /// effective ids; `None` where the kernel cannot say (faccessat2 came in Linux 5.8, and a
 /// seccomp profile may refuse it with EPERM).
-pub fn may_execute_opened(fd: std::os::fd::BorrowedFd) -> Option<std::io::Result<()>> {
+pub(crate) fn may_execute_opened(fd: std::os::fd::BorrowedFd) -> Option<std::io::Result<()>> {
     use std::os::fd::AsRawFd;
     // SAFETY: faccessat2 reads the NUL-terminated empty path, a static; AT_EMPTY_PATH makes
     // it ask about the descriptor's own file.
@@ -280,7 +280,7 @@ pub fn may_execute_opened(fd: std::os::fd::BorrowedFd) -> Option<std::io::Result
 }
 
 /// This process may list `path` and reach what is in it (read and search permission).
-pub fn may_read_dir(path: &std::path::Path) -> std::io::Result<()> {
+pub(crate) fn may_read_dir(path: &std::path::Path) -> std::io::Result<()> {
     may(path, libc::R_OK | libc::X_OK)
 }
 
@@ -299,7 +299,7 @@ fn may(path: &std::path::Path, mode: libc::c_int) -> std::io::Result<()> {
 }
 
 /// Whether descriptor `fd` is a socket; `None` when it is not open.
-pub fn is_socket(fd: i32) -> Option<bool> {
+pub(crate) fn is_socket(fd: i32) -> Option<bool> {
     // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one stat into the live `st`; a closed `fd` only fails.
@@ -311,7 +311,7 @@ pub fn is_socket(fd: i32) -> Option<bool> {
 
 /// A process `pid` (above 0: 0 and below name process groups) exists, ours to signal or
 /// not.
-pub fn process_exists(pid: libc::pid_t) -> bool {
+pub(crate) fn process_exists(pid: libc::pid_t) -> bool {
     // SAFETY: signal 0 sends nothing; kill only checks that `pid` exists and whether we
     // may signal it.
     let sent = unsafe { libc::kill(pid, 0) };
@@ -319,7 +319,7 @@ pub fn process_exists(pid: libc::pid_t) -> bool {
 }
 
 /// The CPU the calling thread is running on.
-pub fn current_cpu() -> Option<usize> {
+pub(crate) fn current_cpu() -> Option<usize> {
     // SAFETY: no arguments; it returns -1 where the kernel cannot say.
     usize::try_from(unsafe { libc::sched_getcpu() }).ok()
 }
@@ -339,17 +339,19 @@ fn clock_time(clock: libc::clockid_t) -> Option<std::time::Duration> {
 }
 
 /// The CPU time every thread of this process has used so far.
-pub fn process_cpu_time() -> std::time::Duration {
+pub(crate) fn process_cpu_time() -> std::time::Duration {
     clock_time(libc::CLOCK_PROCESS_CPUTIME_ID).unwrap_or_default()
 }
 
 /// The CPU time the calling thread has used so far.
-pub fn own_cpu_time() -> std::time::Duration {
+pub(crate) fn own_cpu_time() -> std::time::Duration {
     clock_time(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or_default()
 }
 
 /// The CPU time `thread` has used so far; `None` if its clock cannot be read.
-pub fn thread_cpu_time<T>(thread: &std::thread::JoinHandle<T>) -> Option<std::time::Duration> {
+pub(crate) fn thread_cpu_time<T>(
+    thread: &std::thread::JoinHandle<T>,
+) -> Option<std::time::Duration> {
     use std::os::unix::thread::JoinHandleExt;
     let mut clock: libc::clockid_t = 0;
     // SAFETY: a JoinHandle not yet joined keeps its thread's pthread_t valid (the thread
@@ -366,22 +368,22 @@ pub fn thread_cpu_time<T>(thread: &std::thread::JoinHandle<T>) -> Option<std::ti
 /// steal). Interrupt and softirq time is the kernel's own (a loopback send's receive path,
 /// say): neither a task's nor idle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CpuTicks {
-    pub cpu: usize,
-    pub busy: u64,
-    pub idle: u64,
-    pub total: u64,
+pub(crate) struct CpuTicks {
+    pub(crate) cpu: usize,
+    pub(crate) busy: u64,
+    pub(crate) idle: u64,
+    pub(crate) total: u64,
 }
 
 /// `/proc/stat`, opened once and read again from its start each time: a worker at its
 /// descriptor limit can still read it.
-pub struct ProcStat {
+pub(crate) struct ProcStat {
     file: std::fs::File,
     buf: Vec<u8>,
 }
 
 impl ProcStat {
-    pub fn open() -> std::io::Result<ProcStat> {
+    pub(crate) fn open() -> std::io::Result<ProcStat> {
         Ok(ProcStat {
             file: std::fs::File::open("/proc/stat")?,
             buf: Vec::new(),
@@ -389,7 +391,7 @@ impl ProcStat {
     }
 
     /// Every CPU's line, as it is now.
-    pub fn cpu_ticks(&mut self) -> std::io::Result<Vec<CpuTicks>> {
+    pub(crate) fn cpu_ticks(&mut self) -> std::io::Result<Vec<CpuTicks>> {
         use std::os::unix::fs::FileExt;
         self.buf.clear();
         let mut chunk = [0u8; 4096];
@@ -425,7 +427,7 @@ fn parse_cpu_ticks(stat: &str) -> Vec<CpuTicks> {
 /// with `<&-` or `2>&-`). Rust's runtime does this before a binary's `main`; the Python
 /// package's process never ran it, and a listening socket that landed on 2 would be written
 /// to as the error log.
-pub fn open_standard_descriptors() {
+pub(crate) fn open_standard_descriptors() {
     for fd in 0..3 {
         // SAFETY: F_GETFD on a descriptor number only asks whether it is open.
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1 {
@@ -487,7 +489,7 @@ mod tests {
 }
 
 /// The calling thread's kernel id.
-pub fn gettid() -> i32 {
+pub(crate) fn gettid() -> i32 {
     // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as i32 }
 }
@@ -496,30 +498,30 @@ pub fn gettid() -> i32 {
 /// a CPU, how long it was ready to run but waited for one (counted once it runs again),
 /// and whether it is ready to run now. What is left of the wall time it was blocked (on
 /// I/O, a lock, the GIL).
-pub struct SchedStat {
+pub(crate) struct SchedStat {
     schedstat: std::fs::File,
     stat: std::fs::File,
 }
 
 /// What `SchedStat::read` found.
-pub struct Sched {
+pub(crate) struct Sched {
     /// Time on a CPU since the thread started.
-    pub run: std::time::Duration,
+    pub(crate) run: std::time::Duration,
     /// Time ready to run, waiting for a CPU, until it last got one.
-    pub wait: std::time::Duration,
+    pub(crate) wait: std::time::Duration,
     /// Running, or ready to run, now (state `R`).
-    pub runnable: bool,
+    pub(crate) runnable: bool,
 }
 
 impl SchedStat {
-    pub fn open(tid: i32) -> std::io::Result<SchedStat> {
+    pub(crate) fn open(tid: i32) -> std::io::Result<SchedStat> {
         Ok(SchedStat {
             schedstat: std::fs::File::open(format!("/proc/self/task/{tid}/schedstat"))?,
             stat: std::fs::File::open(format!("/proc/self/task/{tid}/stat"))?,
         })
     }
 
-    pub fn read(&self) -> std::io::Result<Sched> {
+    pub(crate) fn read(&self) -> std::io::Result<Sched> {
         use std::os::unix::fs::FileExt;
         let bad = || std::io::Error::other("unexpected /proc contents");
         let mut buf = [0u8; 512];
@@ -583,14 +585,14 @@ mod schedstat_tests {
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): a descendant whose
 /// parent exits becomes its child, not init's (`--preload`: the workers the preloader
 /// forks through a process that exits at once).
-pub fn become_subreaper() -> std::io::Result<()> {
+pub(crate) fn become_subreaper() -> std::io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument.
     unsafe { syscall!(prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong)) }.map(drop)
 }
 
 /// The threads of this process other than the calling one, by name (`/proc/self/task`);
 /// `Err` when they cannot be counted.
-pub fn other_threads() -> std::io::Result<Vec<String>> {
+pub(crate) fn other_threads() -> std::io::Result<Vec<String>> {
     // SAFETY: gettid has no preconditions.
     let me = unsafe { libc::syscall(libc::SYS_gettid) }.to_string();
     let mut names = Vec::new();
@@ -607,13 +609,15 @@ pub fn other_threads() -> std::io::Result<Vec<String>> {
 
 /// Sets the parent-death signal of the calling thread's process to `sig` (the parent
 /// being the process it has now).
-pub fn die_with_parent(sig: libc::c_int) -> std::io::Result<()> {
+pub(crate) fn die_with_parent(sig: libc::c_int) -> std::io::Result<()> {
     // SAFETY: prctl with PR_SET_PDEATHSIG takes one signal number.
     unsafe { syscall!(prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong)) }.map(drop)
 }
 
 /// A pipe, both ends close-on-exec, with `flags` besides (`O_NONBLOCK`): (read, write).
-pub fn pipe(flags: libc::c_int) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+pub(crate) fn pipe(
+    flags: libc::c_int,
+) -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use std::os::fd::FromRawFd;
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into the live two-element array.

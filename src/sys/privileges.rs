@@ -18,14 +18,14 @@ use super::syscall;
 
 /// The user and group to switch to, resolved against the user database at start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// `--user`: the numeric id, and the name (for the supplementary groups) when the
     /// user database has one.
-    pub user: Option<(libc::uid_t, Option<CString>)>,
+    pub(crate) user: Option<(libc::uid_t, Option<CString>)>,
     /// `--group`, or the user's primary group.
-    pub group: Option<libc::gid_t>,
+    pub(crate) group: Option<libc::gid_t>,
     /// The flags as given, for messages.
-    pub describe: String,
+    pub(crate) describe: String,
 }
 
 /// A user-database entry: id, name and primary group.
@@ -132,7 +132,7 @@ fn numeric_id(flag: &str, s: &str) -> Result<Option<u32>, String> {
 impl Identity {
     /// Resolves `--user` and `--group` (names or numeric ids). Without `--group`, the
     /// user's primary group; a numeric user the database does not know needs `--group`.
-    pub fn resolve(user: Option<&str>, group: Option<&str>) -> Result<Identity, String> {
+    pub(crate) fn resolve(user: Option<&str>, group: Option<&str>) -> Result<Identity, String> {
         let mut id = Identity::default();
         let mut primary = None;
         if let Some(u) = user {
@@ -186,12 +186,12 @@ impl Identity {
         Ok(id)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.user.is_none() && self.group.is_none()
     }
 
     /// Whether this process already runs as the identity: real, effective and saved ids.
-    pub fn is_current(&self) -> bool {
+    pub(crate) fn is_current(&self) -> bool {
         let (mut r, mut e, mut s) = (0, 0, 0);
         // SAFETY: getresuid writes three ids into live locals.
         let uid_ok = unsafe { libc::getresuid(&mut r, &mut e, &mut s) } == 0
@@ -209,7 +209,7 @@ impl Identity {
     /// whose master switched before it started it) only checks that it does. Before any
     /// thread starts: the ids are per thread to the kernel, and glibc's broadcast to other
     /// threads is not something to lean on here.
-    pub fn assume(&self) -> Result<(), String> {
+    pub(crate) fn assume(&self) -> Result<(), String> {
         if self.is_empty() || self.is_current() {
             return Ok(());
         }
@@ -247,14 +247,14 @@ impl Identity {
 
 impl Identity {
     /// The user and group ids to switch to (each `None` to keep the current one).
-    pub fn ids(&self) -> (Option<libc::uid_t>, Option<libc::gid_t>) {
+    pub(crate) fn ids(&self) -> (Option<libc::uid_t>, Option<libc::gid_t>) {
         (self.user.as_ref().map(|(uid, _)| *uid), self.group)
     }
 
     /// The master's switch (see the module documentation): the identity's supplementary
     /// groups, and its group and user as the effective ids; the real and saved ids stay
     /// root's. As root only.
-    pub fn assume_effective(&self) -> Result<(), String> {
+    pub(crate) fn assume_effective(&self) -> Result<(), String> {
         // Started as the identity already (a container's `USER`): nothing to switch.
         if self.is_empty() || self.is_current() {
             return Ok(());
@@ -277,7 +277,7 @@ impl Identity {
 
     /// The master, as it exits: root again as its effective user and group (its saved
     /// ids), to remove what it made in directories only root may write.
-    pub fn regain_root(&self) {
+    pub(crate) fn regain_root(&self) {
         if self.is_empty() {
             return;
         }
@@ -330,7 +330,7 @@ impl Identity {
     /// Gives `path` (a Unix socket the master bound) to the identity, so that the master
     /// and the workers, and whoever the identity's group or `--uds-permissions` let in,
     /// may use it.
-    pub fn give(&self, path: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn give(&self, path: &std::path::Path) -> std::io::Result<()> {
         let (uid, gid) = self.ids();
         std::os::unix::fs::chown(path, uid, gid)
     }
@@ -338,7 +338,7 @@ impl Identity {
 
 /// How a worker reaches the program it executes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ProgramReach {
+pub(crate) enum ProgramReach {
     /// By its path: a reload runs whatever is installed there then.
     Path,
     /// Only through the descriptor opened before the switch (a directory above the
@@ -350,7 +350,7 @@ pub enum ProgramReach {
 /// `program` (by its path, or else through `opened`, the descriptor `sys::open_program`
 /// took before the switch) and loads again the shared libraries this process loaded
 /// (libpython among them). `Err` names the path, the identity (`who`) and why.
-pub fn can_start_workers(
+pub(crate) fn can_start_workers(
     program: &std::path::Path,
     opened: Option<std::os::fd::BorrowedFd>,
     who: &str,
@@ -400,7 +400,7 @@ fn cannot_run(program: &std::path::Path, who: &str, e: &std::io::Error) -> Strin
 }
 
 /// An octal mode or mask (`022`, `0o027`, `660`), at most 0o777.
-pub fn octal_mode(s: &str) -> Option<u32> {
+pub(crate) fn octal_mode(s: &str) -> Option<u32> {
     let digits = s.strip_prefix("0o").unwrap_or(s);
     if digits.is_empty() || digits.starts_with('+') {
         return None;
@@ -409,13 +409,13 @@ pub fn octal_mode(s: &str) -> Option<u32> {
 }
 
 /// `--umask`: an octal mask (`022`, `0o027`, `77`), at most 0o777.
-pub fn parse_umask(s: &str) -> Result<libc::mode_t, String> {
+pub(crate) fn parse_umask(s: &str) -> Result<libc::mode_t, String> {
     octal_mode(s)
         .ok_or_else(|| format!("--umask {s}: expected an octal mask from 0 to 777 (e.g. 022)"))
 }
 
 /// Sets the process's file creation mask; the workers inherit it.
-pub fn set_umask(mask: libc::mode_t) {
+pub(crate) fn set_umask(mask: libc::mode_t) {
     // SAFETY: umask cannot fail and has no memory preconditions.
     unsafe { libc::umask(mask) };
 }

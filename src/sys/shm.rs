@@ -10,7 +10,7 @@ use super::syscall;
 
 /// A new anonymous file of `len` bytes, zeroed (a fresh memfd reads as zeros),
 /// close-on-exec, its size sealed: no process can shrink it under another's mapping.
-pub fn sealed_memfd(name: &CStr, len: usize) -> io::Result<OwnedFd> {
+pub(crate) fn sealed_memfd(name: &CStr, len: usize) -> io::Result<OwnedFd> {
     // The system call itself, not glibc's wrapper (glibc 2.27 and later): the wheels are
     // built for glibc 2.17 (manylinux2014).
     // SAFETY: memfd_create reads the NUL-terminated `name`, which outlives the call.
@@ -38,7 +38,7 @@ pub fn sealed_memfd(name: &CStr, len: usize) -> io::Result<OwnedFd> {
 }
 
 /// A file's size in bytes.
-pub fn file_len(fd: BorrowedFd<'_>) -> io::Result<usize> {
+pub(crate) fn file_len(fd: BorrowedFd<'_>) -> io::Result<usize> {
     // SAFETY: a zeroed stat is a valid out-buffer for fstat.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one stat into the live `st`.
@@ -47,14 +47,14 @@ pub fn file_len(fd: BorrowedFd<'_>) -> io::Result<usize> {
 }
 
 /// A shared, read-write mapping of the first `len` bytes of a file; unmapped on drop.
-pub struct Mapping {
+pub(crate) struct Mapping {
     base: *mut u8,
     len: usize,
 }
 
 impl Mapping {
     /// Maps `len` bytes of `fd` (a file at least that long).
-    pub fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
+    pub(crate) fn shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
         // SAFETY: a fresh shared mapping of `len` bytes of a file at least that long; the
         // kernel picks the (page-aligned) address.
         let base = unsafe {
@@ -77,16 +77,12 @@ impl Mapping {
     }
 
     /// Where the mapping starts (page-aligned), valid for `len` bytes until the drop.
-    pub fn base(&self) -> *mut u8 {
+    pub(crate) fn base(&self) -> *mut u8 {
         self.base
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
     }
 }
 

@@ -26,7 +26,7 @@ const WORKER_SIGNALS: &[libc::c_int] = &[
 /// A worker's handlers that the app replaced (Python's `signal.signal` while the app was
 /// imported) are put back; the names of those signals. Without this, an app's SIGTERM
 /// handler would keep the worker from draining when the master asks.
-pub fn reclaim() -> Vec<&'static str> {
+pub(crate) fn reclaim() -> Vec<&'static str> {
     let mut taken = Vec::new();
     for &sig in WORKER_SIGNALS {
         // SAFETY: a zeroed sigaction is a valid out-buffer; sigaction with a NULL new
@@ -58,7 +58,7 @@ pub fn reclaim() -> Vec<&'static str> {
 }
 
 /// The signals the master handles (`SignalPipe::install_master`).
-pub const MASTER_SIGNALS: &[libc::c_int] = &[
+pub(crate) const MASTER_SIGNALS: &[libc::c_int] = &[
     libc::SIGINT,
     libc::SIGTERM,
     libc::SIGQUIT,
@@ -73,7 +73,7 @@ pub const MASTER_SIGNALS: &[libc::c_int] = &[
 /// The signal the loop raises on a stuck handler thread (`--timeout`), on which
 /// `faulthandler` is registered to write every thread's Python stack. A real-time signal
 /// nothing else uses.
-pub fn stack_dump() -> libc::c_int {
+pub(crate) fn stack_dump() -> libc::c_int {
     libc::SIGRTMIN() + 2
 }
 
@@ -84,7 +84,7 @@ static PIPE_WRITE_FD: AtomicI32 = AtomicI32::new(-1);
 static EXIT_ON_STOP: AtomicBool = AtomicBool::new(false);
 
 /// The worker's loop now drains the self-pipe: stop signals are graceful from here on.
-pub fn serving() {
+pub(crate) fn serving() {
     // Relaxed: read by the handler on this process's threads; a stop that races the
     // switch either exits (nothing is served yet) or is drained by the loop.
     EXIT_ON_STOP.store(false, Ordering::Relaxed);
@@ -109,8 +109,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 /// The read end of the self-pipe, for the loop to register.
-pub struct SignalPipe {
-    pub read: mio::unix::pipe::Receiver,
+pub(crate) struct SignalPipe {
+    pub(crate) read: mio::unix::pipe::Receiver,
     _write: OwnedFd,
 }
 
@@ -118,7 +118,7 @@ impl SignalPipe {
     /// A worker's: handlers for SIGINT, SIGTERM, SIGQUIT and SIGUSR2; SIGHUP, SIGTTIN and
     /// SIGTTOU (meant for the master) are ignored; SIGPIPE is ignored (a peer that goes away
     /// must surface as EPIPE on its own socket, not kill the process).
-    pub fn install() -> io::Result<SignalPipe> {
+    pub(crate) fn install() -> io::Result<SignalPipe> {
         // Relaxed: set before the handlers are installed (sigaction is the fence).
         EXIT_ON_STOP.store(true, Ordering::Relaxed);
         let pipe = SignalPipe::with_handlers(WORKER_SIGNALS)?;
@@ -130,7 +130,7 @@ impl SignalPipe {
     }
 
     /// The master's: every signal it acts on, and SIGCHLD to wake it when a worker exits.
-    pub fn install_master() -> io::Result<SignalPipe> {
+    pub(crate) fn install_master() -> io::Result<SignalPipe> {
         SignalPipe::with_handlers(MASTER_SIGNALS)
     }
 
@@ -156,7 +156,7 @@ impl SignalPipe {
     }
 
     /// Drains the pipe: which signals arrived since the last drain.
-    pub fn drain(&mut self) -> Received {
+    pub(crate) fn drain(&mut self) -> Received {
         use std::io::Read;
         let mut buf = [0u8; 16];
         let mut got = Received::default();
@@ -186,20 +186,20 @@ impl SignalPipe {
 
 /// What a drain of the self-pipe found.
 #[derive(Default, Debug, Clone, Copy)]
-pub struct Received {
+pub(crate) struct Received {
     /// SIGINT or SIGTERM: stop gracefully.
-    pub stop: Option<i32>,
+    pub(crate) stop: Option<i32>,
     /// SIGQUIT: stop at once.
-    pub quit: bool,
+    pub(crate) quit: bool,
     /// SIGUSR2: print the pipeline counters.
-    pub stats: bool,
+    pub(crate) stats: bool,
     /// SIGUSR1: reopen log files (after a rotation).
-    pub reopen: bool,
+    pub(crate) reopen: bool,
     /// SIGHUP (master): reload the workers.
-    pub reload: bool,
+    pub(crate) reload: bool,
     /// SIGTTIN / SIGTTOU (master): one worker more / fewer, per signal.
-    pub more: u32,
-    pub fewer: u32,
+    pub(crate) more: u32,
+    pub(crate) fewer: u32,
     /// SIGCHLD (master): a worker may have exited.
-    pub child: bool,
+    pub(crate) child: bool,
 }

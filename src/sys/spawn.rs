@@ -11,22 +11,22 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 /// What a child executes, and with what.
-pub struct Child<'a> {
-    pub program: &'a Path,
+pub(crate) struct Child<'a> {
+    pub(crate) program: &'a Path,
     /// The program opened before the switch of ids (`O_PATH`), to execute through
     /// `execveat` where the identity cannot reach its path.
-    pub opened: Option<BorrowedFd<'a>>,
+    pub(crate) opened: Option<BorrowedFd<'a>>,
     /// `argv[0]` first.
-    pub argv: &'a [OsString],
+    pub(crate) argv: &'a [OsString],
     /// One `KEY=VALUE` added to the parent's environment; a variable of that name the
     /// parent has is left out.
-    pub env_var: &'a str,
+    pub(crate) env_var: &'a str,
     /// Descriptors left open across the exec (every other is close-on-exec).
-    pub keep_fds: &'a [RawFd],
+    pub(crate) keep_fds: &'a [RawFd],
     /// The ids to take (`Identity::ids`).
-    pub ids: (Option<libc::uid_t>, Option<libc::gid_t>),
+    pub(crate) ids: (Option<libc::uid_t>, Option<libc::gid_t>),
     /// Signals the parent handles: back to their defaults in the child.
-    pub reset_signals: &'a [libc::c_int],
+    pub(crate) reset_signals: &'a [libc::c_int],
 }
 
 /// Forks a child that executes `c`; its pid.
@@ -34,7 +34,7 @@ pub struct Child<'a> {
 /// # Safety
 /// The calling process must have one thread: the child is then a consistent copy of it
 /// (no lock held by another thread), which is what makes the calls before the exec safe.
-pub unsafe fn fork_exec(c: &Child<'_>) -> io::Result<libc::pid_t> {
+pub(crate) unsafe fn fork_exec(c: &Child<'_>) -> io::Result<libc::pid_t> {
     let exe = CString::new(c.program.as_os_str().as_bytes())
         .map_err(|_| io::Error::other("the program path contains a NUL byte"))?;
     let args: Vec<CString> = c

@@ -18,32 +18,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// A request body spooled to a file, `len` bytes from its start.
 #[derive(Debug)]
 pub struct SpooledBody {
-    pub file: File,
+    pub(crate) file: File,
     pub len: u64,
 }
 
 /// A body being spooled.
 #[derive(Debug)]
-pub struct Spool {
+pub(crate) struct Spool {
     file: File,
     len: u64,
 }
 
 impl Spool {
-    pub fn create() -> io::Result<Spool> {
+    pub(crate) fn create() -> io::Result<Spool> {
         Ok(Spool {
             file: temp_file()?,
             len: 0,
         })
     }
 
-    pub fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all(bytes)?;
         self.len += bytes.len() as u64;
         Ok(())
     }
 
-    pub fn finish(self) -> SpooledBody {
+    pub(crate) fn finish(self) -> SpooledBody {
         SpooledBody {
             file: self.file,
             len: self.len,

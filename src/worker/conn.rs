@@ -27,11 +27,11 @@ use crate::sys::spool::Spool;
 use crate::worker::tls::{Failure as TlsFailure, TlsStream};
 
 /// First size of a connection's read buffer: a browser's request head fits.
-pub const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
+pub(crate) const READ_BUFFER_INITIAL_BYTES: usize = 8 * 1024;
 
 /// Most requests of one connection queued to a handler before the loop stops parsing that
 /// connection's pipelined bytes (their responses are written in order, batched).
-pub const MAX_PIPELINED_IN_FLIGHT: u16 = 16;
+pub(crate) const MAX_PIPELINED_IN_FLIGHT: u16 = 16;
 
 /// Most bytes reserved ahead of a declared Content-Length; the rest grows as it arrives.
 const BODY_RESERVE_MAX_BYTES: u64 = 1024 * 1024;
@@ -71,7 +71,7 @@ pub enum Sock {
 }
 
 impl Sock {
-    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Sock::Tcp(s) => s,
             Sock::Unix(s) => s,
@@ -79,7 +79,7 @@ impl Sock {
         }
     }
 
-    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => s.read(buf),
             Sock::Unix(s) => s.read(buf),
@@ -96,7 +96,7 @@ impl Sock {
         }
     }
 
-    pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => s.write_vectored(bufs),
             Sock::Unix(s) => s.write_vectored(bufs),
@@ -104,7 +104,7 @@ impl Sock {
         }
     }
 
-    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => s.write(buf),
             Sock::Unix(s) => s.write(buf),
@@ -214,7 +214,7 @@ impl Sock {
         got.ok().map(|_| n.max(0) as u64)
     }
 
-    pub fn shutdown_write(&mut self) {
+    pub(crate) fn shutdown_write(&mut self) {
         // A peer that is already gone makes this fail; the close that follows is all that
         // matters then.
         let _ = match self {
@@ -277,23 +277,23 @@ impl Sock {
 }
 
 /// What closing a connection leaves to the loop.
-pub struct Closed {
+pub(crate) struct Closed {
     /// Its own flow control, for the loop to mark gone.
-    pub stream: Option<Arc<StreamCredit>>,
+    pub(crate) stream: Option<Arc<StreamCredit>>,
     /// The descriptor number of a socket lent to a handler, now holding a placeholder
     /// (`Conn::close`): kept until the lent request's final part comes back.
-    pub reserved: Option<std::os::fd::OwnedFd>,
+    pub(crate) reserved: Option<std::os::fd::OwnedFd>,
 }
 
 /// Bytes waiting to be written, and whose they are.
-pub struct Out {
-    pub data: Buf,
-    pub pos: usize,
+pub(crate) struct Out {
+    pub(crate) data: Buf,
+    pub(crate) pos: usize,
     /// Sent after `data`, with `sendfile(2)`.
-    pub file: Option<FileBody>,
+    pub(crate) file: Option<FileBody>,
     /// A streamed response's middle part counts this many bytes against its credit until
     /// written (on the part's last buffer).
-    pub credit: Option<(Arc<StreamCredit>, usize)>,
+    pub(crate) credit: Option<(Arc<StreamCredit>, usize)>,
 }
 
 impl Out {
@@ -303,7 +303,7 @@ impl Out {
 }
 
 /// Where the connection is in reading its current request.
-pub enum ReadState {
+pub(crate) enum ReadState {
     /// Waiting for (the rest of) a request head.
     Head,
     /// Reading a Content-Length body of which `need` bytes are still to come.
@@ -322,7 +322,7 @@ pub enum ReadState {
 
 /// A body's `Expect: 100-continue` (RFC 9110 §10.1.1).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
+pub(crate) enum Expect {
     /// Nothing is owed: none was asked, the body had come already, or the interim
     /// response was sent.
     Nothing,
@@ -417,16 +417,16 @@ enum Phase {
 /// A request the loop refuses itself (the app never sees it), answered with
 /// `Connection: close` once the responses before it are written.
 #[derive(Debug)]
-pub struct Refusal {
-    pub status: u16,
-    pub reason: &'static str,
+pub(crate) struct Refusal {
+    pub(crate) status: u16,
+    pub(crate) reason: &'static str,
     /// For the debug log.
     why: String,
 }
 
 impl Refusal {
     /// RFC 9110 §15.5.9: 408, the server would not wait any longer.
-    pub fn timeout() -> Refusal {
+    pub(crate) fn timeout() -> Refusal {
         Refusal {
             status: 408,
             reason: "Request Timeout",
@@ -435,7 +435,7 @@ impl Refusal {
     }
 
     /// Its whole response (always closing).
-    pub fn response(&self, date: &[u8]) -> Vec<u8> {
+    pub(crate) fn response(&self, date: &[u8]) -> Vec<u8> {
         let body = format!("{} {}\n", self.status, self.reason);
         encode::simple_response(
             self.status,
@@ -450,7 +450,7 @@ impl Refusal {
 }
 
 /// What one parse step produced.
-pub enum Step {
+pub(crate) enum Step {
     /// A complete request.
     Request(Box<Request>),
     /// The buffer holds no complete request: read more.
@@ -486,7 +486,7 @@ impl Step {
 }
 
 /// What one read got.
-pub enum Got {
+pub(crate) enum Got {
     /// This many bytes.
     Bytes(usize),
     /// The peer's end of stream.
@@ -516,14 +516,14 @@ pub struct ReadCtx<'a> {
 #[derive(Default)]
 pub struct Effects {
     /// Bytes were queued (an interim `100 Continue`, a refusal): flush the connection.
-    pub queued: bool,
+    pub(crate) queued: bool,
     /// Its client left (or half-closed) with a request in flight, reported once: what
     /// `m0serve.client_disconnected()` tells the app.
-    pub client_gone: bool,
+    pub(crate) client_gone: bool,
     /// The loop answered a request itself with this status (for the metrics).
-    pub answered: Option<u16>,
+    pub(crate) answered: Option<u16>,
     /// It is closed before any request, and why (for the metrics).
-    pub refused: Option<Refused>,
+    pub(crate) refused: Option<Refused>,
 }
 
 /// What reading came to.
@@ -537,7 +537,7 @@ pub enum Next {
 }
 
 /// What is next once the write queue is empty.
-pub enum Written {
+pub(crate) enum Written {
     /// It goes on. `resume`: parsing waited for the queue to drain; `idle`: nothing is in
     /// flight, buffered or queued (a graceful stop keeps it only for a grace).
     Open { resume: bool, idle: bool },
@@ -552,7 +552,7 @@ pub enum Written {
 }
 
 /// A timeout that ran out (docs/security.md).
-pub enum Expiry {
+pub(crate) enum Expiry {
     /// The client took no response bytes for `--write-timeout`: drop it (reset).
     Write,
     /// The head (`header`) or the body (`body`) took too long: 408 if part of a request
@@ -589,7 +589,7 @@ struct Clock {
 
 /// What the loop answers a request with itself, in place of the app.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LoopAnswer {
+pub(crate) enum LoopAnswer {
     /// 404: outside `--root-path`.
     OutsideRoot,
     /// 503 with `Retry-After`: it would wait, or has waited, past `--max-queue-wait`.
@@ -679,7 +679,7 @@ impl Conn {
 
     /// `--proxy-protocol`: its first bytes must be a PROXY header, whose source address
     /// becomes its peer.
-    pub fn expect_proxy_header(&mut self) {
+    pub(crate) fn expect_proxy_header(&mut self) {
         self.gate = Gate::ProxyHeader;
     }
 
@@ -718,57 +718,57 @@ impl Conn {
         Ok(true)
     }
 
-    pub fn me(&self) -> ConnRef {
+    pub(crate) fn me(&self) -> ConnRef {
         self.me
     }
 
-    pub fn peer(&self) -> Peer {
+    pub(crate) fn peer(&self) -> Peer {
         self.peer
     }
 
     /// It came to the metrics port: the loop answers its requests itself.
-    pub fn is_metrics(&self) -> bool {
+    pub(crate) fn is_metrics(&self) -> bool {
         self.listener.is_none()
     }
 
     /// The index of the listener that accepted it (0 for the metrics port).
-    pub fn listener(&self) -> u8 {
+    pub(crate) fn listener(&self) -> u8 {
         self.listener.unwrap_or(0)
     }
 
     /// The handler its requests in flight are on (requests of one connection stay on one
     /// handler, so their responses come back in order), if any are.
-    pub fn handler(&self) -> Option<usize> {
+    pub(crate) fn handler(&self) -> Option<usize> {
         self.in_flight.as_ref().map(|f| f.handler)
     }
 
     /// How many of its requests are out on a handler.
-    pub fn in_flight(&self) -> u16 {
+    pub(crate) fn in_flight(&self) -> u16 {
         self.in_flight.as_ref().map_or(0, |f| f.count)
     }
 
     /// For registration with the poller.
-    pub fn source(&mut self) -> &mut dyn mio::event::Source {
+    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
         self.sock.source()
     }
 
     /// Bytes sent with `sendfile(2)` since the last call.
-    pub fn take_sendfile_bytes(&mut self) -> u64 {
+    pub(crate) fn take_sendfile_bytes(&mut self) -> u64 {
         std::mem::take(&mut self.sendfile_bytes)
     }
 
     /// Bytes are waiting for the socket (queued, or encrypted and held by TLS).
-    pub fn has_output(&self) -> bool {
+    pub(crate) fn has_output(&self) -> bool {
         !self.wq.is_empty() || self.sock.has_pending()
     }
 
     /// In its lingering close.
-    pub fn is_lingering(&self) -> bool {
+    pub(crate) fn is_lingering(&self) -> bool {
         matches!(self.phase, Phase::Lingering)
     }
 
     /// Its responses may still be queued (it is not closing).
-    pub fn takes_responses(&self) -> bool {
+    pub(crate) fn takes_responses(&self) -> bool {
         matches!(self.phase, Phase::Open | Phase::Last { .. })
     }
 
@@ -778,7 +778,7 @@ impl Conn {
     }
 
     /// Idle: nothing buffered, nothing in flight, nothing to write (a drain may close it).
-    pub fn is_idle(&self) -> bool {
+    pub(crate) fn is_idle(&self) -> bool {
         self.in_flight.is_none()
             && self.parked.is_none()
             && self.held.is_none()
@@ -808,14 +808,14 @@ impl Conn {
     }
 
     /// A request that found every handler's ring full, kept for the next try.
-    pub fn park(&mut self, req: Box<Request>) {
+    pub(crate) fn park(&mut self, req: Box<Request>) {
         self.parked = Some(req);
     }
 
     /// The parked request, if it may still be handed on: not once the connection closes,
     /// and not once its client has shut down its side (an end of stream is a departure;
     /// `take_abandoned` takes such a request).
-    pub fn take_parked(&mut self) -> Option<Box<Request>> {
+    pub(crate) fn take_parked(&mut self) -> Option<Box<Request>> {
         if !self.takes_responses() || self.input != Input::Open {
             return None;
         }
@@ -824,7 +824,7 @@ impl Conn {
 
     /// The parked request of a connection that closes, or whose client has shut down its
     /// side: it will never be served, but a handler still logs it (499, the app not run).
-    pub fn take_abandoned(&mut self) -> Option<Box<Request>> {
+    pub(crate) fn take_abandoned(&mut self) -> Option<Box<Request>> {
         if self.takes_responses() && self.input == Input::Open {
             return None;
         }
@@ -832,13 +832,13 @@ impl Conn {
     }
 
     /// Its parked request, whatever its state: it closes now.
-    pub fn take_parked_at_close(&mut self) -> Option<Box<Request>> {
+    pub(crate) fn take_parked_at_close(&mut self) -> Option<Box<Request>> {
         self.parked.take()
     }
 
     /// Whether it is on the loop's list of connections whose parked request waits for a
     /// handler; set when it is put there, cleared when it is taken off.
-    pub fn listed(&mut self, on: bool) -> bool {
+    pub(crate) fn listed(&mut self, on: bool) -> bool {
         std::mem::replace(&mut self.listed, on)
     }
 
@@ -848,7 +848,7 @@ impl Conn {
     /// WebSocket upgrade (`websocket`), its connection's last request, gets it too: the
     /// app may take the socket (`Part::HandedOver`); unless bytes came after its head,
     /// which would be lost to the app (a client waits for the handshake's answer).
-    pub fn socket_to_lend(&self, websocket: bool) -> Option<LentSocket> {
+    pub(crate) fn socket_to_lend(&self, websocket: bool) -> Option<LentSocket> {
         let open = match self.phase {
             Phase::Open => true,
             Phase::Last { refusal: None } => websocket && !self.has_buffered_input(),
@@ -864,17 +864,17 @@ impl Conn {
 
     /// Keeps a request the loop will answer itself until the responses before it are done
     /// (`take_held`); reading stops meanwhile.
-    pub fn hold(&mut self, req: Box<Request>, answer: LoopAnswer) {
+    pub(crate) fn hold(&mut self, req: Box<Request>, answer: LoopAnswer) {
         self.held = Some((req, answer));
     }
 
     /// A request is held (`hold`).
-    pub fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         self.held.is_some()
     }
 
     /// The held request, once nothing is in flight before it.
-    pub fn take_held(&mut self) -> Option<(Box<Request>, LoopAnswer)> {
+    pub(crate) fn take_held(&mut self) -> Option<(Box<Request>, LoopAnswer)> {
         if self.in_flight.is_some() {
             return None;
         }
@@ -888,7 +888,7 @@ impl Conn {
     }
 
     /// A request of it went to handler `h`, with its socket lent (`socket_to_lend`) or not.
-    pub fn dispatched(&mut self, h: usize, lent: bool) {
+    pub(crate) fn dispatched(&mut self, h: usize, lent: bool) {
         match &mut self.in_flight {
             Some(f) => {
                 f.count += 1;
@@ -1115,7 +1115,7 @@ impl Conn {
 
     /// A response the loop made itself (`--static-response`, a scrape of the metrics
     /// port), for a request it did not hand on.
-    pub fn answer(&mut self, response: Vec<u8>) {
+    pub(crate) fn answer(&mut self, response: Vec<u8>) {
         self.queue(response);
         // Ready for the next head once this is written, as after a handler's response.
         self.clock.idle_pending = self.in_flight.is_none();
@@ -1124,7 +1124,7 @@ impl Conn {
     /// A whole response the loop made itself with a file body to follow its head
     /// (`--static-map`), queued like a handler's last part: the `--write-timeout` clock
     /// starts when nothing was queued before it.
-    pub fn answer_file(&mut self, head: Vec<u8>, file: Option<FileBody>, now: Instant) {
+    pub(crate) fn answer_file(&mut self, head: Vec<u8>, file: Option<FileBody>, now: Instant) {
         if self.wq.is_empty() {
             self.clock.write_at = now;
         }
@@ -1136,7 +1136,7 @@ impl Conn {
     /// queued for the socket; `credit` is a streamed middle part's. `true` when reading
     /// must go on from here (its last response is done and it has input waiting, or a
     /// refusal or an interim response to send).
-    pub fn on_response(
+    pub(crate) fn on_response(
         &mut self,
         resp: Response,
         credit: Option<(Arc<StreamCredit>, usize)>,
@@ -1194,24 +1194,24 @@ impl Conn {
 
     /// It has a request out, and the loop must learn at once when the last finishes
     /// (`LoopShared::quiet`; one parked for ring room is said where it is parked).
-    pub fn waits_for_quiet(&self) -> bool {
+    pub(crate) fn waits_for_quiet(&self) -> bool {
         self.in_flight.is_some() && self.goes_on_when_quiet()
     }
 
     /// The final part of a response it will not write (it is closing): one request fewer
     /// in flight.
-    pub fn response_dropped(&mut self) {
+    pub(crate) fn response_dropped(&mut self) {
         self.one_done();
     }
 
     /// Requests it has in flight will never be answered (it closes after a response):
     /// their handler should not run the app for them.
-    pub fn has_orphans(&self) -> bool {
+    pub(crate) fn has_orphans(&self) -> bool {
         !self.takes_responses() && self.in_flight.is_some()
     }
 
     /// Its write queue is empty: what now.
-    pub fn after_output(&mut self, now: Instant) -> Written {
+    pub(crate) fn after_output(&mut self, now: Instant) -> Written {
         match self.phase {
             Phase::Open | Phase::Last { .. } => {
                 if self.clock.idle_pending && self.in_flight.is_none() {
@@ -1252,13 +1252,13 @@ impl Conn {
 
     /// Lingering: reads and drops what the client sends. `false` once it is done (the
     /// client closed, or an error): close it now.
-    pub fn linger(&mut self) -> bool {
+    pub(crate) fn linger(&mut self) -> bool {
         matches!(self.discard_input(), Err(ref e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 
     /// Reads its socket again even if the last read drained it (a graceful stop's last
     /// look, for a request that crossed its grace).
-    pub fn read_again(&mut self) {
+    pub(crate) fn read_again(&mut self) {
         self.gate = match self.gate {
             Gate::Drained => Gate::Open,
             Gate::Stalled { .. } => Gate::Stalled { drained: false },
@@ -1267,12 +1267,12 @@ impl Conn {
     }
 
     /// A graceful stop is done waiting for it: close it once its queue is written.
-    pub fn close_gracefully(&mut self) {
+    pub(crate) fn close_gracefully(&mut self) {
         self.phase = Phase::Closing { reset: false };
     }
 
     /// When a graceful stop begun at `started` may close it (idle for `grace`).
-    pub fn drain_due(&self, started: Instant, grace: Duration) -> Instant {
+    pub(crate) fn drain_due(&self, started: Instant, grace: Duration) -> Instant {
         self.clock.ready_at.max(started) + grace
     }
 
@@ -1280,7 +1280,7 @@ impl Conn {
     /// loop's queue waiting for the kernel's buffer to drain far enough to take more (no
     /// writable edge until then), but it does take bytes from that buffer: that counts as
     /// progress for the write timeout too. One `ioctl` per such connection per sweep.
-    pub fn note_kernel_progress(&mut self, now: Instant) {
+    pub(crate) fn note_kernel_progress(&mut self, now: Instant) {
         if !self.has_output() {
             self.clock.unsent = u64::MAX;
             return;
@@ -1294,7 +1294,7 @@ impl Conn {
     }
 
     /// The timeout it has run past, if any (docs/security.md).
-    pub fn expired(&self, now: Instant, t: &Timeouts) -> Option<Expiry> {
+    pub(crate) fn expired(&self, now: Instant, t: &Timeouts) -> Option<Expiry> {
         let since = |at: Instant| now.saturating_duration_since(at);
         // The write timeout holds in every phase but the lingering close (which has its
         // own deadline): a last response queued whole, then a client that stops reading,
@@ -1349,7 +1349,7 @@ impl Conn {
 
     /// Refuses the request being read, now (a timeout): the request read so far is
     /// dropped, the refusal queued, and the connection closes once it is written.
-    pub fn refuse_now(&mut self, r: Refusal, now: Instant, date: &[u8]) {
+    pub(crate) fn refuse_now(&mut self, r: Refusal, now: Instant, date: &[u8]) {
         log::debug!("answering {} to {:?}: {}", r.status, self.peer, r.why);
         self.reading = ReadState::Head;
         self.queue(r.response(date));
@@ -1366,7 +1366,7 @@ impl Conn {
     /// and the descriptor comes back in `Closed::reserved` for the loop to keep until the
     /// lent request's final part returns. A handler that writes to it meanwhile gets an
     /// error, never another connection that was given the same number.
-    pub fn close(
+    pub(crate) fn close(
         mut self,
         reset: bool,
         placeholder: std::os::fd::BorrowedFd<'_>,
@@ -1390,7 +1390,7 @@ impl Conn {
 
     /// Reads once into the free end of the buffer, growing it up to `max_bytes`;
     /// `WouldBlock` passes through.
-    pub fn read_some(&mut self, max_bytes: usize) -> io::Result<Got> {
+    pub(crate) fn read_some(&mut self, max_bytes: usize) -> io::Result<Got> {
         if self.rpos == self.rend {
             self.rpos = 0;
             self.rend = 0;
@@ -1470,7 +1470,12 @@ impl Conn {
     /// Parses as far as the buffered bytes go: a head, then its body (spooled to a file
     /// past `body_buffer` bytes).
     /// (Public for the fuzz target, which drives it over a socket directly.)
-    pub fn parse_step(&mut self, limits: &Limits, max_body_bytes: u64, body_buffer: usize) -> Step {
+    pub(crate) fn parse_step(
+        &mut self,
+        limits: &Limits,
+        max_body_bytes: u64,
+        body_buffer: usize,
+    ) -> Step {
         loop {
             match std::mem::replace(&mut self.reading, ReadState::Head) {
                 ReadState::Head => {
@@ -1678,7 +1683,7 @@ impl Conn {
     /// Writes the queue with as few syscalls as it can (`writev` of up to
     /// `WRITEV_MAX_SLICES` buffers). `returned` receives the credit of every streamed part
     /// fully written. `Ok(true)` when the queue is empty.
-    pub fn flush(
+    pub(crate) fn flush(
         &mut self,
         now: Instant,
         returned: &mut impl FnMut(Arc<StreamCredit>, usize),

@@ -15,26 +15,26 @@ use crate::pipeline::shared::{HandlerShared, LoopShared};
 use crate::pipeline::stats;
 use crate::wsgi::{Bridge, ServerInfo, Sink};
 
-pub struct HandlerSetup {
-    pub idx: usize,
-    pub rx: Consumer<Box<Request>>,
-    pub tx: Producer<Response>,
-    pub shared: Arc<HandlerShared>,
-    pub loop_shared: Arc<LoopShared>,
-    pub app: App,
-    pub info: Arc<ServerInfo>,
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+pub(crate) struct HandlerSetup {
+    pub(crate) idx: usize,
+    pub(crate) rx: Consumer<Box<Request>>,
+    pub(crate) tx: Producer<Response>,
+    pub(crate) shared: Arc<HandlerShared>,
+    pub(crate) loop_shared: Arc<LoopShared>,
+    pub(crate) app: App,
+    pub(crate) info: Arc<ServerInfo>,
+    pub(crate) access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// `--metrics-port`: this thread's section of the shared counters.
-    pub metrics: Option<crate::metrics::Recorder>,
+    pub(crate) metrics: Option<crate::metrics::Recorder>,
     /// `--scheduling-policy batch`.
-    pub batch_scheduling: bool,
+    pub(crate) batch_scheduling: bool,
     /// The CPUs it may run on, set first thing (a thread the pool starts from the loop
     /// would otherwise keep the loop's, which may be one CPU beside handler 0).
-    pub cpus: Option<Vec<usize>>,
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 /// The application object a handler calls.
-pub enum App {
+pub(crate) enum App {
     /// Its own reference, made at start.
     Own(Py<PyAny>),
     /// The pool's, for a thread started later: the thread takes its own reference once it
@@ -45,31 +45,31 @@ pub enum App {
 /// What the loop needs to start a handler thread while it serves (the pool grows past
 /// `--blocking-threads` when its threads wait): everything a `HandlerSetup` holds but the
 /// thread's own rings and state.
-pub struct Spawner {
-    pub loop_shared: Arc<LoopShared>,
-    pub app: Arc<Py<PyAny>>,
-    pub info: Arc<ServerInfo>,
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
+pub(crate) struct Spawner {
+    pub(crate) loop_shared: Arc<LoopShared>,
+    pub(crate) app: Arc<Py<PyAny>>,
+    pub(crate) info: Arc<ServerInfo>,
+    pub(crate) access_log: Option<Arc<crate::access_log::AccessLog>>,
     /// `--metrics-port`: the shared counters and this worker's slot, when it has one.
-    pub metrics: Option<(Arc<crate::metrics::Region>, usize)>,
-    pub batch_scheduling: bool,
+    pub(crate) metrics: Option<(Arc<crate::metrics::Region>, usize)>,
+    pub(crate) batch_scheduling: bool,
     /// Keep the busy clock (`--timeout`, a heartbeat).
-    pub watch: bool,
+    pub(crate) watch: bool,
     /// The worker's CPUs, as they were before the loop placed itself.
-    pub cpus: Option<Vec<usize>>,
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 /// A handler thread started by a `Spawner`, and the loop's ends of it.
-pub struct Spawned {
-    pub tx: Producer<Box<Request>>,
-    pub rx: Consumer<Response>,
-    pub shared: Arc<HandlerShared>,
-    pub join: JoinHandle<()>,
+pub(crate) struct Spawned {
+    pub(crate) tx: Producer<Box<Request>>,
+    pub(crate) rx: Consumer<Response>,
+    pub(crate) shared: Arc<HandlerShared>,
+    pub(crate) join: JoinHandle<()>,
 }
 
 impl Spawner {
     /// Starts handler thread `idx`.
-    pub fn spawn(&self, idx: usize) -> io::Result<Spawned> {
+    pub(crate) fn spawn(&self, idx: usize) -> io::Result<Spawned> {
         let (tx, req_rx) = crate::pipeline::ring::ring(crate::pipeline::shared::REQUEST_RING_SLOTS);
         let (resp_tx, rx) =
             crate::pipeline::ring::ring(crate::pipeline::shared::RESPONSE_RING_SLOTS);
@@ -107,7 +107,7 @@ impl Spawner {
 /// sleeping loop for them.
 const LOOP_WAKE_BATCH: usize = 8;
 
-pub fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
+pub(crate) fn spawn(setup: HandlerSetup) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name(format!("m0s-handler-{}", setup.idx))
         .spawn(move || run(setup))

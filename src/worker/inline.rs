@@ -28,18 +28,18 @@ use crate::wsgi::{Bridge, ServerInfo, Sink};
 
 /// What the worker hands the loop thread for inline mode (all `Send`; the bridge itself is
 /// built on the loop thread, where it stays).
-pub struct InlineSetup {
-    pub tx: Producer<Box<Request>>,
-    pub rx: Consumer<Box<Request>>,
-    pub shared: Arc<HandlerShared>,
-    pub app: Py<PyAny>,
-    pub info: Arc<ServerInfo>,
-    pub access_log: Option<Arc<crate::access_log::AccessLog>>,
-    pub metrics: Option<crate::metrics::Recorder>,
+pub(crate) struct InlineSetup {
+    pub(crate) tx: Producer<Box<Request>>,
+    pub(crate) rx: Consumer<Box<Request>>,
+    pub(crate) shared: Arc<HandlerShared>,
+    pub(crate) app: Py<PyAny>,
+    pub(crate) info: Arc<ServerInfo>,
+    pub(crate) access_log: Option<Arc<crate::access_log::AccessLog>>,
+    pub(crate) metrics: Option<crate::metrics::Recorder>,
 }
 
 /// The app's side of inline mode, owned by the loop thread.
-pub struct Inline {
+pub(crate) struct Inline {
     bridge: Bridge,
     rx: Consumer<Box<Request>>,
     /// The bridge's response messages, in order, for the loop to take.
@@ -50,7 +50,7 @@ pub struct Inline {
 impl Inline {
     /// Builds the bridge (with the GIL held); the producer is the loop's end of its
     /// request ring.
-    pub fn new(
+    pub(crate) fn new(
         py: Python<'_>,
         setup: InlineSetup,
         loop_shared: Arc<LoopShared>,
@@ -89,7 +89,7 @@ impl Inline {
         ))
     }
 
-    pub fn pop_response(&mut self) -> Option<Response> {
+    pub(crate) fn pop_response(&mut self) -> Option<Response> {
         // (Pushed under the bridge's exchange lock, by this thread, or by a thread the app
         // started: a `write()` to a response set aside for its client.)
         self.out
@@ -98,12 +98,12 @@ impl Inline {
             .pop_front()
     }
 
-    pub fn shared(&self) -> &Arc<HandlerShared> {
+    pub(crate) fn shared(&self) -> &Arc<HandlerShared> {
         &self.shared
     }
 
     /// There is something `run` would do now.
-    pub fn has_work(&self) -> bool {
+    pub(crate) fn has_work(&self) -> bool {
         (self.bridge.takes_requests() && !self.rx.is_empty())
             || self.bridge.credits().iter().any(|c| c.can_go_on())
     }
@@ -111,7 +111,7 @@ impl Inline {
     /// A run begins: `step` serves what can be served now, one request or body at a time,
     /// until it returns false; then `end_run`. The loop writes what each step produced
     /// before the next, so a response is never held behind the requests after it.
-    pub fn begin_run(&mut self) {
+    pub(crate) fn begin_run(&mut self) {
         // Relaxed, both: only this thread stores it. A thread in `write()` waiting for
         // credit is told by `credits_returned` (its SeqCst fence pairs with the waiter's, and
         // orders this store before the load of the waiters' count): the app about to run
@@ -123,17 +123,17 @@ impl Inline {
 
     /// Serves one queued request, or goes on with one body whose client caught up; false
     /// when there was nothing to do.
-    pub fn step(&mut self, py: Python<'_>) -> bool {
+    pub(crate) fn step(&mut self, py: Python<'_>) -> bool {
         self.bridge.step(py, &mut self.rx)
     }
 
-    pub fn end_run(&mut self) {
+    pub(crate) fn end_run(&mut self) {
         // Relaxed: as in `begin_run`.
         self.shared.app_running.store(false, Ordering::Relaxed);
     }
 
     /// A thread the app started pushed a message while the app was not running here.
-    pub fn has_output(&self) -> bool {
+    pub(crate) fn has_output(&self) -> bool {
         !self
             .out
             .lock()
@@ -142,12 +142,12 @@ impl Inline {
     }
 
     /// Writes buffered access log lines (before the loop sleeps).
-    pub fn flush_log(&mut self) {
+    pub(crate) fn flush_log(&mut self) {
         self.bridge.flush_log();
     }
 
     /// At exit: a suspended body is closed; the rest is dropped with the GIL held.
-    pub fn finish(mut self, py: Python<'_>) {
+    pub(crate) fn finish(mut self, py: Python<'_>) {
         // The closes below are the app's code on this thread: as in `run`.
         self.shared.app_running.store(true, Ordering::Relaxed);
         self.shared.credits_returned();

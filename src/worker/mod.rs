@@ -2,14 +2,14 @@
 //! start the handler threads and the loop thread, tell the master it is ready, and wait
 //! for a stop.
 
-pub mod conn;
-pub mod event_loop;
-pub mod handler;
-pub mod inline;
-pub mod placement;
-pub mod placer;
-pub mod preload;
-pub mod tls;
+pub(crate) mod conn;
+pub(crate) mod event_loop;
+pub(crate) mod handler;
+pub(crate) mod inline;
+pub(crate) mod placement;
+pub(crate) mod placer;
+pub(crate) mod preload;
+pub(crate) mod tls;
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
@@ -67,7 +67,7 @@ fn enter_batch_scheduling(thread: &str) {
 }
 
 /// What a worker gets from the master across its exec.
-pub struct Inherited {
+pub(crate) struct Inherited {
     listener_fds: Vec<RawFd>,
     /// For the systemd watchdog: how often to tell the master that this worker's threads
     /// make progress.
@@ -84,7 +84,7 @@ pub struct Inherited {
 
 impl Inherited {
     /// This process is the preloader, not a worker (`--preload`).
-    pub fn is_preloader(&self) -> bool {
+    pub(crate) fn is_preloader(&self) -> bool {
         self.preloader
     }
 }
@@ -93,7 +93,7 @@ impl Inherited {
     /// The descriptors named in the environment by the master (`ipc::WORKER_ENV`), or
     /// `None` when this process is not a worker. The variable is removed, so nothing the
     /// app starts mistakes itself for a worker.
-    pub fn from_env() -> Result<Option<Inherited>, String> {
+    pub(crate) fn from_env() -> Result<Option<Inherited>, String> {
         let Some(value) = std::env::var_os(WORKER_ENV) else {
             return Ok(None);
         };
@@ -167,7 +167,7 @@ impl Metrics {
     }
 }
 
-pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
+pub(crate) fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     // The master switched before it started this process; this checks that the switch
     // held (and makes it, should a worker ever start as root).
     config.identity.assume()?;
@@ -204,14 +204,14 @@ fn prepare_process(config: &Config, cpu: Option<usize>) {
 
 /// The app, imported (a callable), and the interpreter that imported it, described for the
 /// log.
-pub struct Imported {
+pub(crate) struct Imported {
     app: Py<PyAny>,
-    pub interp: String,
+    pub(crate) interp: String,
 }
 
 /// What an import is for.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
+pub(crate) enum Purpose {
     /// A worker's, or the preloader's for the workers it forks.
     Serve,
     /// `--check-config`'s: nothing of the process is changed for serving.
@@ -222,7 +222,7 @@ pub enum Purpose {
 /// that has one (a worker, the preloader, `--check-config`). To serve, the interpreter's
 /// output is line-buffered and `os._exit` hooked first, and any signal handler the import
 /// installed is taken back.
-pub fn import(
+pub(crate) fn import(
     py: Python<'_>,
     config: &Config,
     interpreter: &python::Interpreter,

@@ -54,40 +54,40 @@ use std::time::{Duration, Instant};
 use crate::sys::CpuTicks;
 
 /// How long a window is, at least.
-pub const WINDOW: Duration = Duration::from_secs(1);
+pub(crate) const WINDOW: Duration = Duration::from_secs(1);
 /// Beside the handler: how often the loop looks where the handler runs now.
-pub const FOLLOW_EVERY: Duration = Duration::from_millis(2);
+pub(crate) const FOLLOW_EVERY: Duration = Duration::from_millis(2);
 /// Beside the handler: more moves after it than this a second, and the loop lets it go
 /// (the kernel keeps waking the handler elsewhere: chasing it is no pairing).
-pub const MAX_FOLLOWS: f64 = 50.0;
+pub(crate) const MAX_FOLLOWS: f64 = 50.0;
 /// Apart: pin when the worker used less than this many cores, ...
-pub const PIN_BELOW: f64 = 1.2;
+pub(crate) const PIN_BELOW: f64 = 1.2;
 /// ... and at least this many (an idle worker stays as it is), ...
-pub const MIN_USE: f64 = 0.5;
+pub(crate) const MIN_USE: f64 = 0.5;
 /// ... and none of its loop and handler threads this much of a core.
-pub const BUSY_THREAD: f64 = 0.85;
+pub(crate) const BUSY_THREAD: f64 = 0.85;
 /// Pinned: no judgement this long after pinning.
-pub const SETTLE: Duration = Duration::from_secs(3);
+pub(crate) const SETTLE: Duration = Duration::from_secs(3);
 /// Pinned: its CPU counts as full below this idle share, ...
-pub const FULL: f64 = 0.1;
+pub(crate) const FULL: f64 = 0.1;
 /// ... and another CPU as spare from this idle share.
-pub const SPARE: f64 = 0.3;
+pub(crate) const SPARE: f64 = 0.3;
 /// Pinned: others (busy time on its CPU beyond the worker's own) above this share crowd it.
-pub const CROWDED: f64 = 0.3;
+pub(crate) const CROWDED: f64 = 0.3;
 /// After letting go: no pinning again for this long at first, ...
-pub const HOLD_OFF: Duration = Duration::from_secs(30);
+pub(crate) const HOLD_OFF: Duration = Duration::from_secs(30);
 /// ... doubled at each letting go, up to this.
-pub const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
+pub(crate) const HOLD_OFF_MAX: Duration = Duration::from_secs(480);
 
 /// A sleep of the loop this long or longer, with no request at its handler, is the
 /// worker idling: the window's share of it is left out of the worker's use
 /// ([`Reading::idle`]). Long enough that the gaps of a steady trickle of requests (four a
 /// second or more) are not taken for quiet: that would judge a worker by how heavy one
 /// request is rather than by how busy it is.
-pub const IDLE_GAP: Duration = Duration::from_millis(250);
+pub(crate) const IDLE_GAP: Duration = Duration::from_millis(250);
 /// Apart: a window in which the worker was active (the window less its idle) for less
 /// than this says nothing of whether pinning suits it, ...
-pub const MIN_ACTIVE: Duration = Duration::from_millis(250);
+pub(crate) const MIN_ACTIVE: Duration = Duration::from_millis(250);
 // ... and pinned, one idle for half of it or more says nothing of its CPU (whose ticks
 // over the window are then mostly other processes' time while the worker slept), but
 // for whether its two threads filled it while awake.
@@ -96,17 +96,17 @@ pub const MIN_ACTIVE: Duration = Duration::from_millis(250);
 /// same order every time), every CPU's ticks so far, and how long the loop slept since
 /// the last reading in sleeps of [`IDLE_GAP`] or more with no request at the handler.
 #[derive(Clone, Debug)]
-pub struct Reading {
-    pub at: Instant,
-    pub used: Duration,
-    pub threads: Vec<Duration>,
-    pub cpus: Vec<CpuTicks>,
-    pub idle: Duration,
+pub(crate) struct Reading {
+    pub(crate) at: Instant,
+    pub(crate) used: Duration,
+    pub(crate) threads: Vec<Duration>,
+    pub(crate) cpus: Vec<CpuTicks>,
+    pub(crate) idle: Duration,
 }
 
 /// What the loop is to do with itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Move {
+pub(crate) enum Move {
     Stay,
     /// Pin the loop to this CPU, its handler's.
     Pin(usize),
@@ -116,7 +116,7 @@ pub enum Move {
 
 /// The state of one worker's placement.
 #[derive(Debug)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// The CPUs the worker may run on (its handler's).
     allowed: Vec<usize>,
     pinned: Option<usize>,
@@ -138,7 +138,7 @@ pub struct Placement {
 impl Placement {
     /// For a worker that may run on `allowed`; `None` when that is one CPU (nothing to
     /// choose).
-    pub fn new(allowed: Vec<usize>, now: Instant) -> Option<Placement> {
+    pub(crate) fn new(allowed: Vec<usize>, now: Instant) -> Option<Placement> {
         (allowed.len() > 1).then_some(Placement {
             allowed,
             pinned: None,
@@ -154,13 +154,13 @@ impl Placement {
     }
 
     /// The CPUs to spread over.
-    pub fn allowed(&self) -> &[usize] {
+    pub(crate) fn allowed(&self) -> &[usize] {
         &self.allowed
     }
 
     /// The CPUs the worker may run on now (read each window from the handler: `taskset`
     /// may have narrowed them since).
-    pub fn set_allowed(&mut self, cpus: Vec<usize>) {
+    pub(crate) fn set_allowed(&mut self, cpus: Vec<usize>) {
         if !cpus.is_empty() {
             self.allowed = cpus;
         }
@@ -168,16 +168,16 @@ impl Placement {
 
     /// Whether the next judgement uses each CPU's ticks: while pinned, and for the
     /// window that may pin (its reading is the first a pinned judgement compares with).
-    pub fn wants_cpu_ticks(&self) -> bool {
+    pub(crate) fn wants_cpu_ticks(&self) -> bool {
         self.pinned.is_some() || self.suited >= 1
     }
 
-    pub fn pinned(&self) -> Option<usize> {
+    pub(crate) fn pinned(&self) -> Option<usize> {
         self.pinned
     }
 
     /// Pinned: the loop went after its handler to `cpu`.
-    pub fn followed(&mut self, cpu: usize) {
+    pub(crate) fn followed(&mut self, cpu: usize) {
         if self.pinned.is_some() {
             self.pinned = Some(cpu);
             self.follows += 1;
@@ -185,14 +185,14 @@ impl Placement {
     }
 
     /// Whether a window has passed since the last reading (the loop's cheap check).
-    pub fn due(&self, now: Instant) -> bool {
+    pub(crate) fn due(&self, now: Instant) -> bool {
         self.last.as_ref().is_none_or(|l| now >= l.at + WINDOW)
     }
 
     /// Takes a reading; `on` is the CPU the handler runs on now. The caller makes the move
     /// and, if it fails, calls [`failed`](Self::failed) (a pin) or
     /// [`spread_failed`](Self::spread_failed).
-    pub fn judge(&mut self, now: Reading, on: Option<usize>) -> Move {
+    pub(crate) fn judge(&mut self, now: Reading, on: Option<usize>) -> Move {
         self.spread_from = None;
         let follows = std::mem::take(&mut self.follows);
         let Some(last) = self.last.replace(now.clone()) else {
@@ -293,13 +293,13 @@ impl Placement {
 
     /// The move could not be made, or something else moved the loop: it is left apart (or
     /// where that put it), and pinning waits as after letting go.
-    pub fn failed(&mut self, at: Instant) {
+    pub(crate) fn failed(&mut self, at: Instant) {
         self.spread(at);
     }
 
     /// Letting go could not be done: the loop is still pinned, to be judged again at the
     /// next window as before.
-    pub fn spread_failed(&mut self) {
+    pub(crate) fn spread_failed(&mut self) {
         if let Some(cpu) = self.spread_from.take() {
             self.pinned = Some(cpu);
             self.hold_off = self.hold_off_before;

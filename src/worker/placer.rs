@@ -16,14 +16,14 @@ use crate::pipeline::shared::HandlerShared;
 use crate::worker::placement::{Move, Placement, Reading, FOLLOW_EVERY, IDLE_GAP};
 
 /// The one handler thread the loop is placed beside.
-pub struct Handler<'a> {
-    pub join: &'a JoinHandle<()>,
-    pub shared: &'a HandlerShared,
+pub(crate) struct Handler<'a> {
+    pub(crate) join: &'a JoinHandle<()>,
+    pub(crate) shared: &'a HandlerShared,
 }
 
 /// What a tick did.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Tick {
+pub(crate) enum Tick {
     /// Nothing, or nothing that moved the loop beside its handler.
     Nothing,
     /// The loop was pinned beside its handler (counted as a move).
@@ -32,7 +32,7 @@ pub enum Tick {
     Over,
 }
 
-pub struct Placer {
+pub(crate) struct Placer {
     placement: Placement,
     /// `/proc/stat`, held open.
     proc_stat: crate::sys::ProcStat,
@@ -46,7 +46,7 @@ pub struct Placer {
 impl Placer {
     /// The placement, or none (one CPU to run on, or what it needs unreadable: said in
     /// the log).
-    pub fn new(handler: Handler<'_>) -> Option<Placer> {
+    pub(crate) fn new(handler: Handler<'_>) -> Option<Placer> {
         let cpus = match crate::sys::thread_cpus(handler.join) {
             Ok(cpus) => cpus,
             Err(e) => {
@@ -90,7 +90,7 @@ impl Placer {
     }
 
     /// A pass begins: judges a window that has passed, or follows the handler.
-    pub fn tick(&mut self, now: Instant, handler: Handler<'_>) -> Tick {
+    pub(crate) fn tick(&mut self, now: Instant, handler: Handler<'_>) -> Tick {
         if self.placement.due(now) {
             self.place(now, handler)
         } else if self.placement.pinned().is_some() && now >= self.follow_at {
@@ -102,7 +102,7 @@ impl Placer {
 
     /// The placement is over (the pool grew past one handler): the loop runs on every
     /// allowed CPU again.
-    pub fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         if self.placement.pinned().is_some() {
             let _ = crate::sys::set_own_cpus(self.placement.allowed());
         }
@@ -110,7 +110,7 @@ impl Placer {
 
     /// The loop slept from `from` to `now` with no request at the handler: a long sleep
     /// is the worker idling (one while the handler runs a long request is not).
-    pub fn slept(&mut self, from: Instant, now: Instant) {
+    pub(crate) fn slept(&mut self, from: Instant, now: Instant) {
         let gap = now.saturating_duration_since(from);
         if gap >= IDLE_GAP {
             self.idle += gap;

@@ -30,7 +30,7 @@ use crate::sys::ipc::{Control, MetricsFds, WorkerEnv};
 use crate::sys::signals::SignalPipe;
 
 /// The preloader's process name (its main thread's, 15 bytes at most).
-pub const PRELOADER_NAME: &str = "m0s-preloader";
+pub(crate) const PRELOADER_NAME: &str = "m0s-preloader";
 
 /// How long a new worker waits to become the master's child: its intermediate parent
 /// exits as soon as its fork returns.
@@ -39,7 +39,7 @@ const ADOPTION_WAIT: Duration = Duration::from_secs(5);
 /// The preloader's life: import, then fork workers until the master closes the control
 /// socket (or a stop signal ends it at once). In a worker it forked, this returns what
 /// the worker's own run returns.
-pub fn run(config: Config, inherited: Inherited) -> Result<(), String> {
+pub(crate) fn run(config: Config, inherited: Inherited) -> Result<(), String> {
     config.identity.assume()?;
     // The master started this process (its exec checked that), and each worker waits to
     // become its child.

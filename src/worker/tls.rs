@@ -11,11 +11,11 @@ use rustls::ServerConnection;
 
 /// The body of the plain-text 400 that plain HTTP to a TLS port gets before the close: what
 /// curl or a browser shows to someone who typed `http://` for an `https://` address.
-pub const PLAIN_HTTP_BODY: &[u8] = b"This port speaks HTTPS: use an https:// address.\r\n";
+pub(crate) const PLAIN_HTTP_BODY: &[u8] = b"This port speaks HTTPS: use an https:// address.\r\n";
 
 /// Why a TLS connection failed before its handshake completed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
+pub(crate) enum Failure {
     /// Plain HTTP came to the TLS port.
     PlainHttp,
     /// The handshake failed (no common version or cipher, a client certificate refused,
@@ -27,7 +27,7 @@ pub enum Failure {
 /// own setup that a client's failure shows, said once at error level: rustls (webpki)
 /// refuses X.509 version 1 certificates, which `openssl x509 -req` still makes when no
 /// extension is given, so a CA that issued those locks every such client out.
-pub fn log_handshake_failure(peer: &dyn std::fmt::Debug, e: &io::Error) {
+pub(crate) fn log_handshake_failure(peer: &dyn std::fmt::Debug, e: &io::Error) {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let v1 = e.to_string().contains("UnsupportedCertVersion");
     // Relaxed: a flag for one message; nothing is published with it.
@@ -80,7 +80,10 @@ impl Read for Recording<'_> {
 }
 
 impl TlsStream {
-    pub fn new(tcp: mio::net::TcpStream, config: &Arc<rustls::ServerConfig>) -> io::Result<Self> {
+    pub(crate) fn new(
+        tcp: mio::net::TcpStream,
+        config: &Arc<rustls::ServerConfig>,
+    ) -> io::Result<Self> {
         let tls = ServerConnection::new(config.clone()).map_err(io::Error::other)?;
         Ok(TlsStream {
             tcp,
@@ -95,19 +98,19 @@ impl TlsStream {
         })
     }
 
-    pub fn tcp(&self) -> &mio::net::TcpStream {
+    pub(crate) fn tcp(&self) -> &mio::net::TcpStream {
         &self.tcp
     }
 
-    pub fn tcp_mut(&mut self) -> &mut mio::net::TcpStream {
+    pub(crate) fn tcp_mut(&mut self) -> &mut mio::net::TcpStream {
         &mut self.tcp
     }
 
-    pub fn client_dn(&self) -> Option<&Arc<str>> {
+    pub(crate) fn client_dn(&self) -> Option<&Arc<str>> {
         self.client_dn.as_ref()
     }
 
-    pub fn failure(&self) -> Option<Failure> {
+    pub(crate) fn failure(&self) -> Option<Failure> {
         self.failure
     }
 
@@ -115,7 +118,7 @@ impl TlsStream {
     /// blocking. A short count means the socket said `WouldBlock` (or end of stream): the
     /// connection's "drained" rule holds as for a plain socket. `Ok(0)` is the end of the
     /// stream (the client's close_notify, or its TCP close).
-    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut n = 0;
         loop {
             if n == buf.len() {
@@ -190,7 +193,7 @@ impl TlsStream {
     }
 
     /// Writes the records rustls holds. `Ok(true)` when none is left.
-    pub fn write_pending(&mut self) -> io::Result<bool> {
+    pub(crate) fn write_pending(&mut self) -> io::Result<bool> {
         while !self.plain && self.tls.wants_write() {
             match self.tls.write_tls(&mut self.tcp) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -204,14 +207,14 @@ impl TlsStream {
     }
 
     /// Records are waiting for the socket.
-    pub fn has_pending(&self) -> bool {
+    pub(crate) fn has_pending(&self) -> bool {
         !self.plain && self.tls.wants_write()
     }
 
     /// Encrypts what rustls's buffer takes of `bufs` and writes what the socket takes.
     /// `WouldBlock` while earlier records still wait for the socket, so rustls holds at
     /// most one batch.
-    pub fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    pub(crate) fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         if self.plain {
             return self.tcp.write_vectored(bufs);
         }
@@ -226,7 +229,7 @@ impl TlsStream {
         Ok(n)
     }
 
-    pub fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+    pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.write_vectored(&[IoSlice::new(buf)])
     }
 
@@ -234,7 +237,7 @@ impl TlsStream {
     /// it is written and the TCP half-close may follow, `Ok(false)` to wait for the socket
     /// (so that a full send buffer does not lose the alert: without it a strict client
     /// takes a body delimited by the close for a truncated one).
-    pub fn close_notify(&mut self) -> io::Result<bool> {
+    pub(crate) fn close_notify(&mut self) -> io::Result<bool> {
         if !self.plain && !self.closing {
             self.closing = true;
             self.tls.send_close_notify();
@@ -243,7 +246,7 @@ impl TlsStream {
     }
 
     /// The TCP half-close, after `close_notify`.
-    pub fn shutdown_write(&mut self) {
+    pub(crate) fn shutdown_write(&mut self) {
         let _ = self.tcp.shutdown(std::net::Shutdown::Write);
     }
 }

@@ -95,7 +95,7 @@ const ENVIRON_PRESIZE_ENTRIES: isize = 48;
 
 /// FNV-1a: header names are short, and SipHash's setup costs more than the hash here.
 #[derive(Default)]
-pub struct Fnv(u64);
+pub(crate) struct Fnv(u64);
 
 impl Hasher for Fnv {
     fn finish(&self) -> u64 {
@@ -124,7 +124,7 @@ struct Keys {
     remote_addr: Py<PyString>,
     remote_port: Py<PyString>,
     remote_host: Py<PyString>,
-    pub wsgi_input: Py<PyString>,
+    pub(crate) wsgi_input: Py<PyString>,
     url_scheme: Py<PyString>,
     forwarded: Py<PyString>,
     x_forwarded_for: Py<PyString>,
@@ -306,18 +306,23 @@ impl EnvBuilder {
     }
 
     /// Adds an entry every environ gets (set once, copied with the base dict).
-    pub fn add_constant(&self, py: Python<'_>, key: &str, value: Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn add_constant(
+        &self,
+        py: Python<'_>,
+        key: &str,
+        value: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         self.base
             .bind(py)
             .set_item(PyString::intern(py, key), value)
     }
 
-    pub fn input_key<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
+    pub(crate) fn input_key<'py>(&self, py: Python<'py>) -> &Bound<'py, PyString> {
         self.keys.wsgi_input.bind(py)
     }
 
     /// The client a trusted proxy named for the request just built, if one did (taken).
-    pub fn take_forwarded_client(&mut self) -> Option<String> {
+    pub(crate) fn take_forwarded_client(&mut self) -> Option<String> {
         self.forwarded_client.take()
     }
 

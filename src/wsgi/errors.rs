@@ -8,7 +8,7 @@ use crate::log;
 use crate::pipeline::msg::Request;
 
 /// `METHOD target` for log lines, lossy and bounded.
-pub fn describe_request(req: &Request) -> String {
+pub(crate) fn describe_request(req: &Request) -> String {
     let method = String::from_utf8_lossy(req.head.method.get(&req.data));
     let target = req.head.target.get(&req.data);
     let target = String::from_utf8_lossy(&target[..target.len().min(200)]);
@@ -16,7 +16,7 @@ pub fn describe_request(req: &Request) -> String {
 }
 
 /// `METHOD /path?query` from an environ, for log lines.
-pub fn describe_environ(environ: &Bound<'_, pyo3::types::PyDict>) -> String {
+pub(crate) fn describe_environ(environ: &Bound<'_, pyo3::types::PyDict>) -> String {
     let get = |k: &str| -> String {
         environ
             .get_item(k)
@@ -31,7 +31,7 @@ pub fn describe_environ(environ: &Bound<'_, pyo3::types::PyDict>) -> String {
 }
 
 /// Logs `err` with its Python traceback.
-pub fn log_exception(py: Python<'_>, err: &PyErr, context: &str) {
+pub(crate) fn log_exception(py: Python<'_>, err: &PyErr, context: &str) {
     let tb = crate::python::format_exception(py, err);
     log::error!("{context}:\n{}", tb.trim_end());
 }

@@ -14,7 +14,7 @@ use crate::sys::syscall;
 const FILE_WRAPPER_BLOCK_BYTES: usize = 64 * 1024;
 
 #[pyclass(module = "m0serve", name = "FileWrapper")]
-pub struct FileWrapper {
+pub(crate) struct FileWrapper {
     filelike: Py<PyAny>,
     blksize: usize,
 }
@@ -24,7 +24,7 @@ impl FileWrapper {
     /// of our own (a dup, close-on-exec), the object's current position, and the bytes
     /// from there to the end. `None` (and the body is iterated instead) for anything else:
     /// no `fileno()`, a text-mode file, a pipe or socket, an error on the way.
-    pub fn regular_file(&self, py: Python<'_>) -> Option<(OwnedFd, u64, u64)> {
+    pub(crate) fn regular_file(&self, py: Python<'_>) -> Option<(OwnedFd, u64, u64)> {
         let f = self.filelike.bind(py);
         let probe = || -> PyResult<Option<(i32, u64)>> {
             if f.hasattr("encoding")? {

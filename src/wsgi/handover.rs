@@ -30,7 +30,7 @@ const SOCKET_TIMEOUT_SECS: f64 = 365.0 * 86_400.0;
 
 /// The environ's `gunicorn.socket` (see the module).
 #[pyclass(frozen, module = "m0serve")]
-pub struct HandOver {
+pub(crate) struct HandOver {
     /// The loop's descriptor for the connection, lent for this request; or why there is
     /// none.
     fd: Result<RawFd, &'static str>,
@@ -44,7 +44,7 @@ pub struct HandOver {
 impl HandOver {
     /// The socket `fd` (lent for this request), taken when first touched; `taken` and the
     /// serving `handler`'s `HandlerShared::websocket` say so.
-    pub fn new(
+    pub(crate) fn new(
         fd: RawFd,
         taken: Arc<AtomicBool>,
         handler: Arc<crate::pipeline::shared::HandlerShared>,
@@ -58,7 +58,7 @@ impl HandOver {
     }
 
     /// No socket to give: touching it raises `RuntimeError(why)`.
-    pub fn refused(why: &'static str) -> HandOver {
+    pub(crate) fn refused(why: &'static str) -> HandOver {
         HandOver {
             fd: Err(why),
             socket: OnceLock::new(),

@@ -18,7 +18,7 @@ use crate::sys::spool::SpooledBody;
 const LINE_SCAN_BYTES: usize = 8 * 1024;
 
 #[pyclass(module = "m0serve", name = "Input")]
-pub struct Input {
+pub(crate) struct Input {
     data: Vec<u8>,
     pos: usize,
     /// A body over `--body-buffer-size`, read from its file (then `data` holds no body).
@@ -29,7 +29,7 @@ pub struct Input {
 
 impl Input {
     /// `data[start..]` is the body, or `spooled` holds it.
-    pub fn new(data: Vec<u8>, start: usize, spooled: Option<SpooledBody>) -> Input {
+    pub(crate) fn new(data: Vec<u8>, start: usize, spooled: Option<SpooledBody>) -> Input {
         let pos = start.min(data.len());
         Input {
             data,
@@ -93,13 +93,13 @@ impl Input {
 /// it (an app may keep it, or a body set aside keeps its environ): a request allocates no
 /// object for it.
 #[derive(Default)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     last: Option<Py<Input>>,
 }
 
 impl Inputs {
     /// `wsgi.input` over `data[start..]` or `spooled`.
-    pub fn for_request<'py>(
+    pub(crate) fn for_request<'py>(
         &mut self,
         py: Python<'py>,
         data: Vec<u8>,
@@ -121,7 +121,7 @@ impl Inputs {
 
     /// The request is over: the body is let go now, not when the next request comes, if
     /// nothing else holds the object (else its holder keeps it).
-    pub fn release(&mut self, py: Python<'_>) {
+    pub(crate) fn release(&mut self, py: Python<'_>) {
         if let Some(last) = self.unshared(py) {
             if let Ok(mut input) = last.try_borrow_mut() {
                 *input = Input::new(Vec::new(), 0, None);

@@ -1,15 +1,15 @@
 //! The PEP 3333 bridge: one [`Bridge`] per handler thread turns a [`Request`] into an
 //! environ, calls the app, and drives its response into the response ring.
 
-pub mod environ;
-pub mod errors;
-pub mod file_wrapper;
-pub mod handover;
-pub mod input;
-pub mod proxy;
-pub mod pystr;
-pub mod response;
-pub mod start_response;
+pub(crate) mod environ;
+pub(crate) mod errors;
+pub(crate) mod file_wrapper;
+pub(crate) mod handover;
+pub(crate) mod input;
+pub(crate) mod proxy;
+pub(crate) mod pystr;
+pub(crate) mod response;
+pub(crate) mod start_response;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -185,13 +185,13 @@ impl Bridge {
     }
 
     /// The credits of the bodies set aside: a waiting handler wakes when one can go on.
-    pub fn credits(&self) -> &[Arc<StreamCredit>] {
+    pub(crate) fn credits(&self) -> &[Arc<StreamCredit>] {
         &self.credits
     }
 
     /// It takes requests from its ring: fewer than `DEFERRED_MAX` wait behind bodies set
     /// aside. (Past that the ring fills, and the loop stops reading those connections.)
-    pub fn takes_requests(&self) -> bool {
+    pub(crate) fn takes_requests(&self) -> bool {
         self.deferred.len() < DEFERRED_MAX
     }
 
@@ -199,7 +199,7 @@ impl Bridge {
     /// client took some of it (or left), else serves the next request in order (a
     /// deferred one whose connection is free again, else one from the ring). `false` when
     /// there was nothing to do.
-    pub fn step(&mut self, py: Python<'_>, rx: &mut Consumer<Box<Request>>) -> bool {
+    pub(crate) fn step(&mut self, py: Python<'_>, rx: &mut Consumer<Box<Request>>) -> bool {
         if self.resumed_last {
             self.resumed_last = false;
             if self.serve_next(py, rx) {
@@ -250,7 +250,7 @@ impl Bridge {
 
     /// Inline mode, at the start of a loop pass: the bodies that yielded in the last one
     /// may go on.
-    pub fn new_pass(&mut self) {
+    pub(crate) fn new_pass(&mut self) {
         for p in &mut self.suspended {
             p.yielded = false;
         }
@@ -366,7 +366,7 @@ impl Bridge {
     }
 
     /// Writes buffered access log lines (before the handler waits).
-    pub fn flush_log(&mut self) {
+    pub(crate) fn flush_log(&mut self) {
         if let Some(log) = self.log.as_mut() {
             log.flush();
         }
@@ -522,7 +522,7 @@ impl Bridge {
 
     /// At exit: bodies still set aside are given up, their iterables closed; deferred
     /// requests are dropped (the loop has stopped).
-    pub fn abandon(&mut self, py: Python<'_>) {
+    pub(crate) fn abandon(&mut self, py: Python<'_>) {
         self.credits.clear();
         self.deferred.clear();
         self.ex.drop_aside(py);

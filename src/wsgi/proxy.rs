@@ -16,19 +16,19 @@
 
 use std::net::IpAddr;
 
-pub use crate::http::trusted::Trusted;
+pub(crate) use crate::http::trusted::Trusted;
 
 /// What a trusted peer's headers say about the client.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Forwarded {
-    pub client: Option<String>,
+pub(crate) struct Forwarded {
+    pub(crate) client: Option<String>,
     /// `Some(true)` for https, `Some(false)` for http.
-    pub https: Option<bool>,
+    pub(crate) https: Option<bool>,
 }
 
 /// From the raw header values (each as received, possibly repeated lines joined by the
 /// caller in order): `Forwarded` wins over the `X-Forwarded-*` pair when present.
-pub fn resolve(
+pub(crate) fn resolve(
     trusted: &Trusted,
     forwarded: &[&[u8]],
     x_forwarded_for: &[&[u8]],

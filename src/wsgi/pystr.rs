@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
 /// A latin-1 native string from bytes (PEP 3333: "native strings" decoded as ISO-8859-1).
-pub fn latin1_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
+pub(crate) fn latin1_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyString>> {
     // SAFETY: the pointer and length describe `bytes`, which outlives the call; latin-1
     // decoding cannot fail on any byte, and a NULL result (memory) becomes the pending
     // Python error.
@@ -23,7 +23,7 @@ pub fn latin1_str<'py>(py: Python<'py>, bytes: &[u8]) -> PyResult<Bound<'py, PyS
 
 /// The latin-1 bytes of a native string (PEP 3333: status and header names and values are
 /// `str` holding only code points below 256).
-pub fn latin1<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
+pub(crate) fn latin1<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
     let s = obj.cast::<PyString>().map_err(|_| {
         let ty = obj
             .get_type()
@@ -53,7 +53,7 @@ pub fn latin1<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<&'a [u8]> {
 }
 
 /// A body item (PEP 3333: bytestrings only).
-pub fn bytes_of<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
+pub(crate) fn bytes_of<'a, 'py>(item: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
     match item.cast::<PyBytes>() {
         Ok(b) => Ok(b),
         Err(_) => {

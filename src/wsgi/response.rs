@@ -55,14 +55,14 @@ fn encode_err(e: EncodeError) -> PyErr {
 
 /// The request facts the response needs.
 #[derive(Clone, Copy)]
-pub struct ReqInfo {
-    pub id: u64,
-    pub conn: ConnRef,
-    pub version: Version,
-    pub is_head: bool,
-    pub keep_alive: bool,
+pub(crate) struct ReqInfo {
+    pub(crate) id: u64,
+    pub(crate) conn: ConnRef,
+    pub(crate) version: Version,
+    pub(crate) is_head: bool,
+    pub(crate) keep_alive: bool,
     /// The connection's socket, lent for this response (`Request::socket`).
-    pub socket: Option<LentSocket>,
+    pub(crate) socket: Option<LentSocket>,
 }
 
 /// Where an exchange's response messages go.
@@ -79,9 +79,9 @@ pub enum Sink {
 /// The app's body disagreed with its own Content-Length (PEP 3333: the server should
 /// note it): what it declared and what it produced.
 #[derive(Clone, Copy, Debug)]
-pub struct LengthMismatch {
-    pub declared: u64,
-    pub produced: u64,
+pub(crate) struct LengthMismatch {
+    pub(crate) declared: u64,
+    pub(crate) produced: u64,
 }
 
 /// One handler's exchange: the response of the request being served, and where its
@@ -94,12 +94,12 @@ pub struct LengthMismatch {
 /// stay in order); it needs the GIL back afterwards, which a thread blocked on the lock
 /// while holding the GIL would never give. No Python code runs with the lock held (the
 /// headers are a list by then, see `start`), so the lock is never taken twice by a thread.
-pub struct Exchange {
+pub(crate) struct Exchange {
     inner: Mutex<Inner>,
     /// `ConnRef::packed` of the current response's connection (`u64::MAX`: none), for
     /// `client_gone`, which must not wait for the lock.
     current_conn: AtomicU64,
-    pub shared: Arc<HandlerShared>,
+    pub(crate) shared: Arc<HandlerShared>,
     loop_shared: Arc<LoopShared>,
 }
 
@@ -217,7 +217,7 @@ impl Inner {
 /// One response in the making: current, or set aside while its body waits for a slow
 /// client (`set_aside`, `resume`).
 struct State {
-    pub req: ReqInfo,
+    pub(crate) req: ReqInfo,
     status: Option<Py<PyString>>,
     /// Always a list (`start` copies another iterable into one).
     headers: Option<Py<PyList>>,
@@ -245,8 +245,8 @@ struct State {
     /// The flow control of this response's middle parts (made with the first one).
     stream: Option<Arc<StreamCredit>>,
     /// For the access log: the status sent, and the body bytes framed so far.
-    pub code: u16,
-    pub body_bytes: u64,
+    pub(crate) code: u16,
+    pub(crate) body_bytes: u64,
 }
 
 impl State {
@@ -276,7 +276,7 @@ impl State {
 
 /// A wait that may be needed before a body item is sent.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Credit {
+pub(crate) enum Credit {
     /// `write()`: PEP 3333 has it block until the data is on its way, so a spent credit
     /// waits (on a handler thread; inline mode never waits, the loop being this thread).
     Wait,
@@ -286,7 +286,11 @@ pub enum Credit {
 }
 
 impl Exchange {
-    pub fn new(sink: Sink, shared: Arc<HandlerShared>, loop_shared: Arc<LoopShared>) -> Exchange {
+    pub(crate) fn new(
+        sink: Sink,
+        shared: Arc<HandlerShared>,
+        loop_shared: Arc<LoopShared>,
+    ) -> Exchange {
         let idle = ReqInfo {
             id: 0,
             conn: ConnRef { slot: 0, gen: 0 },
@@ -324,7 +328,7 @@ impl Exchange {
 
     /// A new request; what the exchange held (a finished response) is dropped. Whether
     /// its connection is already gone (`cancelled`), read under the same lock.
-    pub fn begin(&self, py: Python<'_>, req: ReqInfo) -> bool {
+    pub(crate) fn begin(&self, py: Python<'_>, req: ReqInfo) -> bool {
         self.set_current(req.conn);
         let mut inner = self.lock(py);
         let old = std::mem::replace(&mut inner.st, State::new(req));
@@ -338,7 +342,7 @@ impl Exchange {
     /// Sets the current response aside (its body waits for a slow client): the exchange
     /// is idle until the next `begin` or `resume`. Its stream credit, which the caller
     /// watches.
-    pub fn set_aside(&self, py: Python<'_>) -> Option<Arc<StreamCredit>> {
+    pub(crate) fn set_aside(&self, py: Python<'_>) -> Option<Arc<StreamCredit>> {
         let mut inner = self.lock(py);
         let idle = ReqInfo {
             id: 0,
@@ -358,7 +362,7 @@ impl Exchange {
     }
 
     /// Makes the response of request `id`, set aside, current again.
-    pub fn resume(&self, py: Python<'_>, id: u64) {
+    pub(crate) fn resume(&self, py: Python<'_>, id: u64) {
         let mut inner = self.lock(py);
         let Some(i) = inner.aside.iter().position(|s| s.req.id == id) else {
             return;
@@ -371,26 +375,30 @@ impl Exchange {
     }
 
     /// At exit: the responses set aside are dropped (with the lock released).
-    pub fn drop_aside(&self, py: Python<'_>) {
+    pub(crate) fn drop_aside(&self, py: Python<'_>) {
         let aside = std::mem::take(&mut self.lock(py).aside);
         drop(aside);
     }
 
     /// The current request's id and connection.
-    pub fn current(&self, py: Python<'_>) -> (u64, ConnRef) {
+    pub(crate) fn current(&self, py: Python<'_>) -> (u64, ConnRef) {
         let inner = self.lock(py);
         (inner.st.req.id, inner.st.req.conn)
     }
 
     /// The access log's view of the response: its status and body bytes.
-    pub fn outcome(&self, py: Python<'_>) -> (u16, u64) {
+    pub(crate) fn outcome(&self, py: Python<'_>) -> (u16, u64) {
         let inner = self.lock(py);
         (inner.st.code, inner.st.body_bytes)
     }
 
     /// The current response's values of the headers `names` (lowercase), for the access
     /// log's `%({name}o)s`: the first of each name the app gave, or `None`.
-    pub fn response_headers(&self, py: Python<'_>, names: &[String]) -> Vec<Option<Vec<u8>>> {
+    pub(crate) fn response_headers(
+        &self,
+        py: Python<'_>,
+        names: &[String],
+    ) -> Vec<Option<Vec<u8>>> {
         let mut out = vec![None; names.len()];
         let headers = {
             let inner = self.lock(py);
@@ -420,7 +428,7 @@ impl Exchange {
 
     /// `start_response(status, headers, exc_info)`, PEP 3333 "The start_response()
     /// Callable", for request `id`.
-    pub fn start(
+    pub(crate) fn start(
         &self,
         py: Python<'_>,
         id: u64,
@@ -604,7 +612,7 @@ impl Exchange {
     /// or `write()` for request `id` (current, or set aside: an app thread may write to a
     /// response whose iterable waits for its client). `true` when a message went to the
     /// loop.
-    pub fn send(
+    pub(crate) fn send(
         &self,
         py: Python<'_>,
         id: Option<u64>,
@@ -713,7 +721,7 @@ impl Exchange {
 
     /// A body of known items (`total` bytes in all), whole: head and items go into one
     /// message, and the response is finished, under one lock (see `finish`).
-    pub fn send_whole(
+    pub(crate) fn send_whole(
         &self,
         py: Python<'_>,
         chunks: &[Bound<'_, PyAny>],
@@ -753,7 +761,7 @@ impl Exchange {
 
     /// The body is complete: end it and push the last part. A body that disagreed with
     /// the app's Content-Length is reported (the connection closes after it).
-    pub fn finish(&self, py: Python<'_>) -> PyResult<Option<LengthMismatch>> {
+    pub(crate) fn finish(&self, py: Python<'_>) -> PyResult<Option<LengthMismatch>> {
         let mut inner = self.lock(py);
         self.finish_locked(py, &mut inner)
     }
@@ -814,7 +822,13 @@ impl Exchange {
     /// Content-Length and the loop sends the file with `sendfile(2)` (in `finish`).
     /// `false` when the response already started otherwise (after `write()`): the caller
     /// then iterates the file as any body.
-    pub fn take_file(&self, py: Python<'_>, fd: OwnedFd, offset: u64, len: u64) -> PyResult<bool> {
+    pub(crate) fn take_file(
+        &self,
+        py: Python<'_>,
+        fd: OwnedFd,
+        offset: u64,
+        len: u64,
+    ) -> PyResult<bool> {
         let mut inner = self.lock(py);
         let Inner { st, head, .. } = &mut *inner;
         if st.sent {
@@ -845,7 +859,7 @@ impl Exchange {
 
     /// The response failed. Before the head went out: a 500 (the connection stays usable).
     /// After: close the connection without ending the body.
-    pub fn fail(&self, py: Python<'_>) {
+    pub(crate) fn fail(&self, py: Python<'_>) {
         let mut inner = self.lock(py);
         let Inner { st, out, head, .. } = &mut *inner;
         let conn = st.req.conn;
@@ -906,7 +920,7 @@ impl Exchange {
     /// The app took the connection's socket (a WebSocket): nothing of the response is
     /// written (what the app gave `start_response` or `write()` is dropped; it spoke on the
     /// socket itself), and the loop forgets the connection. The access log shows 101.
-    pub fn hand_over(&self, py: Python<'_>) {
+    pub(crate) fn hand_over(&self, py: Python<'_>) {
         let mut inner = self.lock(py);
         let Inner { st, out, .. } = &mut *inner;
         let conn = st.req.conn;
@@ -931,7 +945,7 @@ impl Exchange {
 
     /// The head is out and the response has no body (HEAD, 204, 304): iterating further
     /// would only produce bytes to discard, and a client that left would never be noticed.
-    pub fn body_complete(&self, py: Python<'_>) -> bool {
+    pub(crate) fn body_complete(&self, py: Python<'_>) -> bool {
         let inner = self.lock(py);
         inner.st.sent && inner.st.framing == Framing::NoBody
     }
@@ -941,7 +955,7 @@ impl Exchange {
     ///
     /// Without the lock (another thread may hold it, waiting in `write()` for a slow
     /// client): one load of the connection's word in the departures.
-    pub fn client_gone(&self) -> bool {
+    pub(crate) fn client_gone(&self) -> bool {
         // Relaxed: written by the thread serving the request (under the lock), which is the
         // one that lets the app run, so any caller sees this request's value.
         let conn = self.current_conn.load(Ordering::Relaxed);
@@ -949,13 +963,13 @@ impl Exchange {
     }
 
     /// The current request's connection is gone: stop producing its body.
-    pub fn cancelled(&self, py: Python<'_>) -> bool {
+    pub(crate) fn cancelled(&self, py: Python<'_>) -> bool {
         let inner = self.lock(py);
         is_cancelled(&self.loop_shared.departures, &inner)
     }
 
     /// The current response's credit is spent: its body should be set aside.
-    pub fn out_of_credit(&self, py: Python<'_>) -> bool {
+    pub(crate) fn out_of_credit(&self, py: Python<'_>) -> bool {
         self.lock(py).st.stream.as_ref().is_some_and(|c| c.spent())
     }
 
@@ -1062,7 +1076,7 @@ thread_local! {
 
 /// Called by the loop thread of an inline worker: a `write()` on it (the app's own call, or
 /// code the loop runs as it closes a body) never waits for credit.
-pub fn mark_inline_loop_thread() {
+pub(crate) fn mark_inline_loop_thread() {
     INLINE_LOOP.with(|l| l.set(true));
 }
 

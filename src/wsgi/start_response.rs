@@ -22,7 +22,7 @@ use super::refs;
 use super::response::{Credit, Exchange};
 
 #[pyclass(module = "m0serve", name = "StartResponse", frozen)]
-pub struct StartResponse {
+pub(crate) struct StartResponse {
     ex: Arc<Exchange>,
     /// The request these callables are for. Relaxed: it is stored and read only with the
     /// GIL held, whose hand-over orders them.
@@ -54,7 +54,7 @@ impl StartResponse {
 /// handed to the loop before `write` returns, after waiting (GIL released) while the
 /// client has too much of this response unread.
 #[pyclass(module = "m0serve", name = "Write", frozen)]
-pub struct Write {
+pub(crate) struct Write {
     ex: Arc<Exchange>,
     /// As `StartResponse::id`.
     id: AtomicU64,
@@ -72,7 +72,7 @@ impl Write {
 
 /// A handler's `start_response` (and with it `write`), handed to one request after
 /// another while nothing else holds them.
-pub struct Callables {
+pub(crate) struct Callables {
     sr: Py<StartResponse>,
     /// `sr.start_response`, what the app gets.
     start_fn: Py<PyAny>,
@@ -82,7 +82,7 @@ pub struct Callables {
 }
 
 impl Callables {
-    pub fn new(py: Python<'_>, ex: &Arc<Exchange>) -> PyResult<Callables> {
+    pub(crate) fn new(py: Python<'_>, ex: &Arc<Exchange>) -> PyResult<Callables> {
         let writer = Bound::new(
             py,
             Write {
@@ -117,7 +117,11 @@ impl Callables {
     /// nothing but this holds them (so no app can still call them for that request), else
     /// new ones, and these are left to whoever kept them, still answering for their own
     /// request.
-    pub fn for_request<'py>(&mut self, py: Python<'py>, id: u64) -> PyResult<Bound<'py, PyAny>> {
+    pub(crate) fn for_request<'py>(
+        &mut self,
+        py: Python<'py>,
+        id: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if !self.unshared(py) {
             let ex = self.sr.get().ex.clone();
             *self = Callables::new(py, &ex)?;
@@ -163,8 +167,8 @@ fn no_weak_refs(f: &Py<PyAny>) -> bool {
 /// app can stop early. One object per handler, answering for the request it is called
 /// during: a flag check, no system call.
 #[pyclass(module = "m0serve", name = "ClientDisconnected", frozen)]
-pub struct ClientDisconnected {
-    pub ex: Arc<Exchange>,
+pub(crate) struct ClientDisconnected {
+    pub(crate) ex: Arc<Exchange>,
 }
 
 #[pymethods]

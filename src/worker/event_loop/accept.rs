@@ -73,17 +73,17 @@ pub(super) struct Acceptor {
     /// socket, so each takes its turn).
     batch: usize,
     /// The last accept failed, or stopped at a limit: retry after a close.
-    pub blocked: bool,
+    pub(crate) blocked: bool,
     /// The last accept pass stopped at its batch, not at `WouldBlock`.
-    pub more: bool,
+    pub(crate) more: bool,
     /// Accepting waits until then: this worker sheds, another may take them first.
-    pub deferred: Option<Instant>,
+    pub(crate) deferred: Option<Instant>,
     errors: AcceptErrors,
 }
 
 impl Acceptor {
     /// Registers the listeners with the poller.
-    pub fn new(
+    pub(super) fn new(
         mut listeners: Vec<Listener>,
         registry: &Registry,
         opts: &super::LoopOptions,
@@ -118,7 +118,11 @@ impl Acceptor {
     }
 
     /// `--metrics-port`: also accept scrapes from `listener`.
-    pub fn set_metrics(&mut self, mut listener: Listener, registry: &Registry) -> io::Result<()> {
+    pub(super) fn set_metrics(
+        &mut self,
+        mut listener: Listener,
+        registry: &Registry,
+    ) -> io::Result<()> {
         registry.register(listener.source(), METRICS, Interest::READABLE)?;
         self.metrics = Some(listener);
         Ok(())
@@ -126,7 +130,7 @@ impl Acceptor {
 
     /// A graceful stop: no more connections; scrapes go to the workers still serving (a
     /// reload's new ones).
-    pub fn close(&mut self, registry: &Registry) {
+    pub(super) fn close(&mut self, registry: &Registry) {
         let metrics = self.metrics.take();
         for mut l in std::mem::take(&mut self.listeners)
             .into_iter()
@@ -137,7 +141,7 @@ impl Acceptor {
     }
 
     /// Whether a token is one of the app's listeners'.
-    pub fn is_listener(t: Token) -> bool {
+    pub(super) fn is_listener(t: Token) -> bool {
         (FIRST_LISTENER..FIRST_LISTENER + MAX_LISTENERS).contains(&t.0)
     }
 
@@ -225,7 +229,7 @@ impl Acceptor {
 
     /// Logs the accept failures since the last line (at most one line a second): the
     /// count, and the last one's cause.
-    pub fn report_failures(&mut self, now: Instant) {
+    pub(super) fn report_failures(&mut self, now: Instant) {
         let e = &mut self.errors;
         if e.since_logged == 0
             || e.logged_at

@@ -47,7 +47,7 @@ pub(super) struct Admission {
 }
 
 impl Admission {
-    pub fn new(budget: Option<Duration>) -> Admission {
+    pub(super) fn new(budget: Option<Duration>) -> Admission {
         Admission {
             budget,
             room: usize::MAX,
@@ -61,7 +61,7 @@ impl Admission {
     /// one of those handlers free); overloaded, of `OVERLOADED_SHARE` of the budget.
     /// Unbounded before the pace is known, and when off. `now`, `now_ns`: the pass's
     /// clock, and as `stats::mono_ns`.
-    pub fn refresh(&mut self, handlers: &Handlers, now: Instant, now_ns: u64) {
+    pub(super) fn refresh(&mut self, handlers: &Handlers, now: Instant, now_ns: u64) {
         let Some(mut budget) = self.budget else {
             return;
         };
@@ -83,13 +83,13 @@ impl Admission {
 
     /// Whether a request read now, with `ahead` requests before it (out on the handlers or
     /// waiting in the loop, bodies set aside among them), may wait for a handler.
-    pub fn admits(&self, ahead: usize) -> bool {
+    pub(super) fn admits(&self, ahead: usize) -> bool {
         ahead.saturating_sub(self.aside) <= self.room
     }
 
     /// A request was refused at the door at `now` (`admits` said no): the worker is
     /// overloaded for `SHEDDING_HOLD`.
-    pub fn refused(&mut self, now: Instant) {
+    pub(super) fn refused(&mut self, now: Instant) {
         self.overloaded_until = Some(now + SHEDDING_HOLD);
     }
 
@@ -98,7 +98,7 @@ impl Admission {
     /// changed (one got stuck, the host got busy). The slack spares a burst admitted whole
     /// whose work runs a little slower than its pace said. With no room at all now, past
     /// `NO_ROOM_WAIT`.
-    pub fn expired(&self, queued_at: Instant, now: Instant) -> bool {
+    pub(super) fn expired(&self, queued_at: Instant, now: Instant) -> bool {
         let waited = now.saturating_duration_since(queued_at);
         self.budget.is_some_and(|b| {
             waited > b * EXPIRY_BUDGETS || (self.room == 0 && waited > NO_ROOM_WAIT)

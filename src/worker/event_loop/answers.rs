@@ -13,7 +13,7 @@ use crate::worker::conn::Conn;
 
 pub(super) struct Answers {
     /// The `Date` value, re-rendered once a second (also for reading's own refusals).
-    pub date: DateCache,
+    pub(crate) date: DateCache,
     /// `--root-path`, when the loop answers requests outside it with 404.
     root_path: Option<String>,
     /// The counters every worker shares, for scrapes (`None`: this worker could not map
@@ -24,7 +24,7 @@ pub(super) struct Answers {
 }
 
 impl Answers {
-    pub fn new(root_path: Option<String>) -> Answers {
+    pub(super) fn new(root_path: Option<String>) -> Answers {
         Answers {
             date: DateCache::new(),
             root_path,
@@ -34,7 +34,7 @@ impl Answers {
     }
 
     /// `--static-map`'s files, logged to `log` when there is an access log.
-    pub fn set_static_files(
+    pub(super) fn set_static_files(
         &mut self,
         statics: Option<super::statics::StaticFiles>,
         log: Option<Arc<crate::access_log::AccessLog>>,
@@ -46,12 +46,12 @@ impl Answers {
     }
 
     /// The `--static-map` mount `req` is under, if any.
-    pub fn static_mount(&self, req: &Request) -> Option<u8> {
+    pub(super) fn static_mount(&self, req: &Request) -> Option<u8> {
         self.statics.as_ref()?.mount_of(req)
     }
 
     /// A file of mount `m` (`static_mount`): queued on `conn`, logged; its status.
-    pub fn static_file(
+    pub(super) fn static_file(
         &mut self,
         conn: &mut Conn,
         req: &Request,
@@ -65,18 +65,18 @@ impl Answers {
     }
 
     /// Writes the static files' buffered access log lines (before the loop sleeps).
-    pub fn flush_log(&mut self) {
+    pub(super) fn flush_log(&mut self) {
         if let Some(s) = self.statics.as_mut() {
             s.flush_log();
         }
     }
 
-    pub fn set_metrics_region(&mut self, region: Option<Arc<crate::metrics::Region>>) {
+    pub(super) fn set_metrics_region(&mut self, region: Option<Arc<crate::metrics::Region>>) {
         self.metrics_region = region;
     }
 
     /// A scrape's request: answered from the shared counters.
-    pub fn metrics(&mut self, conn: &mut Conn, req: &Request) {
+    pub(super) fn metrics(&mut self, conn: &mut Conn, req: &Request) {
         let out = crate::metrics::http_answer(
             self.metrics_region.as_deref(),
             req.head.target.get(&req.data),
@@ -89,17 +89,17 @@ impl Answers {
 
     /// `--static-response`: what the hello-world app answers, without Python; the loop's
     /// ceiling, with the same per-request buffer as a real response.
-    pub fn hello(&mut self, conn: &mut Conn, req: &Request) {
+    pub(super) fn hello(&mut self, conn: &mut Conn, req: &Request) {
         self.plain(conn, req, 200, "OK", b"Hello, World!");
     }
 
     /// A request outside `--root-path`: 404.
-    pub fn outside_root(&mut self, conn: &mut Conn, req: &Request) {
+    pub(super) fn outside_root(&mut self, conn: &mut Conn, req: &Request) {
         self.plain(conn, req, 404, "Not Found", b"Not Found");
     }
 
     /// A request shed for its wait (`--max-queue-wait`): 503, try again in a second.
-    pub fn busy(&mut self, conn: &mut Conn, req: &Request) {
+    pub(super) fn busy(&mut self, conn: &mut Conn, req: &Request) {
         let out = crate::http::encode::simple_response_with(
             503,
             "Service Unavailable",
@@ -115,7 +115,7 @@ impl Answers {
 
     /// Whether `req` is for the app under `--root-path` (always, without one; `OPTIONS *`
     /// too).
-    pub fn within_root(&self, req: &Request) -> bool {
+    pub(super) fn within_root(&self, req: &Request) -> bool {
         let Some(root) = &self.root_path else {
             return true;
         };

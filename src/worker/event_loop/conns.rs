@@ -91,22 +91,22 @@ impl std::ops::DerefMut for Taken {
 /// How many connections of each kind are open.
 #[derive(Clone, Copy, Default)]
 pub(super) struct Counts {
-    pub open: usize,
+    pub(crate) open: usize,
     /// Of `open`, those that came to the metrics port.
-    pub metrics: usize,
+    pub(crate) metrics: usize,
     /// Of `open`, those of the app's ports in their lingering close.
-    pub lingering: usize,
+    pub(crate) lingering: usize,
 }
 
 impl Counts {
     /// The app's connections that take a `--max-connections` place (a lingering one is
     /// on its way out).
-    pub fn serving(&self) -> usize {
+    pub(super) fn serving(&self) -> usize {
         self.open - self.metrics - self.lingering
     }
 
     /// The app's connections (the metrics' gauge).
-    pub fn app(&self) -> usize {
+    pub(super) fn app(&self) -> usize {
         self.open - self.metrics
     }
 }
@@ -126,7 +126,7 @@ pub(super) struct ConnTable {
 }
 
 impl ConnTable {
-    pub fn new() -> std::io::Result<ConnTable> {
+    pub(super) fn new() -> std::io::Result<ConnTable> {
         Ok(ConnTable {
             slots: Vec::new(),
             free: Vec::new(),
@@ -138,23 +138,23 @@ impl ConnTable {
         })
     }
 
-    pub fn counts(&self) -> Counts {
+    pub(super) fn counts(&self) -> Counts {
         self.counts
     }
 
     /// Slots numbered so far (closed ones included): `0..len()` covers every connection.
-    pub fn len(&self) -> u32 {
+    pub(super) fn len(&self) -> u32 {
         self.slots.len() as u32
     }
 
     /// Whether a new connection would find a slot.
-    pub fn has_room(&self) -> bool {
+    pub(super) fn has_room(&self) -> bool {
         !self.free.is_empty() || self.slots.len() < MAX_SLOTS
     }
 
     /// A slot for a new connection, and the reference it will have; `None` when there is
     /// none (`has_room` said so), or when the departures cannot follow a new slot.
-    pub fn reserve(&mut self, departures: &Departures) -> Option<ConnRef> {
+    pub(super) fn reserve(&mut self, departures: &Departures) -> Option<ConnRef> {
         let slot = match self.free.pop() {
             Some(s) => s,
             None if self.slots.len() < MAX_SLOTS => {
@@ -174,12 +174,12 @@ impl ConnTable {
     }
 
     /// Gives back a slot `reserve` gave that was not used.
-    pub fn unreserve(&mut self, r: ConnRef) {
+    pub(super) fn unreserve(&mut self, r: ConnRef) {
         self.free.push(r.slot);
     }
 
     /// Puts a new connection into the slot `reserve` gave it.
-    pub fn insert(&mut self, conn: Box<Conn>) {
+    pub(super) fn insert(&mut self, conn: Box<Conn>) {
         let r = conn.me();
         self.counts.open += 1;
         self.counts.metrics += usize::from(conn.is_metrics());
@@ -187,17 +187,17 @@ impl ConnTable {
     }
 
     /// The slot an event's token names, if the connection it was registered for holds it.
-    pub fn slot_of(&self, t: Token) -> Option<u32> {
+    pub(super) fn slot_of(&self, t: Token) -> Option<u32> {
         let slot = token_slot(t.0, |s| self.slots.get(s).map(|s| s.gen))?;
         self.slots[slot as usize].conn.is_some().then_some(slot)
     }
 
-    pub fn get_mut(&mut self, slot: u32) -> Option<&mut Conn> {
+    pub(super) fn get_mut(&mut self, slot: u32) -> Option<&mut Conn> {
         self.slots.get_mut(slot as usize)?.conn.as_deref_mut()
     }
 
     /// The connection `r` names, if it is still open (in its slot).
-    pub fn by_ref(&mut self, r: ConnRef) -> Option<&mut Conn> {
+    pub(super) fn by_ref(&mut self, r: ConnRef) -> Option<&mut Conn> {
         let s = self.slots.get_mut(r.slot as usize)?;
         if s.gen != r.gen {
             return None;
@@ -206,18 +206,18 @@ impl ConnTable {
     }
 
     /// Takes the connection out of its slot (it stays counted, and its slot reserved).
-    pub fn take(&mut self, slot: u32) -> Option<Taken> {
+    pub(super) fn take(&mut self, slot: u32) -> Option<Taken> {
         let conn = self.slots.get_mut(slot as usize)?.conn.take()?;
         Some(Taken { slot, conn })
     }
 
-    pub fn put_back(&mut self, taken: Taken) {
+    pub(super) fn put_back(&mut self, taken: Taken) {
         self.slots[taken.slot as usize].conn = Some(taken.conn);
     }
 
     /// Takes a connection out for good: its slot's generation moves on and the slot is
     /// free again.
-    pub fn remove(&mut self, slot: u32) -> Option<Box<Conn>> {
+    pub(super) fn remove(&mut self, slot: u32) -> Option<Box<Conn>> {
         let s = self.slots.get_mut(slot as usize)?;
         let conn = s.conn.take()?;
         s.gen = s.gen.wrapping_add(1);
@@ -232,7 +232,7 @@ impl ConnTable {
     }
 
     /// Its lingering close began: it is closed at the latest `LINGER_TIMEOUT` from `now`.
-    pub fn linger(&mut self, r: ConnRef, counted: bool, now: Instant) {
+    pub(super) fn linger(&mut self, r: ConnRef, counted: bool, now: Instant) {
         if counted {
             self.counts.lingering += 1;
         }
@@ -240,7 +240,7 @@ impl ConnTable {
     }
 
     /// The next lingering close whose time is up, if any (the caller closes it).
-    pub fn next_expired_linger(&mut self, now: Instant) -> Option<ConnRef> {
+    pub(super) fn next_expired_linger(&mut self, now: Instant) -> Option<ConnRef> {
         while let Some(&(t, r)) = self.lingering.front() {
             if t > now {
                 return None;
@@ -254,23 +254,23 @@ impl ConnTable {
     }
 
     /// When the first lingering close runs out.
-    pub fn next_linger_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_linger_deadline(&self) -> Option<Instant> {
         self.lingering.front().map(|&(t, _)| t)
     }
 
-    pub fn placeholder(&self) -> std::os::fd::BorrowedFd<'_> {
+    pub(super) fn placeholder(&self) -> std::os::fd::BorrowedFd<'_> {
         use std::os::fd::AsFd;
         self.placeholder.as_fd()
     }
 
     /// Keeps a closed connection's lent descriptor number until its request's final part.
-    pub fn keep_reserved(&mut self, r: ConnRef, fd: OwnedFd) {
+    pub(super) fn keep_reserved(&mut self, r: ConnRef, fd: OwnedFd) {
         self.reserved.push((r, fd));
     }
 
     /// The final part of a request on closed connection `r` came back: frees the
     /// descriptor number its socket had, if it was lent. `true` when it did.
-    pub fn release_reserved(&mut self, r: ConnRef) -> bool {
+    pub(super) fn release_reserved(&mut self, r: ConnRef) -> bool {
         let Some(i) = self.reserved.iter().position(|(c, _)| *c == r) else {
             return false;
         };
@@ -281,7 +281,7 @@ impl ConnTable {
     /// At exit: a handler still inside the app (one past the graceful timeout) may yet
     /// write to a socket it was lent, so those descriptor numbers stay taken until the
     /// process exits, and nothing it opens meanwhile can receive that write.
-    pub fn leak_reserved(&mut self) {
+    pub(super) fn leak_reserved(&mut self) {
         std::mem::forget(std::mem::take(&mut self.reserved));
     }
 }

@@ -18,18 +18,18 @@ const DRAIN_IDLE_GRACE: Duration = Duration::from_secs(2);
 /// A graceful stop under way.
 pub(super) struct Drain {
     /// When it began.
-    pub started: Instant,
+    pub(crate) started: Instant,
     /// When it closes what is still open, served or not (`--graceful-timeout`).
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
     /// How long an idle connection is kept.
-    pub grace: Duration,
+    pub(crate) grace: Duration,
     /// When idle connections are next looked at for the end of their grace.
-    pub check_at: Option<Instant>,
+    pub(crate) check_at: Option<Instant>,
 }
 
 impl Drain {
     /// Its idle connections are next looked at by `due` at the latest.
-    pub fn check_by(&mut self, due: Instant) {
+    pub(super) fn check_by(&mut self, due: Instant) {
         self.check_at = Some(self.check_at.map_or(due, |t| t.min(due)));
     }
 }

@@ -51,7 +51,7 @@ const GROW_STEP: usize = 8;
 const SPAWN_RETRY: Duration = Duration::from_secs(1);
 
 /// Where the loop takes one handler's response messages from.
-pub enum Responses {
+pub(crate) enum Responses {
     /// A handler thread's response ring.
     Ring(Consumer<Response>),
     /// Inline mode: the queue the app's responses land in on this very thread, kept by
@@ -60,10 +60,10 @@ pub enum Responses {
 }
 
 /// The loop's end of one handler (a thread, or inline mode's bridge on the loop thread).
-pub struct HandlerLink {
-    pub tx: Producer<Box<Request>>,
+pub(crate) struct HandlerLink {
+    pub(crate) tx: Producer<Box<Request>>,
     pub(super) rx: Responses,
-    pub shared: Arc<HandlerShared>,
+    pub(crate) shared: Arc<HandlerShared>,
     /// `None` inline: the handler is the loop thread itself.
     pub(super) join: Option<JoinHandle<()>>,
     /// Requests pushed whose final part has not come back.
@@ -87,7 +87,7 @@ pub struct HandlerLink {
 }
 
 impl HandlerLink {
-    pub fn new(
+    pub(crate) fn new(
         tx: Producer<Box<Request>>,
         rx: Responses,
         shared: Arc<HandlerShared>,
@@ -187,9 +187,9 @@ impl HandlerLink {
 
 /// The loop's ends of its handlers, and the requests out on them.
 pub(super) struct Handlers {
-    pub links: Vec<HandlerLink>,
+    pub(crate) links: Vec<HandlerLink>,
     /// Requests pushed, over every handler, whose final part has not come back.
-    pub queued: usize,
+    pub(crate) queued: usize,
     /// Handlers with a WebSocket upgrade out (`HandlerLink::upgrade_out`): only while there
     /// is one may an app take a socket, so only then does a pass look for it.
     upgrades: usize,
@@ -228,7 +228,7 @@ impl Handlers {
     /// `spawner`, with `max` above the links there are: the pool may grow to `max`, and
     /// a thread above them idle for `idle` goes; a thread whose app took a WebSocket is
     /// replaced, up to `max_websockets` of them.
-    pub fn new(
+    pub(super) fn new(
         links: Vec<HandlerLink>,
         spawner: Option<Spawner>,
         max: usize,
@@ -257,7 +257,7 @@ impl Handlers {
     /// stay on one handler, so their responses come back in order), else the least loaded;
     /// `None` when it may not take it now (`HandlerLink::takes`): the loop holds it.
     /// `now_ns`: the pass's `stats::mono_ns`.
-    pub fn choose(&self, pinned: Option<usize>, now_ns: u64) -> Option<usize> {
+    pub(super) fn choose(&self, pinned: Option<usize>, now_ns: u64) -> Option<usize> {
         if let Some(h) = pinned {
             return self.links[h].takes(now_ns).then_some(h);
         }
@@ -267,7 +267,7 @@ impl Handlers {
 
     /// The live handler with the fewest requests out (the floor's threads never go, so
     /// there is one).
-    pub fn least_loaded(&self) -> usize {
+    pub(super) fn least_loaded(&self) -> usize {
         let mut best = 0;
         for (i, h) in self.links.iter().enumerate() {
             if !h.retiring && (self.links[best].retiring || h.queued < self.links[best].queued) {
@@ -284,7 +284,7 @@ impl Handlers {
     /// computing (threads it starts serve the waiting). `None` before the handlers
     /// finished `PACE_SAMPLES` pieces of work (one slow request says little of the next).
     /// `now`: the pass's `stats::mono_ns`.
-    pub fn pace(&self, stuck: Duration, now: u64) -> Option<(Duration, usize)> {
+    pub(super) fn pace(&self, stuck: Duration, now: u64) -> Option<(Duration, usize)> {
         let (mut sum, mut known, mut able, mut samples) = (0u128, 0u32, 0usize, 0u64);
         for h in self.links.iter().filter(|h| !h.retiring) {
             if let Some(s) = h.shared.service() {
@@ -309,7 +309,12 @@ impl Handlers {
     /// that a held request may queue behind: one that has taken everything given to it
     /// (the request is next) and whose piece of work has not run `limit` (it is not on a
     /// slow request). `None` when none may: the request waits in the loop.
-    pub fn next_in_line(&self, pinned: Option<usize>, limit: Duration, now: u64) -> Option<usize> {
+    pub(super) fn next_in_line(
+        &self,
+        pinned: Option<usize>,
+        limit: Duration,
+        now: u64,
+    ) -> Option<usize> {
         let may = |h: &HandlerLink| {
             !h.retiring && !h.upgrade_out && h.tx.is_drained() && !h.stuck(now, limit)
         };
@@ -325,7 +330,7 @@ impl Handlers {
     /// Whether every live handler thread is on a long piece of work: longer than
     /// `LONG_WORK` and than `LONG_RUN` times its average (a request that may run for a
     /// while yet: another worker would serve a new connection sooner). Never inline.
-    pub fn all_on_long_work(&self, now: u64) -> bool {
+    pub(super) fn all_on_long_work(&self, now: u64) -> bool {
         self.links.iter().filter(|h| !h.retiring).all(|h| {
             let limit = h
                 .shared
@@ -337,12 +342,12 @@ impl Handlers {
 
     /// Requests out on the handlers that are streamed bodies set aside for slow clients:
     /// they take none of the handlers' time.
-    pub fn aside(&self) -> usize {
+    pub(super) fn aside(&self) -> usize {
         self.links.iter().map(|h| h.shared.aside()).sum()
     }
 
     /// Handler threads running (or starting), not counting those asked to go.
-    pub fn live(&self) -> usize {
+    pub(super) fn live(&self) -> usize {
         self.links.iter().filter(|h| !h.retiring).count()
     }
 
@@ -350,7 +355,7 @@ impl Handlers {
     /// work through the last window and all of them together were active (running, or
     /// ready to run) for less than `WAITING_SHARE` of it, starts threads for them (up to
     /// the most, `GROW_STEP` at a time). The number started.
-    pub fn grow(&mut self, held: usize, now: Instant) -> usize {
+    pub(super) fn grow(&mut self, held: usize, now: Instant) -> usize {
         let Some(pool) = self.pool.as_mut() else {
             return 0;
         };
@@ -420,7 +425,7 @@ impl Handlers {
     }
 
     /// When the pool next looks at its handlers, while requests wait.
-    pub fn next_look(&self) -> Option<Instant> {
+    pub(super) fn next_look(&self) -> Option<Instant> {
         Some(self.pool.as_ref()?.window?.at + GROW_WINDOW)
     }
 
@@ -444,7 +449,7 @@ impl Handlers {
     }
 
     /// Asks the threads above the floor idle for the pool's `idle` to go. The number asked.
-    pub fn retire_idle(&mut self, now: Instant) -> usize {
+    pub(super) fn retire_idle(&mut self, now: Instant) -> usize {
         let Some(pool) = self.pool.as_ref() else {
             return 0;
         };
@@ -477,7 +482,7 @@ impl Handlers {
     /// started in the place of each, while fewer than `--max-websockets` are held so.
     /// (started, refused): threads started, and WebSockets past the bound, left holding
     /// their threads with none started for them.
-    pub fn adopt_websockets(&mut self) -> (usize, usize) {
+    pub(super) fn adopt_websockets(&mut self) -> (usize, usize) {
         let (mut started, mut refused) = (0, 0);
         let Some(max) = self.pool.as_ref().map(|p| p.max_websockets) else {
             return (0, 0);
@@ -516,7 +521,7 @@ impl Handlers {
     }
 
     /// A handler thread's response ring holds a message.
-    pub fn any_ring_ready(&self) -> bool {
+    pub(super) fn any_ring_ready(&self) -> bool {
         self.links.iter().any(|h| match &h.rx {
             Responses::Ring(rx) => !rx.is_empty(),
             Responses::Inline => false,
@@ -526,7 +531,7 @@ impl Handlers {
     /// Pushes a request that will not be served (its client left) into the least loaded
     /// ring with room, whatever the handlers are doing: the handler only logs it. `None`
     /// when every ring is full; else whether a handler was woken.
-    pub fn push_anywhere(&mut self, mut req: Box<Request>) -> Option<bool> {
+    pub(super) fn push_anywhere(&mut self, mut req: Box<Request>) -> Option<bool> {
         let mut order: Vec<usize> = (0..self.links.len()).collect();
         order.sort_by_key(|&i| self.links[i].queued);
         for h in order {
@@ -540,7 +545,7 @@ impl Handlers {
 
     /// Pushes a request into handler `h`'s ring; `Err` gives it back when the ring is
     /// full. `Ok(true)` when the handler was woken (a syscall).
-    pub fn push(&mut self, h: usize, req: Box<Request>) -> Result<bool, Box<Request>> {
+    pub(super) fn push(&mut self, h: usize, req: Box<Request>) -> Result<bool, Box<Request>> {
         let link = &mut self.links[h];
         let websocket = req.head.websocket;
         link.tx.push(req)?;
@@ -554,7 +559,7 @@ impl Handlers {
     }
 
     /// Handler `h` handed back a request's final part.
-    pub fn finished_one(&mut self, h: usize, now: Instant) {
+    pub(super) fn finished_one(&mut self, h: usize, now: Instant) {
         let link = &mut self.links[h];
         link.queued -= 1;
         if link.queued == 0 {
@@ -567,7 +572,7 @@ impl Handlers {
     }
 
     /// Something handler `h` may wait for happened: it is looked at (`notify_marked`).
-    pub fn mark(&mut self, h: usize) {
+    pub(super) fn mark(&mut self, h: usize) {
         if let Some(link) = self.links.get_mut(h) {
             link.wake_check = true;
         }
@@ -575,14 +580,14 @@ impl Handlers {
 
     /// `n` bytes of a stream were written (or dropped): back to its credit, and its
     /// handler looks at it.
-    pub fn credit_returned(&mut self, c: Arc<StreamCredit>, n: usize) {
+    pub(super) fn credit_returned(&mut self, c: Arc<StreamCredit>, n: usize) {
         c.returned(n);
         self.mark(c.handler());
     }
 
     /// Wakes the handlers that may wait for what this pass did (ring room, stream credit,
     /// a closed connection), each only if it sleeps. The number woken.
-    pub fn notify_marked(&mut self) -> u64 {
+    pub(super) fn notify_marked(&mut self) -> u64 {
         let mut woken = 0;
         for h in &mut self.links {
             if !std::mem::take(&mut h.wake_check) {
@@ -596,7 +601,10 @@ impl Handlers {
 
     /// Handlers on one piece of work for longer than `limit` not reported before: their
     /// threads' names, how long, and their pthreads (`--timeout`).
-    pub fn newly_stuck(&mut self, limit: Duration) -> Vec<(String, Duration, libc::pthread_t)> {
+    pub(super) fn newly_stuck(
+        &mut self,
+        limit: Duration,
+    ) -> Vec<(String, Duration, libc::pthread_t)> {
         let now = stats::mono_ns();
         let mut stuck = Vec::new();
         for link in &mut self.links {
@@ -616,7 +624,7 @@ impl Handlers {
 
     /// Whether a handler has been on one piece of work without handing back a response
     /// message for longer than `limit` (what the systemd watchdog is fed on).
-    pub fn any_without_progress(&self, limit: Duration) -> bool {
+    pub(super) fn any_without_progress(&self, limit: Duration) -> bool {
         let now = stats::mono_ns();
         self.links.iter().any(|h| {
             h.shared.busy.read().is_some_and(|(_, progress)| {
@@ -626,7 +634,7 @@ impl Handlers {
     }
 
     /// Each handler's name, counters and thread, for `stats::report`.
-    pub fn report_entries(
+    pub(super) fn report_entries(
         &self,
     ) -> Vec<(String, &stats::HandlerCounters, Option<libc::pthread_t>)> {
         self.links
@@ -649,7 +657,7 @@ impl Handlers {
     /// else each gets a moment to give up what it holds (closing the bodies it set aside
     /// or was producing, as PEP 3333 asks) before the process exits under it, and a
     /// handler stuck inside the app is not waited for longer.
-    pub fn stop(&mut self, wait: bool) {
+    pub(super) fn stop(&mut self, wait: bool) {
         for h in &self.links {
             // Release: pairs with the handler's Acquire load of `stop` after it wakes.
             h.shared.stop.store(true, Ordering::Release);
@@ -677,44 +685,44 @@ impl Handlers {
 
 /// How the loop runs, from the configuration.
 #[derive(Clone, Debug, Default)]
-pub struct LoopOptions {
+pub(crate) struct LoopOptions {
     /// Other workers accept from the same socket.
-    pub shared_listener: bool,
-    pub limits: Limits,
+    pub(crate) shared_listener: bool,
+    pub(crate) limits: Limits,
     /// `--max-body-size`.
-    pub max_body_bytes: u64,
+    pub(crate) max_body_bytes: u64,
     /// `--body-buffer-size`: larger bodies spool to a temporary file.
-    pub body_buffer: usize,
+    pub(crate) body_buffer: usize,
     /// `--max-connections`.
-    pub max_connections: usize,
-    pub timeouts: Timeouts,
+    pub(crate) max_connections: usize,
+    pub(crate) timeouts: Timeouts,
     /// `--max-requests` (with its jitter drawn): after this many the worker asks the master
     /// to be replaced; 0 for never.
-    pub max_requests: u64,
+    pub(crate) max_requests: u64,
     /// `--timeout`.
-    pub timeout: Option<Duration>,
+    pub(crate) timeout: Option<Duration>,
     /// The systemd watchdog through the master: how often it wants a heartbeat.
-    pub heartbeat: Option<Duration>,
-    pub stats: bool,
-    pub static_response: bool,
+    pub(crate) heartbeat: Option<Duration>,
+    pub(crate) stats: bool,
+    pub(crate) static_response: bool,
     /// `--graceful-timeout`: how long a graceful stop waits for requests in flight.
-    pub graceful_timeout: Duration,
+    pub(crate) graceful_timeout: Duration,
     /// `--root-path` when requests outside it get 404 from the loop.
-    pub root_path: Option<String>,
+    pub(crate) root_path: Option<String>,
     /// Per listener (by index): the TLS configuration its connections speak, if any.
-    pub tls: Vec<Option<std::sync::Arc<rustls::ServerConfig>>>,
+    pub(crate) tls: Vec<Option<std::sync::Arc<rustls::ServerConfig>>>,
     /// `--proxy-protocol`: the peers that may send the header (and so connect at all).
-    pub proxy_protocol: Option<crate::http::trusted::Trusted>,
+    pub(crate) proxy_protocol: Option<crate::http::trusted::Trusted>,
     /// `--cpu-affinity adaptive`.
-    pub adaptive_affinity: bool,
+    pub(crate) adaptive_affinity: bool,
     /// `--max-blocking-threads`: the most handler threads the pool grows to.
-    pub max_handlers: usize,
+    pub(crate) max_handlers: usize,
     /// `--blocking-threads-idle-timeout`: how long a thread above the floor may idle.
-    pub handler_idle: Duration,
+    pub(crate) handler_idle: Duration,
     /// `--max-websockets`: threads held by WebSockets that are replaced.
-    pub max_websockets: usize,
+    pub(crate) max_websockets: usize,
     /// `--max-queue-wait` (`None`: off).
-    pub max_queue_wait: Option<Duration>,
+    pub(crate) max_queue_wait: Option<Duration>,
     /// `--idle-poll`.
-    pub idle_poll: Option<Duration>,
+    pub(crate) idle_poll: Option<Duration>,
 }

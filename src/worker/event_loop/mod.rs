@@ -28,7 +28,7 @@ mod link;
 mod outlets;
 mod poller;
 mod respond;
-pub mod statics;
+pub(crate) mod statics;
 mod timeouts;
 
 use std::collections::VecDeque;
@@ -56,8 +56,8 @@ use answers::Answers;
 use conns::{ConnTable, METRICS, SIGNALS, WAKER};
 use drain::Drain;
 use link::Handlers;
-pub use link::{HandlerLink, LoopOptions, Responses};
-pub use outlets::MetricsPort;
+pub(crate) use link::{HandlerLink, LoopOptions, Responses};
+pub(crate) use outlets::MetricsPort;
 use outlets::Outlets;
 use poller::Poller;
 use timeouts::Clock;
@@ -75,20 +75,20 @@ const READ_BUFFER_SLACK_BYTES: usize = 16 * 1024;
 
 /// What the loop is handed at construction besides its options: its poller and sockets,
 /// its ends of the handlers, and its outlets.
-pub struct LoopWiring {
-    pub poll: Poll,
-    pub listeners: Vec<Listener>,
-    pub signals: SignalPipe,
-    pub shared: Arc<LoopShared>,
-    pub handlers: Vec<HandlerLink>,
+pub(crate) struct LoopWiring {
+    pub(crate) poll: Poll,
+    pub(crate) listeners: Vec<Listener>,
+    pub(crate) signals: SignalPipe,
+    pub(crate) shared: Arc<LoopShared>,
+    pub(crate) handlers: Vec<HandlerLink>,
     /// Starts more handler threads (`--max-blocking-threads` above `--blocking-threads`).
-    pub spawner: Option<crate::worker::handler::Spawner>,
+    pub(crate) spawner: Option<crate::worker::handler::Spawner>,
     /// The write end of the status pipe to the master.
-    pub status_pipe: Option<OwnedFd>,
-    pub access_log: Option<Arc<AccessLog>>,
-    pub metrics: Option<MetricsPort>,
+    pub(crate) status_pipe: Option<OwnedFd>,
+    pub(crate) access_log: Option<Arc<AccessLog>>,
+    pub(crate) metrics: Option<MetricsPort>,
     /// `--static-map`: the mounts, their directories open.
-    pub static_files: Option<statics::StaticFiles>,
+    pub(crate) static_files: Option<statics::StaticFiles>,
 }
 
 /// The connections with work the pass has yet to do, and the rule for those waiting.
@@ -105,7 +105,7 @@ struct Work {
     dirty: Vec<u32>,
 }
 
-pub struct EventLoop {
+pub(crate) struct EventLoop {
     poller: Poller,
     signals: SignalPipe,
     shared: Arc<LoopShared>,
@@ -127,7 +127,7 @@ pub struct EventLoop {
 }
 
 impl EventLoop {
-    pub fn new(w: LoopWiring, mut opts: LoopOptions) -> io::Result<EventLoop> {
+    pub(crate) fn new(w: LoopWiring, mut opts: LoopOptions) -> io::Result<EventLoop> {
         opts.max_connections = opts.max_connections.max(1);
         let placer = match w.handlers.as_slice() {
             [h] if opts.adaptive_affinity && !opts.static_response => {
@@ -192,7 +192,11 @@ impl EventLoop {
     /// Runs until a graceful stop completes (or its deadline passes); stops the handlers.
     /// `inline`: inline mode's setup, built into the bridge on this thread. `ready` hears
     /// once that the loop is set up (or why it could not be), before it serves anything.
-    pub fn run(mut self, inline: Option<InlineSetup>, ready: impl FnOnce(Result<(), String>)) {
+    pub(crate) fn run(
+        mut self,
+        inline: Option<InlineSetup>,
+        ready: impl FnOnce(Result<(), String>),
+    ) {
         let Some(setup) = inline else {
             ready(Ok(()));
             self.run_passes(None);

@@ -13,32 +13,32 @@ use crate::sys::ipc::Status;
 /// `--metrics-port`: the listener scrapes come to, the counters every worker shares (if
 /// this one could map them), and the loop's own section of them (if this worker has a
 /// slot).
-pub struct MetricsPort {
-    pub listener: crate::sys::listen::Listener,
-    pub region: Option<Arc<crate::metrics::Region>>,
-    pub recorder: Option<Recorder>,
+pub(crate) struct MetricsPort {
+    pub(crate) listener: crate::sys::listen::Listener,
+    pub(crate) region: Option<Arc<crate::metrics::Region>>,
+    pub(crate) recorder: Option<Recorder>,
 }
 
 #[derive(Default)]
 pub(super) struct Outlets {
     /// The write end of the status pipe to the master.
-    pub status_pipe: Option<OwnedFd>,
+    pub(crate) status_pipe: Option<OwnedFd>,
     /// The access log, for SIGUSR1.
-    pub access_log: Option<Arc<AccessLog>>,
+    pub(crate) access_log: Option<Arc<AccessLog>>,
     /// The loop's section of the shared metrics.
-    pub metrics: Option<Recorder>,
+    pub(crate) metrics: Option<Recorder>,
 }
 
 impl Outlets {
     /// Tells the master (nothing without a status pipe).
-    pub fn tell(&self, status: Status) {
+    pub(super) fn tell(&self, status: Status) {
         if let Some(fd) = &self.status_pipe {
             status.send(fd.as_fd());
         }
     }
 
     /// SIGUSR1: the access log's file is opened again (the error log's is the caller's).
-    pub fn reopen_access_log(&self) {
+    pub(super) fn reopen_access_log(&self) {
         if let Some(log) = &self.access_log {
             log.sink.reopen();
         }
@@ -46,14 +46,14 @@ impl Outlets {
 
     /// An answer of the loop's own (an error), for the metrics; not one on the metrics
     /// port, whose traffic is not the app's.
-    pub fn count_loop_answer(&self, on_metrics_port: bool, status: u16) {
+    pub(super) fn count_loop_answer(&self, on_metrics_port: bool, status: u16) {
         if let Some(m) = self.metrics.as_ref().filter(|_| !on_metrics_port) {
             m.section().count_status(status);
         }
     }
 
     /// A static file's answer (`--static-map`).
-    pub fn count_static(&self, status: u16) {
+    pub(super) fn count_static(&self, status: u16) {
         if let Some(m) = &self.metrics {
             m.section().count_status(status);
             m.section().count_static(status);
@@ -62,7 +62,7 @@ impl Outlets {
 
     /// A request shed (`--max-queue-wait`); the worker counts as shedding until `until`
     /// (`stats::mono_ns`).
-    pub fn count_shed(&self, until: u64) {
+    pub(super) fn count_shed(&self, until: u64) {
         if let Some(m) = self.metrics.as_ref() {
             m.section().count_status(503);
             m.section().count_shed(until);
@@ -70,21 +70,21 @@ impl Outlets {
     }
 
     /// A connection closed before any request, and why.
-    pub fn count_refused(&self, why: Refused) {
+    pub(super) fn count_refused(&self, why: Refused) {
         if let Some(m) = &self.metrics {
             m.section().count_refused(why);
         }
     }
 
     /// The handler threads gauge, after the pool started or retired some.
-    pub fn count_threads(&self, n: usize) {
+    pub(super) fn count_threads(&self, n: usize) {
         if let Some(m) = &self.metrics {
             m.section().set_threads(n);
         }
     }
 
     /// The connections gauge, after a connection came or went.
-    pub fn count_connections(&self, counts: Counts) {
+    pub(super) fn count_connections(&self, counts: Counts) {
         if let Some(m) = &self.metrics {
             m.section().set_connections(counts.app());
         }

@@ -18,11 +18,11 @@ pub(super) struct Poller {
     /// so the next may come soon: only then does `--idle-poll` poll before the sleep. A
     /// sleep that ended on its timeout (the sweep's heartbeat, a lingering close) does not,
     /// so that an idle worker's timers do not each start a window.
-    pub armed: bool,
+    pub(crate) armed: bool,
 }
 
 impl Poller {
-    pub fn new(poll: Poll, idle_poll: Option<Duration>) -> Poller {
+    pub(super) fn new(poll: Poll, idle_poll: Option<Duration>) -> Poller {
         Poller {
             poll,
             idle_poll,
@@ -30,12 +30,12 @@ impl Poller {
         }
     }
 
-    pub fn registry(&self) -> &Registry {
+    pub(super) fn registry(&self) -> &Registry {
         self.poll.registry()
     }
 
     /// What is ready now, without sleeping.
-    pub fn take_ready(
+    pub(super) fn take_ready(
         &mut self,
         events: &mut Events,
         counters: &mut LoopCounters,
@@ -46,7 +46,7 @@ impl Poller {
 
     /// Sleeps until an event, or `timeout`. Inline (`py`), other Python threads (the app's
     /// own) run meanwhile.
-    pub fn sleep(
+    pub(super) fn sleep(
         &mut self,
         py: Option<Python<'_>>,
         events: &mut Events,
@@ -64,7 +64,7 @@ impl Poller {
 
     /// `--idle-poll`'s window, when it applies: with no request out (a handler thread with
     /// one needs this CPU more than a poll does) and work just done.
-    pub fn idle_window(&self, requests_out: usize) -> Option<Duration> {
+    pub(super) fn idle_window(&self, requests_out: usize) -> Option<Duration> {
         self.idle_poll.filter(|_| requests_out == 0 && self.armed)
     }
 
@@ -74,7 +74,7 @@ impl Poller {
     /// meanwhile, which the caller's re-check before sleeping takes. Inline, each poll
     /// releases the GIL, as a sleep does, so that the app's own threads are not held up by
     /// the polling. The empty polls are counted apart from the loop's other `epoll_wait`s.
-    pub fn poll_idle(
+    pub(super) fn poll_idle(
         &mut self,
         py: Option<Python<'_>>,
         events: &mut Events,

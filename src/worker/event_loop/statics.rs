@@ -29,17 +29,17 @@ const IMMUTABLE_MAX_AGE: &str = "public, max-age=31536000, immutable";
 
 /// The settings, as the worker reads them from its configuration.
 #[derive(Clone, Debug, Default)]
-pub struct StaticOptions {
+pub(crate) struct StaticOptions {
     /// `PREFIX`, `DIR` pairs.
-    pub mounts: Vec<(String, std::path::PathBuf)>,
+    pub(crate) mounts: Vec<(String, std::path::PathBuf)>,
     /// `--mime-type`: extension (lower case), type.
-    pub types: Vec<(String, String)>,
+    pub(crate) types: Vec<(String, String)>,
     /// `--static-max-age`: the lifetime of a file whose name carries no hash.
-    pub max_age: u64,
+    pub(crate) max_age: u64,
     /// `--static-index`: a directory's `index.html` is served.
-    pub index: bool,
+    pub(crate) index: bool,
     /// `--static-follow-symlinks`: symbolic links leading outside a mount are followed.
-    pub follow_links: bool,
+    pub(crate) follow_links: bool,
 }
 
 struct Mount {
@@ -65,7 +65,7 @@ struct Open {
     is_dir: bool,
 }
 
-pub struct StaticFiles {
+pub(crate) struct StaticFiles {
     /// Longest prefix first.
     mounts: Vec<Mount>,
     types: Vec<(String, String)>,
@@ -90,14 +90,14 @@ type StaticLog = (
 );
 
 /// What a static answer was, for the log and the counters.
-pub struct Answered {
-    pub status: u16,
-    pub body_bytes: u64,
+pub(crate) struct Answered {
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
 }
 
 impl StaticFiles {
     /// Opens every mount's directory (as the worker's user); `None` without mounts.
-    pub fn open(opts: &StaticOptions) -> Result<Option<StaticFiles>, String> {
+    pub(crate) fn open(opts: &StaticOptions) -> Result<Option<StaticFiles>, String> {
         if opts.mounts.is_empty() {
             return Ok(None);
         }
@@ -138,7 +138,7 @@ impl StaticFiles {
     }
 
     /// Logs each answer to `log` (the worker's access log).
-    pub fn log_to(&mut self, log: Arc<crate::access_log::AccessLog>) {
+    pub(crate) fn log_to(&mut self, log: Arc<crate::access_log::AccessLog>) {
         let logger = crate::access_log::AccessLogger::new(log);
         let none_o = vec![None; logger.response_header_names().len()];
         let none_e = vec![None; logger.environ_keys().len()];
@@ -146,14 +146,14 @@ impl StaticFiles {
     }
 
     /// Writes the access log lines buffered (before the loop sleeps).
-    pub fn flush_log(&mut self) {
+    pub(crate) fn flush_log(&mut self) {
         if let Some((l, ..)) = self.log.as_mut() {
             l.flush();
         }
     }
 
     /// The mount `req`'s path is under (longest prefix), if any.
-    pub fn mount_of(&self, req: &Request) -> Option<u8> {
+    pub(crate) fn mount_of(&self, req: &Request) -> Option<u8> {
         let (path, _) = percent::split_target(req.head.target.get(&req.data));
         self.mounts
             .iter()
@@ -163,7 +163,7 @@ impl StaticFiles {
 
     /// Answers `req` from mount `m`, queuing the response on `conn`, and logs it; its
     /// status.
-    pub fn answer(
+    pub(crate) fn answer(
         &mut self,
         conn: &mut Conn,
         req: &Request,

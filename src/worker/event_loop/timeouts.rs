@@ -36,7 +36,7 @@ pub(super) const HOLD_MAX: Duration = Duration::from_millis(100);
 /// The pass's clock reading, and when the sweep and the heartbeat are next due.
 pub(super) struct Clock {
     /// This pass's reading (one `clock_gettime` per pass, for the timeouts).
-    pub now: Instant,
+    pub(crate) now: Instant,
     /// `stats::mono_ns` (the handlers' clock, the same monotonic one) at one instant, so
     /// that `now_ns` needs no second reading.
     base: (Instant, u64),
@@ -48,7 +48,7 @@ pub(super) struct Clock {
 }
 
 impl Clock {
-    pub fn new(opts: &super::LoopOptions) -> Clock {
+    pub(super) fn new(opts: &super::LoopOptions) -> Clock {
         let now = Instant::now();
         let beat_every = opts
             .heartbeat
@@ -64,19 +64,19 @@ impl Clock {
     }
 
     /// Reads the clock.
-    pub fn tick(&mut self) -> Instant {
+    pub(super) fn tick(&mut self) -> Instant {
         self.now = Instant::now();
         self.now
     }
 
     /// This pass's reading as `stats::mono_ns` would give it.
-    pub fn now_ns(&self) -> u64 {
+    pub(super) fn now_ns(&self) -> u64 {
         let (at, ns) = self.base;
         ns + self.now.saturating_duration_since(at).as_nanos() as u64
     }
 
     /// When the sweep is next due (the loop sleeps no longer).
-    pub fn next_sweep(&self) -> Instant {
+    pub(super) fn next_sweep(&self) -> Instant {
         self.next_sweep
     }
 
