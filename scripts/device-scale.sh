@@ -30,7 +30,7 @@
 #     DIR (default bench-results/device). bench.py saves its JSON after every run, so a run
 #     cut short still leaves what it measured (`scripts/bench.py --report DIR/PART.json`).
 # --quick: a few seconds a part, workers 1 and 2, two clients, for checking the script
-# (scripts/test.sh). M0S_DEVICE_DIR: another directory than .device.
+# (scripts/bench-check.sh). M0S_DEVICE_DIR: another directory than .device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
