@@ -908,8 +908,8 @@ pub(crate) struct Cli {
     /// core per worker: the polling counts as busy), and only while requests come closer
     /// together than this; further apart, the windows run out and cost CPU for nothing.
     /// Mostly for inline mode (`--blocking-threads 0`) on cores of its own; 0 (the
-    /// default) sleeps at once (measured in
-    /// https://github.com/m0serve/m0serve/blob/main/BENCHMARKS.md).
+    /// default) sleeps at once (measured: "idle poll" in
+    /// https://github.com/m0serve/m0serve/blob/main/benchmarks/decisions.md).
     #[arg(
         hide_env = true,
         help_heading = "Development and tuning",

@@ -70,8 +70,9 @@ pub mod internals {
 /// handler's own allocations (and the interpreter's, which share its arena): `perf` counted
 /// a quarter of the worker's futex calls in `__lll_lock_wait_private`/`_wake_private`.
 /// mimalloc frees another thread's block onto that block's page with one atomic push.
-/// Measured in BENCHMARKS.md ("mimalloc"). Built without transparent huge pages (`no_thp`):
-/// with them each thread's first arena took a 2 MiB page, 8 MiB more per worker at rest.
+/// Measured in benchmarks/decisions.md ("mimalloc"). Built without transparent huge pages
+/// (`no_thp`): with them each thread's first arena took a 2 MiB page, 8 MiB more per worker
+/// at rest.
 #[cfg(not(loom))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

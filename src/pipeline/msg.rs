@@ -209,7 +209,7 @@ impl Buf {
 /// iterator aside and serves other requests until the loop has written some, so a client
 /// that reads slowly holds memory and no thread. One body item more may go past it (an
 /// item is never split). A mebibyte keeps one fast download as quick as blocking on it
-/// was (each stop and resume costs the handler a wake; BENCHMARKS.md, "slow readers").
+/// was (each stop and resume costs the handler a wake; benchmarks/decisions.md, "slow readers").
 pub(crate) const STREAM_CREDIT_BYTES: usize = 1024 * 1024;
 
 /// Once a handler's streams together have this much unwritten, each of them may have only

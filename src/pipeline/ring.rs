@@ -22,7 +22,7 @@
 //!   least 2; a ring dropped with values inside finds them by that test.
 //!
 //! Measured against the earlier design (shared head and tail indices, each cached by the
-//! opposite side, like `rtrb`): BENCHMARKS.md, "ring round trip".
+//! opposite side, like `rtrb`): benchmarks/decisions.md, "ring round trip".
 
 use std::fmt;
 use std::mem::MaybeUninit;

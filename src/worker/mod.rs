@@ -39,7 +39,8 @@ const MALLOC_MMAP_THRESHOLD_BYTES: i32 = 32 * 1024 * 1024;
 /// Free memory at the top of a heap is given back to the kernel only past this (glibc's
 /// default is 128 KiB): below it, a large block freed and allocated again keeps its pages.
 /// Measured: a 64 KiB response spent a third of the handler's time in page faults with the
-/// defaults (BENCHMARKS.md, "malloc thresholds", when Rust's buffers came from glibc too).
+/// defaults (benchmarks/decisions.md, "malloc thresholds", when Rust's buffers came from
+/// glibc too).
 const MALLOC_TRIM_THRESHOLD_BYTES: i32 = 64 * 1024 * 1024;
 
 /// Keeps the interpreter's large buffers on warm pages (see the constants). Before any

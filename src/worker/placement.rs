@@ -8,7 +8,7 @@
 //! take turns instead (the loop reads a pass of requests and sleeps, the handler serves
 //! them and sleeps), and the rest of the machine is left to the rest. That wins only while
 //! the worker needs less than a core: an app whose Python keeps a core busy loses the
-//! share of it its loop takes (BENCHMARKS.md, "`--cpu-affinity`").
+//! share of it its loop takes (benchmarks/decisions.md, "`--cpu-affinity`").
 //!
 //! Only the loop is pinned, which never runs Python: the handler, and every thread and
 //! process the app starts from it, keep the CPUs they had, so the app's view of them

@@ -5,7 +5,7 @@
 //! memcpy-like fill); values are created straight from the request's bytes as latin-1
 //! native strings.
 //!
-//! Measured in `benches/parts.rs` (BENCHMARKS.md, "environ build"), three things keep the
+//! Measured in `benches/parts.rs` (benchmarks/decisions.md, "environ build"), three things keep the
 //! build short:
 //! - The base dict's table is presized for a whole environ, and `PyDict_Copy` clones the
 //!   table at its size, so adding the request's entries never resizes the copy.

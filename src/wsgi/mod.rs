@@ -70,7 +70,8 @@ const DEFERRED_MAX: usize = REQUEST_RING_SLOTS;
 /// fewer requests than this wait in its ring: then the hand-back to the loop would cost the
 /// response a wake-up or a wait for the loop's next pass. With more queued the loop is
 /// awake and writes the responses of a pass together, which the client side takes with
-/// fewer wake-ups of its own (BENCHMARKS.md, "the handler writes small responses itself").
+/// fewer wake-ups of its own (benchmarks/decisions.md, "the handler writes small responses
+/// itself").
 const OWN_WRITE_MAX_QUEUED: usize = 8;
 
 pub struct Bridge {

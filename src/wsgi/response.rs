@@ -37,7 +37,7 @@ const HOLD_DECLARED_BODY_MAX_BYTES: usize = 256 * 1024;
 
 /// Body items this large are not copied: the loop writes them straight from the app's
 /// `bytes` object (`msg::PyBytesRef`). Below it a copy costs less than the reference's
-/// round trip through pyo3's deferred-decref pool (BENCHMARKS.md, "zero-copy bodies").
+/// round trip through pyo3's deferred-decref pool (benchmarks/decisions.md, "zero-copy bodies").
 const ZERO_COPY_MIN_BYTES: usize = 32 * 1024;
 
 fn encode_err(e: EncodeError) -> PyErr {

@@ -22,7 +22,7 @@ use crate::worker::tls::TlsStream;
 /// Connections one accept pass takes when other workers share the listening socket. Every
 /// worker is woken for a new connection; taking a few each per pass (and the rest on the
 /// next pass) spreads a burst of connections over the workers instead of the first one
-/// awake taking them all (BENCHMARKS.md, "workers").
+/// awake taking them all (benchmarks/decisions.md, "workers").
 const ACCEPT_BATCH_SHARED: usize = 4;
 
 /// The same, for a worker alone on its socket: take all that is waiting.

@@ -66,7 +66,7 @@ use timeouts::Clock;
 /// pass reads its requests, serves them, then writes their responses; inline, at 256
 /// busy connections, passes of at most 64 gave the client its first responses sooner and
 /// cost the loop less kernel time a request than passes of every ready connection
-/// (BENCHMARKS.md, "the app's side of a request, cheaper").
+/// (benchmarks/decisions.md, "the app's side of a request, cheaper").
 const EVENTS_PER_POLL: usize = 64;
 
 /// Room a connection's read buffer has beyond the largest head (`--max-header-size`), for
@@ -242,7 +242,7 @@ impl EventLoop {
             }
             // No spin here before sleeping: measured side by side on 2 cores (wrk on the
             // same cores), a 127-pause spin for the next response cost 2 µs of CPU per
-            // request and gained nothing (BENCHMARKS.md, "loop spin").
+            // request and gained nothing (benchmarks/decisions.md, "loop spin").
             if let Some(inline) = self.inline.as_mut() {
                 inline.flush_log();
             }

@@ -23,7 +23,7 @@ const LIVENESS_BEAT: Duration = Duration::from_secs(1);
 /// without waking it (more requests behind it, or nothing to write) waits at most this long.
 /// Longer than a scheduler tick on purpose: a timer that is the CPU's earliest is
 /// reprogrammed in hardware at every sleep, which measured 9 µs a sleep in this VM with a
-/// 1 ms bound (hello at 16 connections lost 7 %; BENCHMARKS.md, "deferred wake").
+/// 1 ms bound (hello at 16 connections lost 7 %; benchmarks/decisions.md, "deferred wake").
 const DEFERRED_WAKE_BOUND: Duration = Duration::from_millis(20);
 
 /// The longest the loop holds a request for a free handler (or one the pool starts);
