@@ -15,14 +15,15 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+
 use crate::log;
-use crate::sys::syscall;
 
 /// Quiet time after the last change before the reload starts.
 pub(crate) const DEBOUNCE: Duration = Duration::from_millis(300);
@@ -34,12 +35,12 @@ pub(crate) const MAX_DELAY: Duration = Duration::from_secs(3);
 /// is walked breadth first, so what is left out is the deepest.
 const MAX_WATCHES: usize = 8192;
 
-const DIR_EVENTS: u32 = libc::IN_CLOSE_WRITE
-    | libc::IN_MOVED_TO
-    | libc::IN_MOVED_FROM
-    | libc::IN_CREATE
-    | libc::IN_DELETE
-    | libc::IN_ONLYDIR;
+const DIR_EVENTS: WatchMask = WatchMask::CLOSE_WRITE
+    .union(WatchMask::MOVED_TO)
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::CREATE)
+    .union(WatchMask::DELETE)
+    .union(WatchMask::ONLYDIR);
 
 /// A change waiting for its quiet time.
 struct Pending {
@@ -50,11 +51,12 @@ struct Pending {
 }
 
 pub(crate) struct Watcher {
-    fd: OwnedFd,
+    /// Non-blocking, close-on-exec.
+    inotify: Inotify,
     root: PathBuf,
     ignore: Vec<CString>,
     /// Watch descriptor -> its directory.
-    dirs: HashMap<i32, PathBuf>,
+    dirs: HashMap<WatchDescriptor, PathBuf>,
     /// Watched directories known to have held a source file: moving one of them out of
     /// the tree is a change; moving out a directory of assets is not.
     with_sources: std::collections::HashSet<PathBuf>,
@@ -64,15 +66,12 @@ pub(crate) struct Watcher {
 
 impl Watcher {
     pub(crate) fn new(root: &Path, ignore: &[String]) -> io::Result<Watcher> {
-        // SAFETY: inotify_init1 takes flags only and returns a new descriptor.
-        let fd = unsafe { syscall!(inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC)) }?;
         let ignore = ignore
             .iter()
             .map(|p| CString::new(p.as_str()).map_err(|_| io::Error::other("a NUL byte")))
             .collect::<io::Result<Vec<_>>>()?;
         let mut w = Watcher {
-            // SAFETY: inotify_init1 just returned this descriptor; it is owned once here.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            inotify: Inotify::init()?,
             root: root.to_path_buf(),
             ignore,
             dirs: HashMap::new(),
@@ -85,7 +84,7 @@ impl Watcher {
     }
 
     pub(crate) fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.inotify.as_raw_fd()
     }
 
     /// How many directories are watched.
@@ -164,18 +163,10 @@ impl Watcher {
                 }
                 return Ok(first);
             }
-            let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
-                continue;
-            };
-            // SAFETY: a valid descriptor and a NUL-terminated path.
-            let wd =
-                unsafe { libc::inotify_add_watch(self.fd.as_raw_fd(), c.as_ptr(), DIR_EVENTS) };
-            if wd < 0 {
-                let e = io::Error::last_os_error();
-                if dir == self.root {
-                    return Err(e);
-                }
-                if e.raw_os_error() == Some(libc::ENOSPC) {
+            let wd = match self.inotify.watches().add(&dir, DIR_EVENTS) {
+                Ok(wd) => wd,
+                Err(e) if dir == self.root => return Err(e),
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                     if !std::mem::replace(&mut self.warned_full, true) {
                         log::warning!(
                             "--reload: the kernel's inotify watch limit is reached \
@@ -185,10 +176,12 @@ impl Watcher {
                     }
                     return Ok(first);
                 }
-                // Gone already, or unreadable: nothing to watch there.
-                log::debug!("--reload: not watching {}: {e}", dir.display());
-                continue;
-            }
+                Err(e) => {
+                    // Gone already, or unreadable: nothing to watch there.
+                    log::debug!("--reload: not watching {}: {e}", dir.display());
+                    continue;
+                }
+            };
             self.dirs.insert(wd, dir.clone());
             let Ok(entries) = std::fs::read_dir(&dir) else {
                 continue;
@@ -210,17 +203,17 @@ impl Watcher {
 
     /// Stops watching `dir` and everything under it; whether any of it held sources.
     fn unwatch_under(&mut self, dir: &Path) -> bool {
-        let gone: Vec<i32> = self
+        let gone: Vec<WatchDescriptor> = self
             .dirs
             .iter()
             .filter(|(_, d)| d.starts_with(dir))
-            .map(|(&wd, _)| wd)
+            .map(|(wd, _)| wd.clone())
             .collect();
-        for wd in &gone {
-            self.dirs.remove(wd);
-            // SAFETY: removing a watch of our own descriptor; one the kernel already
-            // dropped (a deleted directory) fails harmlessly with EINVAL.
-            unsafe { libc::inotify_rm_watch(self.fd.as_raw_fd(), *wd) };
+        for wd in gone {
+            self.dirs.remove(&wd);
+            // One the kernel already dropped (a deleted directory) fails harmlessly with
+            // EINVAL.
+            let _ = self.inotify.watches().remove(wd);
         }
         let before = self.with_sources.len();
         self.with_sources.retain(|d| !d.starts_with(dir));
@@ -231,41 +224,30 @@ impl Watcher {
     /// directories that come and go.
     pub(crate) fn read(&mut self, now: Instant) {
         let mut buf = [0u8; 8192];
-        loop {
-            // SAFETY: reading into a live buffer from a non-blocking descriptor we own.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n <= 0 {
-                return;
-            }
-            let n = n as usize;
-            let mut off = 0;
-            let head = std::mem::size_of::<libc::inotify_event>();
-            while off + head <= n {
-                // SAFETY: the kernel wrote whole events; `off` is at the start of one, which
-                // may be unaligned in the byte buffer, hence the unaligned read.
-                let ev: libc::inotify_event =
-                    unsafe { std::ptr::read_unaligned(buf.as_ptr().add(off).cast()) };
-                let name_end = (off + head + ev.len as usize).min(n);
-                let raw_name = &buf[off + head..name_end];
-                let name = &raw_name[..raw_name
-                    .iter()
-                    .position(|&b| b == 0)
-                    .unwrap_or(raw_name.len())];
-                off = name_end;
-                self.on_event(ev.wd, ev.mask, name, now);
+        // Until the queue is empty (WouldBlock) or the descriptor fails.
+        while let Ok(events) = self.inotify.read_events(&mut buf) {
+            // The events borrow `buf`; `on_event` needs `self` whole.
+            let events: Vec<(WatchDescriptor, EventMask, Vec<u8>)> = events
+                .map(|e| {
+                    let name = e.name.map_or(Vec::new(), |n| n.as_bytes().to_vec());
+                    (e.wd, e.mask, name)
+                })
+                .collect();
+            for (wd, mask, name) in events {
+                self.on_event(wd, mask, &name, now);
             }
         }
     }
 
-    fn on_event(&mut self, wd: i32, mask: u32, name: &[u8], now: Instant) {
-        if mask & libc::IN_Q_OVERFLOW != 0 {
+    fn on_event(&mut self, wd: WatchDescriptor, mask: EventMask, name: &[u8], now: Instant) {
+        if mask.contains(EventMask::Q_OVERFLOW) {
             // Events were lost: something changed; watch what may have appeared meanwhile.
             let root = self.root.clone();
             let _ = self.watch_tree(&root);
             self.note(root, now);
             return;
         }
-        if mask & libc::IN_IGNORED != 0 {
+        if mask.contains(EventMask::IGNORED) {
             self.dirs.remove(&wd);
             return;
         }
@@ -273,26 +255,26 @@ impl Watcher {
             return;
         };
         let path = dir.join(OsStr::from_bytes(name));
-        if name == b"pyvenv.cfg" && mask & libc::IN_ISDIR == 0 {
+        if name == b"pyvenv.cfg" && !mask.contains(EventMask::ISDIR) {
             // A virtualenv is being made here: stop watching it (pip installs into it
             // would reload on and on), unless it is the app directory itself.
             let dir = dir.clone();
-            if dir != self.root && mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+            if dir != self.root && mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
                 self.unwatch_under(&dir);
             }
             return;
         }
-        if mask & libc::IN_ISDIR != 0 {
+        if mask.contains(EventMask::ISDIR) {
             if name.starts_with(b".") {
                 return;
             }
-            if mask & (libc::IN_CREATE | libc::IN_MOVED_TO) != 0 {
+            if mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
                 // A new directory: watch it, and count the sources it already holds
                 // (written before the watch was in place) as a change.
                 if let Ok(Some(file)) = self.watch_tree(&path) {
                     self.note(file, now);
                 }
-            } else if mask & libc::IN_MOVED_FROM != 0 {
+            } else if mask.contains(EventMask::MOVED_FROM) {
                 // Moved out (or renamed: its new name comes as IN_MOVED_TO): its watches
                 // must not report from where it went, and its modules are gone from here.
                 // (A deleted directory needs nothing: its files' deletions were reported,
@@ -305,7 +287,7 @@ impl Watcher {
         }
         // A file just created is still being written: its IN_CLOSE_WRITE follows. Only a
         // symbolic link (or a hard link) arrives complete with IN_CREATE alone.
-        if mask & libc::IN_CREATE != 0
+        if mask.contains(EventMask::CREATE)
             && std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_file() && m.nlink() == 1)
         {
             return;
