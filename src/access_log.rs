@@ -601,20 +601,9 @@ fn json_str(out: &mut String, bytes: &[u8]) {
 
 /// Common Log Format time for `secs` since the epoch, in UTC.
 fn clf(secs: u64) -> String {
-    const MONTHS: [&str; 12] = [
-        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
-    ];
-    let rem = secs % 86_400;
-    let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
-    format!(
-        "[{:02}/{}/{}:{:02}:{:02}:{:02} +0000]",
-        d,
-        MONTHS[(m - 1) as usize],
-        y,
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    crate::log::utc(std::time::Duration::from_secs(secs))
+        .strftime("[%d/%b/%Y:%H:%M:%S +0000]")
+        .to_string()
 }
 
 #[cfg(test)]

@@ -106,28 +106,26 @@ fn level_name(level: Level) -> &'static str {
 
 /// `YYYY-MM-DD HH:MM:SS +0000`: UTC, and it says so.
 fn text_time(secs: u64) -> String {
-    let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
-    let s = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} +0000",
-        s / 3600,
-        (s / 60) % 60,
-        s % 60
-    )
+    utc(std::time::Duration::from_secs(secs))
+        .strftime("%Y-%m-%d %H:%M:%S +0000")
+        .to_string()
 }
 
 /// ISO 8601 with milliseconds and the zone: `YYYY-MM-DDTHH:MM:SS.mmm+00:00`.
 pub(crate) fn iso8601(since_epoch: std::time::Duration) -> String {
-    let secs = since_epoch.as_secs();
-    let (y, m, d) = crate::http::date::civil_from_days(secs / 86_400);
-    let s = secs % 86_400;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}+00:00",
-        s / 3600,
-        (s / 60) % 60,
-        s % 60,
-        since_epoch.subsec_millis()
-    )
+    utc(since_epoch)
+        .strftime("%Y-%m-%dT%H:%M:%S%.3f+00:00")
+        .to_string()
+}
+
+/// `since_epoch` as a timestamp (formatted in UTC); past jiff's range (the end of year 9999),
+/// its end.
+pub(crate) fn utc(since_epoch: std::time::Duration) -> jiff::Timestamp {
+    let nanos = since_epoch.subsec_nanos() as i32;
+    i64::try_from(since_epoch.as_secs())
+        .ok()
+        .and_then(|secs| jiff::Timestamp::new(secs, nanos).ok())
+        .unwrap_or(jiff::Timestamp::MAX)
 }
 
 /// `s` as a JSON string (RFC 8259: `"`, `\` and control characters escaped).
@@ -209,6 +207,11 @@ mod tests {
             iso8601(std::time::Duration::from_millis(1_764_609_428_123)),
             "2025-12-01T17:17:08.123+00:00"
         );
+        // A clock past jiff's range (the end of year 9999) is written as its end, not
+        // a panic.
+        for secs in [u64::MAX, 253_402_300_800] {
+            assert!(text_time(secs).starts_with("9999-12-"), "{secs}");
+        }
     }
 
     #[test]

@@ -103,7 +103,35 @@ fn conditional_requests_are_answered_304_and_head_has_no_body() {
     assert_eq!(r.header("cache-control"), Some("no-cache"));
     let etag = r.header("etag").unwrap().to_string();
     let lm = r.header("last-modified").unwrap().to_string();
+    // The same date in the two obsolete forms a recipient must also accept (RFC 9110
+    // §5.6.7): RFC 850's and asctime's, made from `Sun, 06 Nov 1994 08:49:37 GMT`.
+    let [day, date, month, year, time, _] = lm
+        .split([' ', ','])
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()[..]
+    else {
+        panic!("{lm}")
+    };
+    let long_day = [
+        "Monday",
+        "Tuesday",
+        "Wednesday",
+        "Thursday",
+        "Friday",
+        "Saturday",
+        "Sunday",
+    ]
+    .into_iter()
+    .find(|d| d.starts_with(day))
+    .unwrap();
+    let rfc850 = format!("{long_day}, {date}-{month}-{} {time} GMT", &year[2..]);
+    let asctime = format!(
+        "{day} {month} {:>2} {time} {year}",
+        date.trim_start_matches('0')
+    );
     for (headers, want) in [
+        (format!("If-Modified-Since: {rfc850}\r\n"), 304),
+        (format!("If-Modified-Since: {asctime}\r\n"), 304),
         (format!("If-None-Match: {etag}\r\n"), 304),
         (format!("If-None-Match: \"x\", W/{etag}\r\n"), 304),
         ("If-None-Match: *\r\n".to_string(), 304),

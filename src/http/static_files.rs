@@ -88,8 +88,7 @@ pub fn none_match_hits(value: &[u8], etag: &[u8]) -> bool {
 /// `If-Modified-Since` holds back the body: the file was last modified at or before the
 /// given date (an IMF-fixdate; any other form is ignored, as if absent).
 pub fn not_modified_since(value: &[u8], mtime_secs: i64) -> bool {
-    super::date::parse_imf_fixdate(value.trim_ascii())
-        .is_some_and(|since| mtime_secs <= since as i64)
+    super::date::parse_http_date(value.trim_ascii()).is_some_and(|since| mtime_secs <= since as i64)
 }
 
 /// `If-Range` lets the range through (RFC 9110 §13.1.5): an entity tag equal to `etag` by
@@ -99,7 +98,7 @@ pub fn if_range_holds(value: &[u8], etag: &[u8], mtime_secs: i64) -> bool {
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         return tags(value).any(|(weak, t)| !weak && t == etag);
     }
-    super::date::parse_imf_fixdate(value).is_some_and(|d| d as i64 == mtime_secs)
+    super::date::parse_http_date(value).is_some_and(|d| d as i64 == mtime_secs)
 }
 
 /// What a `Range` header asks of a representation of `len` bytes.
