@@ -7,6 +7,11 @@
 //! handlers, and these async-signal-safe handlers only write the signal number into a pipe
 //! that the loop thread polls. A self-pipe (rather than `signalfd`) keeps the signal mask
 //! untouched, so processes the app spawns inherit a normal mask.
+//!
+//! Written here rather than with `signal-hook`'s pipe, which would do the writing but not
+//! the two things this module is for: [`reclaim`] puts back a handler the app replaced with
+//! Python's `signal.signal` (signal-hook installs its handler once per signal and does not
+//! notice it replaced), and a worker still importing the app exits on a stop signal at once.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
