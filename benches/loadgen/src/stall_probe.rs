@@ -157,6 +157,7 @@ mod tests {
     /// waits for that CPU for much of a second and notes (nearly) nothing.
     #[test]
     fn a_wait_for_a_cpu_busy_with_this_machines_threads_is_no_stall() {
+        let _timed = crate::tests::one_timed_test_at_a_time();
         // SAFETY: sched_getcpu takes no arguments.
         let cpu = unsafe { libc::sched_getcpu() }.max(0) as usize;
         let pin = move || {

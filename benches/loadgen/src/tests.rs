@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use crate::args::{parse_url, Args};
@@ -14,6 +14,15 @@ use crate::stall_probe::{outside_stalls, probe_stalls, Stalls};
 use crate::stats::{percentile_of, Counts};
 use crate::target::QUIET_STEAL;
 use crate::test_server::stalling_server;
+
+/// Holds the tests whose figures are timings (a run against the tests' server, the probe
+/// beside spinning threads) one at a time: a run's turn met by another test's spinning
+/// threads shows tens of ms that were no part of it. Taken whatever became of the test
+/// that held it last.
+pub fn one_timed_test_at_a_time() -> MutexGuard<'static, ()> {
+    static TIMED: Mutex<()> = Mutex::new(());
+    TIMED.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn args(addr: SocketAddr, conns: usize, rate: Option<f64>) -> Args {
     Args {
@@ -41,6 +50,7 @@ fn counts(run: &Run) -> &Counts {
 /// the p90 well under 1 ms. The closed loop, run the same way, shows that.
 #[test]
 fn the_open_loop_counts_latency_from_when_a_request_was_due() {
+    let _timed = one_timed_test_at_a_time();
     let stall = Duration::from_millis(300);
     let a = args(stalling_server(100, stall).0, 1, Some(1000.0));
     let mut run = new_run(&a, Epoll::new().unwrap());
@@ -80,6 +90,7 @@ fn the_open_loop_counts_latency_from_when_a_request_was_due() {
 /// requests as were sent, and no connection gets a second response it did not ask for).
 #[test]
 fn the_open_loop_sends_each_request_once_over_idle_connections() {
+    let _timed = one_timed_test_at_a_time();
     let (addr, served) = stalling_server(usize::MAX, Duration::ZERO);
     let a = args(addr, 64, Some(3000.0));
     let mut run = new_run(&a, Epoll::new().unwrap());
@@ -115,6 +126,7 @@ fn two_servers_in_turns(conns: usize) -> (Args, [Arc<AtomicUsize>; 2]) {
 /// server, and a stall of the second server shows in that server's turn only.
 #[test]
 fn targets_take_turns_and_each_turn_has_its_own_figures() {
+    let _timed = one_timed_test_at_a_time();
     let (a, [a_served, b_served]) = two_servers_in_turns(8);
     let a_addr = a.urls[0].addr;
     let mut run = new_run(&a, Epoll::new().unwrap());
@@ -170,6 +182,7 @@ fn targets_take_turns_and_each_turn_has_its_own_figures() {
 /// figures outside stalls, and the report carries both parts.
 #[test]
 fn a_servers_own_stall_stays_in_the_figures_outside_host_stalls() {
+    let _timed = one_timed_test_at_a_time();
     let mut a = args(
         stalling_server(100, Duration::from_millis(300)).0,
         1,
@@ -210,6 +223,7 @@ fn a_servers_own_stall_stays_in_the_figures_outside_host_stalls() {
 /// nothing slow, or nothing at all (null), while its p99 shows the hold.
 #[test]
 fn each_turn_has_its_p99_outside_the_host_stalls() {
+    let _timed = one_timed_test_at_a_time();
     let (mut a, _) = two_servers_in_turns(1);
     a.stall_probe = true;
     let mut run = new_run(&a, Epoll::new().unwrap());
