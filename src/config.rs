@@ -515,7 +515,8 @@ impl Config {
 #[derive(Debug)]
 pub(crate) struct Unresolved {
     /// Complete but for `listen`, `secure_listeners`, `tls`, `identity` and
-    /// `cpu_affinity`, and with the directories as given.
+    /// `cpu_affinity`, with the directories as given (`resolve` checks them and `--venv`),
+    /// and without what an inherited `SCRIPT_NAME` adds (`root_path` and its warning).
     config: Config,
     listen: Listen,
     /// `--user` and `--group`, as given.
@@ -575,8 +576,12 @@ impl Unresolved {
             })
             .collect::<Result<_, String>>()?;
         for (prefix, dir) in &mut c.static_map {
-            *dir = std::path::absolute(&*dir)
-                .map_err(|e| format!("--static-map {prefix}={}: {e}", dir.display()))?;
+            *dir = std::path::absolute(&*dir).map_err(|e| {
+                format!(
+                    "--static-map {:?}: {e}",
+                    format!("{prefix}={}", dir.display())
+                )
+            })?;
         }
         if !root_path_given {
             c.root_path = script_name(&mut c.warnings)?;

@@ -118,8 +118,8 @@ pub(crate) fn iso8601(since_epoch: std::time::Duration) -> String {
         .to_string()
 }
 
-/// `since_epoch` as a timestamp (formatted in UTC); past jiff's range (the end of year 9999),
-/// its end.
+/// `since_epoch` as a timestamp (formatted in UTC); past jiff's range (which ends on
+/// 9999-12-30), its end.
 pub(crate) fn utc(since_epoch: std::time::Duration) -> jiff::Timestamp {
     let nanos = since_epoch.subsec_nanos() as i32;
     i64::try_from(since_epoch.as_secs())
@@ -207,7 +207,7 @@ mod tests {
             iso8601(std::time::Duration::from_millis(1_764_609_428_123)),
             "2025-12-01T17:17:08.123+00:00"
         );
-        // A clock past jiff's range (the end of year 9999) is written as its end, not
+        // A clock past jiff's range (which ends on 9999-12-30) is written as its end, not
         // a panic.
         for secs in [u64::MAX, 253_402_300_800] {
             assert!(text_time(secs).starts_with("9999-12-"), "{secs}");

@@ -197,8 +197,8 @@ impl HeadError {
     }
 }
 
-/// The 400 reason for an HTTP/1.1 request without Host (public so that callers and tests can
-/// tell this case apart without matching on free text).
+/// The 400 reason for an HTTP/1.1 request without Host (a constant, so that callers and tests
+/// can tell this case apart without matching on free text).
 pub(crate) const MISSING_HOST: &str = "missing Host header";
 
 fn bad(why: &'static str) -> HeadError {

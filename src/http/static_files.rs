@@ -86,7 +86,8 @@ pub fn none_match_hits(value: &[u8], etag: &[u8]) -> bool {
 }
 
 /// `If-Modified-Since` holds back the body: the file was last modified at or before the
-/// given date (an IMF-fixdate; any other form is ignored, as if absent).
+/// given HTTP-date (any of its three forms; anything else, an impossible date included, is
+/// ignored, as if absent).
 pub fn not_modified_since(value: &[u8], mtime_secs: i64) -> bool {
     super::date::parse_http_date(value.trim_ascii()).is_some_and(|since| mtime_secs <= since as i64)
 }

@@ -124,8 +124,8 @@ impl WakeFlag {
     }
 
     #[cfg(test)]
-    /// Whether the sleeper has announced and not yet been woken or cancelled. For stats and
-    /// tests; the answer may be stale.
+    /// Whether the sleeper has announced and not yet been woken or cancelled. For tests; the
+    /// answer may be stale.
     pub(crate) fn is_parked(&self) -> bool {
         // Relaxed: a snapshot with no data behind it.
         self.parked.load(Ordering::Relaxed)
