@@ -26,7 +26,9 @@ every pointer in src/, docs/, scripts/ and README.md written `benchmarks/decisio
 heading of that file that contains NAME (case-insensitive).
 
 Standard library only; runs from any directory (the repository is this file's
-grandparent's parent unless --root says otherwise).
+grandparent's parent unless --root says otherwise). A run's medians and the servers' names
+come from the package's own report code, so the page reads a run as scripts/bench.py
+reports it.
 """
 
 import argparse
@@ -37,6 +39,11 @@ import re
 import statistics
 import sys
 
+# Run as a script, this file's directory is on the path, not the package's parent.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from m0bench.config import DISPLAY  # noqa: E402
+from m0bench.report import display, fmt_int, median_run  # noqa: E402
+
 MAX_LINES = 200
 MARK = re.compile(r"^<!-- generated from (benchmarks/runs/[^ ]+) \(([\w-]+)\): do not edit -->$")
 END = "<!-- end -->"
@@ -44,8 +51,6 @@ SCENARIOS = ("hello", "64k", "post1m", "flask")
 # How the page names the servers of a bench.py run (the rest by their kind's name).
 NAMES = {"m0serve": "m0serve", "m0serve:blocking-threads=0": "m0serve inline",
          "m0serve:static-response": "the loop alone, no Python"}
-DISPLAY = {"m0serve": "m0serve", "granian": "Granian", "bjoern": "bjoern",
-           "gunicorn": "gunicorn", "fastwsgi": "FastWSGI", "uwsgi": "uWSGI"}
 # A scenario's table names it in its first column's head.
 TITLES = {"hello": "hello world, req/s", "64k": "64 KiB response, req/s",
           "post1m": "1 MiB POST echoed, req/s (= MiB/s each way)",
@@ -58,15 +63,6 @@ class Problem(Exception):
 
 # ---------------------------------------------------------------------------------------
 # Reading a run
-
-
-def fmt_int(x):
-    return f"{x:,.0f}".replace(",", " ")
-
-
-def display(spec):
-    kind = spec.partition(":")[0].partition("@")[0]
-    return DISPLAY.get(kind, kind) + spec[len(kind):]
 
 
 def md_tables(text):
@@ -112,14 +108,6 @@ def json_summary(doc):
     for v in out.values():
         v.sort(key=lambda r: r.get("round", 0))
     return out
-
-
-def median_run(runs):
-    """As scripts/bench.py picks it: the run with the median req/s (at a fixed rate, the
-    median p99), the lower middle of an even count."""
-    key = "latency_p99_ms" if "latency_p999_ms" in runs[0] else "rps"
-    rs = sorted(runs, key=lambda r: r[key])
-    return rs[(len(rs) - 1) // 2]
 
 
 def rows_from_json(doc, scen):
