@@ -228,7 +228,9 @@ fn each_turn_has_its_p99_outside_the_host_stalls() {
     a.stall_probe = true;
     let mut run = new_run(&a, Epoll::new().unwrap());
     let secs = drive(&mut run, a.duration).unwrap();
-    // The hold, as the probe would have seen it had it been the host's.
+    // The hold, as the probe would have seen it had it been the host's: from when the
+    // longest-waiting request fell due to when it was answered (on a busy host, more than
+    // the server's 100 ms).
     let &(due, us) = run.targets[1]
         .log
         .as_ref()
@@ -239,7 +241,7 @@ fn each_turn_has_its_p99_outside_the_host_stalls() {
     assert!(us >= 90_000);
     let held = due + Duration::from_micros(u64::from(us));
     run.stalls = Some(Stalls {
-        spans: vec![(held - Duration::from_millis(100), held)],
+        spans: vec![(due, held)],
         realtime: true,
         run_delay: true,
         waited: Duration::ZERO,
@@ -258,12 +260,15 @@ fn each_turn_has_its_p99_outside_the_host_stalls() {
         })
         .collect();
     assert_eq!(turns.len(), 6, "{out}");
-    // Target a's three turns, then b's: b's second held the requests.
+    // Target a's three turns, then b's: b's second held the requests for 100 ms. The
+    // bounds are half the hold, not what a quiet host gives (well under 1 ms), so that a
+    // busy host's own hiccups do not fail the test: a held request left in, or the hold
+    // counted in another turn, still does.
     for (i, &(p99, outside)) in turns.iter().enumerate() {
         if i == 4 {
-            assert!(p99 >= 50.0 && outside.is_none_or(|o| o < 5.0), "{out}");
+            assert!(p99 >= 50.0 && outside.is_none_or(|o| o < 50.0), "{out}");
         } else {
-            assert!(p99 < 5.0 && outside.is_some_and(|o| o <= 5.0), "{out}");
+            assert!(p99 < 50.0 && outside.is_some_and(|o| o < 50.0), "{out}");
         }
     }
 }

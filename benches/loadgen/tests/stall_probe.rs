@@ -42,13 +42,15 @@ fn a_stopped_client_is_a_host_stall_and_its_requests_are_left_out() {
     let longest = number(&json, "\"host_stalls\"", "max_ms");
     assert!((190.0..400.0).contains(&longest), "{json}");
     // About 400 requests fell due during it, 7 % of the run's 6000; each waited up to 200
-    // ms. All of them are left out, and with them those due from 2 ms before it to 402 ms
-    // after it: 20 % in all.
-    assert!(number(&json, "{", "latency_p99_ms") > 20.0, "{json}");
+    // ms, so the run's p99 is over 150 ms. All of them are left out, and with them those due
+    // from 2 ms before it to 402 ms after it: 20 % in all. The bounds leave room for a busy
+    // host's own hiccups (a quiet one gives a p99 outside of well under 1 ms); with the
+    // stopped requests left in, the p99 outside would be the run's.
+    assert!(number(&json, "{", "latency_p99_ms") > 100.0, "{json}");
     let excluded = number(&json, "\"outside_stalls\"", "excluded");
-    assert!((0.15..0.3).contains(&excluded), "{json}");
+    assert!((0.15..0.5).contains(&excluded), "{json}");
     assert!(
-        number(&json, "\"outside_stalls\"", "p99_ms") < 20.0,
+        number(&json, "\"outside_stalls\"", "p99_ms") < 100.0,
         "{json}"
     );
 }
