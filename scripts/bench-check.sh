@@ -158,8 +158,12 @@ import json, sys
 [r] = json.load(open(sys.argv[1]))["results"]
 o = r["outside_others"]
 # The spinner's 0.3 s in 0.75 over the run's 2 s; the 0.5 s warm-up's requests counted apart.
-assert o["other_ms"] >= 300 and 0.15 <= o["excluded"] < 0.9, o
-assert 0 < o["requests"] < r["requests"] <= 4001 and r["warmup_requests"] >= 900, (o, r)
+# On a host busy with other work (others ran more than a CPU's worth of the run), most or
+# all requests fall in their windows: then only the lower bounds hold.
+busy = o["other_ms"] > 2000
+assert o["other_ms"] >= 300 and o["excluded"] >= 0.15, o
+assert busy or (o["excluded"] < 0.9 and o["requests"] > 0), o
+assert o["requests"] < r["requests"] <= 4001 and r["warmup_requests"] >= 900, (o, r)
 PY
     python3 - "$bench_out/trace.json" <<'PY' || { cat "$bench_out/log"; die "scripts/bench.py --trace-others: wrong results"; }
 import json, sys
@@ -168,10 +172,13 @@ assert len(results) == 2, results
 for r in results:
     o = r["outside_others"]
     # The spinner had a CPU for most of its 0.3 s in 0.75, over the 4 s the two servers'
-    # turns took, and the requests due then are left out.
+    # turns took, and the requests due then are left out (on a busy host, as above, most or
+    # all of them).
+    busy = o["other_ms"] > 4000
     assert o["other_ms"] >= 600 and o["other_runs"] >= 4, o
-    assert 0.15 <= o["excluded"] < 0.9 and 0 < o["requests"] < r["requests"], (o, r["requests"])
-    assert o["p99_ms"] > 0 and o["p999_ms"] >= o["p99_ms"], o
+    assert o["excluded"] >= 0.15 and o["requests"] < r["requests"], (o, r["requests"])
+    assert busy or (o["excluded"] < 0.9 and o["requests"] > 0), o
+    assert o["requests"] == 0 or 0 < o["p99_ms"] <= o["p999_ms"], o
 PY
     grep -q "p99 / p99.9 outside other processes" "$bench_out/log" \
         || { cat "$bench_out/log"; die "scripts/bench.py: no figures outside other processes"; }
