@@ -23,21 +23,17 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from m0bench.config import ROOT  # noqa: E402
+from m0bench.host import tree  # noqa: E402
+from m0bench.servers import free_port  # noqa: E402
 APPS = os.path.join(ROOT, "benches", "apps")
 APP = "django_site.wsgi:application"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def command(kind, binary, venv, port, workers):
@@ -88,27 +84,6 @@ def answering(port, workers, deadline):
             t.join()
         seen.update(results)
     return seen
-
-
-def tree(root):
-    """`root` and every process under it."""
-    children = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
 
 
 def pss_kib(pid):

@@ -19,15 +19,16 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TICK = os.sysconf("SC_CLK_TCK")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from m0bench.config import ROOT, TICK  # noqa: E402
+from m0bench.host import tree  # noqa: E402
+from m0bench.servers import free_port  # noqa: E402
 
 WHITENOISE_APP = '''
 import os
@@ -75,12 +76,6 @@ http {{
 '''
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(kind, port, tmp, static, venv, binary):
     env = dict(os.environ, STATIC_DIR=static, PYTHONDONTWRITEBYTECODE="1")
     env.pop("VIRTUAL_ENV", None)
@@ -122,23 +117,15 @@ def start(kind, port, tmp, static, venv, binary):
 
 def tree_cpu(root):
     """CPU seconds of `root` and every process under it."""
-    children, cpu = {}, {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
+    total = 0.0
+    for p in tree(root):
         try:
-            with open(f"/proc/{d}/stat") as f:
+            with open(f"/proc/{p}/stat") as f:
                 st = f.read()
         except OSError:
             continue
         fields = st[st.rfind(")") + 2:].split()
-        children.setdefault(int(fields[1]), []).append(int(d))
-        cpu[int(d)] = (int(fields[11]) + int(fields[12])) / TICK
-    total, todo = 0.0, [root]
-    while todo:
-        p = todo.pop()
-        total += cpu.get(p, 0.0)
-        todo.extend(children.get(p, []))
+        total += (int(fields[11]) + int(fields[12])) / TICK
     return total
 
 
@@ -162,7 +149,7 @@ def main():
                     default="nginx,m0serve,granian,m0serve+whitenoise,gunicorn+whitenoise")
     ap.add_argument("--connections", default="16,64,256")
     ap.add_argument("--scenarios", default="4k,100k,304")
-    ap.add_argument("--duration", type=float, default=5)
+    ap.add_argument("--duration", type=int, default=5, help="seconds per run (wrk takes whole seconds)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
