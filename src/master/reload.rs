@@ -226,15 +226,10 @@ impl Watcher {
         let mut buf = [0u8; 8192];
         // Until the queue is empty (WouldBlock) or the descriptor fails.
         while let Ok(events) = self.inotify.read_events(&mut buf) {
-            // The events borrow `buf`; `on_event` needs `self` whole.
-            let events: Vec<(WatchDescriptor, EventMask, Vec<u8>)> = events
-                .map(|e| {
-                    let name = e.name.map_or(Vec::new(), |n| n.as_bytes().to_vec());
-                    (e.wd, e.mask, name)
-                })
-                .collect();
-            for (wd, mask, name) in events {
-                self.on_event(wd, mask, &name, now);
+            // The events borrow `buf`, not `self`.
+            for e in events {
+                let name = e.name.map_or(&b""[..], |n| n.as_bytes());
+                self.on_event(e.wd, e.mask, name, now);
             }
         }
     }
